@@ -1,0 +1,241 @@
+"""The Std(RV)/Mean(RV) predictor: will SNR-Aware Filtering help? (PAPER.md section 5), the single implementation.
+
+From ONE rollout batch: compute every prompt's reward variance (RV), then ``ratio = std(RV) / mean(RV)`` across
+prompts (population std). A high ratio means RV is spread out or bimodal -- some prompts carry clear signal and
+others are noise -- so keeping the high-RV prompts removes noise. A ratio near 0 means every prompt looks alike and
+filtering only drops data at random.
+
+Default thresholds, from the paper's reference points (ratios 1.29 and 1.16 helped, 0.33 hurt by about 5%):
+
+* ``ratio >= helps_above`` (1.0): *likely helps* -- just below the smallest ratio seen to help (1.16);
+* ``ratio <  hurts_below`` (0.5): *unlikely to help* -- comfortably above the ratio seen to hurt (0.33);
+* in between: *uncertain* -- no published run falls there, so the data do not decide.
+
+A batch in which every prompt has zero variance has no task signal at all: the ratio is undefined and the verdict is
+*unlikely to help* (there is nothing for the filter to rank). Three points are all the paper offers, so treat the
+thresholds as options to recalibrate with your own runs (the analysis reports put predicted ratios beside the
+realised filter gains).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from orchestrator.errors import OrchError
+from recipes.filtering import GroupStats, group_stats, select_groups
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RHO_GRID = (0.6, 0.8, 0.9, 0.95, 0.98)
+# Each prob mode with the zero-variance convention it was used with (PAPER.md section 4).
+PROB_MODE_INCLUDE_ZERO = {"linear": False, "softmax": True}
+VERDICT_HELPS = "likely helps"
+VERDICT_HURTS = "unlikely to help"
+VERDICT_UNCERTAIN = "uncertain"
+PAPER_REFERENCES = "Sokoban 14B ratio 1.29 and Sokoban 3B 1.16 helped; FrozenLake 3B GRPO 0.33 hurt (about -5%)"
+
+
+@dataclass(frozen=True)
+class PredictorThresholds:
+    """Verdict cut-offs on std(RV)/mean(RV); see the module docstring for the defaults' justification."""
+
+    helps_above: float = 1.0
+    hurts_below: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.hurts_below <= self.helps_above:
+            raise OrchError(
+                f"thresholds must satisfy 0 <= hurts_below <= helps_above, got hurts_below={self.hurts_below}, "
+                f"helps_above={self.helps_above}"
+            )
+
+
+@dataclass(frozen=True)
+class KeptFraction:
+    """Share of prompts and of trajectories the filter keeps at one (prob mode, rho)."""
+
+    prob_mode: str
+    rho: float
+    include_zero: bool
+    prompts: float
+    trajectories: float
+
+
+@dataclass(frozen=True)
+class PredictorReport:
+    """Everything the predictor says about one batch (one training step)."""
+
+    source: str
+    step: int | None
+    num_prompts: int
+    num_trajectories: int
+    metric: str
+    rv_mean: dict[str, float]  # per metric ('var', 'std'): mean of per-prompt RV
+    rv_std: dict[str, float]  # population std of per-prompt RV
+    ratio: dict[str, float | None]  # std/mean; None where every prompt has zero variance
+    zero_variance_share: float
+    kept: list[KeptFraction]
+    verdict: str
+    reason: str
+    thresholds: PredictorThresholds
+
+    def to_json(self) -> dict[str, Any]:
+        """Stable machine-readable form (documented in docs/predictor.md)."""
+        return {
+            "source": self.source,
+            "step": self.step,
+            "num_prompts": self.num_prompts,
+            "num_trajectories": self.num_trajectories,
+            "metric": self.metric,
+            "ratio": self.ratio[self.metric],
+            "rv": {
+                name: {"mean": self.rv_mean[name], "std": self.rv_std[name], "ratio": self.ratio[name]}
+                for name in ("var", "std")
+            },
+            "zero_variance_share": self.zero_variance_share,
+            "kept": [
+                {
+                    "prob_mode": k.prob_mode,
+                    "rho": k.rho,
+                    "include_zero": k.include_zero,
+                    "prompts": k.prompts,
+                    "trajectories": k.trajectories,
+                }
+                for k in self.kept
+            ],
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "thresholds": {"helps_above": self.thresholds.helps_above, "hurts_below": self.thresholds.hurts_below},
+        }
+
+
+def rv_ratio(rv: np.ndarray) -> float | None:
+    """``std(RV) / mean(RV)`` over prompts (population std); None when every RV is zero."""
+    mean = float(rv.mean())
+    return None if mean <= 0.0 else float(rv.std() / mean)
+
+
+def verdict_for(ratio: float | None, thresholds: PredictorThresholds) -> tuple[str, str]:
+    """Map a ratio to (verdict, one-paragraph reason citing the paper's reference points)."""
+    if ratio is None:
+        return VERDICT_HURTS, (
+            "Every prompt in this batch has zero reward variance, so no prompt carries a task gradient and the filter "
+            "has nothing to rank; change the task difficulty or sampling before expecting filtering to help."
+        )
+    cited = f"In the paper, {PAPER_REFERENCES}."
+    if ratio >= thresholds.helps_above:
+        return VERDICT_HELPS, (
+            f"std(RV)/mean(RV) = {ratio:.2f} >= {thresholds.helps_above:g}: reward variance is spread across prompts "
+            f"(likely bimodal: clear-signal prompts beside noise prompts), so keeping the high-variance prompts "
+            f"should raise the signal-to-noise ratio of the update. {cited}"
+        )
+    if ratio < thresholds.hurts_below:
+        return VERDICT_HURTS, (
+            f"std(RV)/mean(RV) = {ratio:.2f} < {thresholds.hurts_below:g}: prompts have similar reward variance, so "
+            f"the filter would drop prompts almost at random and mostly lose data. {cited}"
+        )
+    return VERDICT_UNCERTAIN, (
+        f"std(RV)/mean(RV) = {ratio:.2f} lies between {thresholds.hurts_below:g} and {thresholds.helps_above:g}, "
+        f"where no published run falls; try a short run with and without the filter. {cited}"
+    )
+
+
+def kept_fractions(stats: GroupStats, metric: str) -> list[KeptFraction]:
+    """What the filter would keep on this batch at every rho of :data:`RHO_GRID`, for both prob modes."""
+    scores = stats.score(metric)
+    total = float(stats.size.sum())
+    fractions = []
+    for prob_mode, include_zero in PROB_MODE_INCLUDE_ZERO.items():
+        for rho in RHO_GRID:
+            keep = select_groups(scores, "top_p", rho, prob_mode=prob_mode, include_zero=include_zero)
+            fractions.append(
+                KeptFraction(
+                    prob_mode=prob_mode,
+                    rho=rho,
+                    include_zero=include_zero,
+                    prompts=float(keep.mean()),
+                    trajectories=float(stats.size[keep].sum() / total),
+                )
+            )
+    return fractions
+
+
+def predict(
+    rewards: Any,
+    prompt_ids: Any,
+    *,
+    metric: str = "var",
+    thresholds: PredictorThresholds | None = None,
+    source: str = "<batch>",
+    step: int | None = None,
+) -> PredictorReport:
+    """Run the predictor on one batch's (T,) rewards and (T,) prompt ids. ``metric`` picks the RV definition."""
+    thresholds = thresholds or PredictorThresholds()
+    if metric not in ("var", "std"):
+        raise OrchError(f"unknown --metric {metric!r}; valid choices: std, var")
+    try:
+        stats = group_stats(rewards, prompt_ids)
+    except ValueError as err:
+        where = source if step is None else f"{source} (step {step})"
+        raise OrchError(f"{where}: {err}") from None
+    rv = {name: stats.score(name) for name in ("var", "std")}
+    ratio = {name: rv_ratio(values) for name, values in rv.items()}
+    verdict, reason = verdict_for(ratio[metric], thresholds)
+    return PredictorReport(
+        source=source,
+        step=step,
+        num_prompts=stats.num_groups,
+        num_trajectories=int(stats.size.sum()),
+        metric=metric,
+        rv_mean={name: float(values.mean()) for name, values in rv.items()},
+        rv_std={name: float(values.std()) for name, values in rv.items()},
+        ratio={name: (None if r is None or math.isnan(r) else r) for name, r in ratio.items()},
+        zero_variance_share=float(stats.zero_variance.mean()),
+        kept=kept_fractions(stats, metric),
+        verdict=verdict,
+        reason=reason,
+        thresholds=thresholds,
+    )
+
+
+def predict_frame(
+    frame: pd.DataFrame,
+    source: str,
+    *,
+    step: int | None = None,
+    metric: str = "var",
+    thresholds: PredictorThresholds | None = None,
+) -> list[PredictorReport]:
+    """One report per training step of a validated rollout-batch frame (or only ``step``)."""
+    from analysis.rollouts import iter_steps
+
+    return [
+        predict(
+            rows["reward"].to_numpy(),
+            rows["prompt_id"].to_numpy(),
+            metric=metric,
+            thresholds=thresholds,
+            source=source,
+            step=value,
+        )
+        for value, rows in iter_steps(frame, source, step)
+    ]
+
+
+def predict_batch_file(
+    path: str | Path,
+    *,
+    step: int | None = None,
+    metric: str = "var",
+    thresholds: PredictorThresholds | None = None,
+) -> list[PredictorReport]:
+    """Load a rollout-batch file and run the predictor on each of its steps."""
+    from analysis.rollouts import load_rollout_batch
+
+    return predict_frame(load_rollout_batch(path), str(path), step=step, metric=metric, thresholds=thresholds)

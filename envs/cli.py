@@ -1,0 +1,7 @@
+"""`orch env ...` commands (filled in by the environments work)."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)

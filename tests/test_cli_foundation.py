@@ -1,0 +1,125 @@
+"""`orch predict-filter-gain` and `orch filter` as a user runs them: exit codes, messages, lazy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+HEAVY = ("torch", "mlflow", "verl", "transformers", "pandas", "numpy")
+
+
+def orch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["predict-filter-gain", "--help"], ["filter", "--help"]])
+def test_help_imports_nothing_heavy(argv):
+    code = (
+        "import sys\n"
+        f"sys.argv = ['orch', *{argv!r}]\n"
+        "from orchestrator.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY=' + ','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
+    assert "Usage" in out
+    assert out.strip().splitlines()[-1] == "HEAVY="
+
+
+def test_shipped_examples_reproduce_from_the_script(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_example_batches.py"), str(tmp_path)], check=True)
+    for name in ("sokoban_bimodal.parquet", "frozenlake_uniform.jsonl"):
+        shipped = pd.read_parquet(EXAMPLES / name) if name.endswith("parquet") else pd.read_json(EXAMPLES / name, lines=True)
+        fresh = pd.read_parquet(tmp_path / name) if name.endswith("parquet") else pd.read_json(tmp_path / name, lines=True)
+        pd.testing.assert_frame_equal(shipped, fresh)
+
+
+def test_predict_on_examples_gives_opposite_verdicts():
+    bimodal = orch("predict-filter-gain", str(EXAMPLES / "sokoban_bimodal.parquet"), "--json")
+    uniform = orch("predict-filter-gain", str(EXAMPLES / "frozenlake_uniform.jsonl"), "--json")
+    assert bimodal.returncode == 0 and uniform.returncode == 0, bimodal.stderr + uniform.stderr
+    bimodal_reports = json.loads(bimodal.stdout)["reports"]
+    assert [r["step"] for r in bimodal_reports] == [1, 2, 3]
+    assert all(r["verdict"] == "likely helps" for r in bimodal_reports)
+    assert json.loads(uniform.stdout)["reports"][0]["verdict"] == "unlikely to help"
+
+
+def test_predict_table_output_and_step_option():
+    result = orch("predict-filter-gain", str(EXAMPLES / "sokoban_bimodal.parquet"), "--step", "2")
+    assert result.returncode == 0, result.stderr
+    assert "step 2" in result.stdout and "step 1" not in result.stdout
+    assert "verdict" in result.stdout and "rho=0.9" in result.stdout
+
+
+def test_predict_json_matches_library_call():
+    from analysis.predictor import predict_batch_file
+
+    expected = predict_batch_file(EXAMPLES / "frozenlake_uniform.jsonl", metric="std")[0].to_json()
+    result = orch("predict-filter-gain", str(EXAMPLES / "frozenlake_uniform.jsonl"), "--json", "--metric", "std")
+    assert json.loads(result.stdout)["reports"][0] == json.loads(json.dumps(expected))
+
+
+def write(tmp_path: Path, name: str, content: str) -> Path:
+    path = tmp_path / name
+    path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("missing.parquet", None, "no such rollout-batch file"),
+        ("batch.xlsx", "x", "unknown rollout-batch format '.xlsx'"),
+        ("batch.csv", "prompt_id,score\na,1\na,2\n", "missing required column(s) reward"),
+        ("batch.csv", "prompt_id,reward\na,1\na,abc\n", "column 'reward' must hold finite numbers"),
+        ("batch.csv", "prompt_id,reward\na,1\na,nan\n", "column 'reward' must hold finite numbers"),
+        ("batch.csv", "prompt_id,reward\na,1\na,0\nb,1\n", "single trajectory"),
+    ],
+)
+@pytest.mark.parametrize("command", ["predict-filter-gain", "filter"])
+def test_bad_input_exits_2_with_one_line(tmp_path, name, content, message, command):
+    path = tmp_path / name if content is None else write(tmp_path, name, content)
+    result = orch(command, str(path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0] and str(path) in lines[0]
+    assert result.stdout == ""
+
+
+def test_bad_options_exit_2(tmp_path):
+    batch = str(EXAMPLES / "frozenlake_uniform.jsonl")
+    result = orch("predict-filter-gain", batch, "--metric", "mad")
+    assert result.returncode == 2 and "valid choices: std, var" in result.stderr
+    result = orch("filter", batch, "--strategy", "top_q")
+    assert result.returncode == 2 and "top_p" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    result = orch("filter", batch, "--value", "1.5")
+    assert result.returncode == 2 and "rho must be in (0, 1]" in result.stderr
+    result = orch("predict-filter-gain", batch, "--step", "9")
+    assert result.returncode == 2 and "available steps: 1" in result.stderr
+
+
+def test_filter_json_uses_the_trainers_function(tmp_path):
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(size=40) * np.repeat([3.0, 0.1, 1.0, 0.0, 2.0], 8)
+    frame = pd.DataFrame({"prompt_id": np.repeat(list("abcde"), 8), "reward": rewards})
+    path = tmp_path / "b.parquet"
+    frame.to_parquet(path)
+    result = orch("filter", str(path), "--strategy", "top_k_abs", "--value", "2", "--metric", "var", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["reports"][0]
+    assert report["kept_groups"] == ["a", "e"]  # the two largest variances
+    assert report["metrics"]["rollout/kept_groups"] == 2
+    assert report["metrics"]["rollout/zero_variance_groups"] == 1
+    table = orch("filter", str(path), "--strategy", "top_p", "--value", "0.9")
+    assert table.returncode == 0 and "kept" in table.stdout
