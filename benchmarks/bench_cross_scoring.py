@@ -1,0 +1,73 @@
+"""Cross-scoring cost: naive N x M full forwards vs prefix key/value reuse, at several prompt:reasoning ratios.
+
+Prints, per ratio: wall time of each method, tokens each fed through the model, the achieved speed-up, the ideal
+speed-up (tokens saved: naive tokens / prefix tokens) and their ratio (efficiency), and the max |L| difference.
+
+    python benchmarks/bench_cross_scoring.py [--columns 8] [--samples 64] [--reasoning 24] [--ratios 1,4,16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from recipes.cross_scoring import cross_score
+
+
+def build_model(hidden: int, layers: int, vocab: int) -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=max(1, hidden // 32),
+        num_key_value_heads=max(1, hidden // 64), intermediate_size=4 * hidden, max_position_embeddings=8192,
+    )
+    return Qwen2ForCausalLM(config).float().eval()
+
+
+def timed(fn, repeats: int):
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--columns", type=int, default=8, help="N prompt columns")
+    parser.add_argument("--samples", type=int, default=64, help="M reasoning samples")
+    parser.add_argument("--reasoning", type=int, default=24, help="reasoning tokens per sample")
+    parser.add_argument("--ratios", default="1,4,16", help="prompt:reasoning length ratios")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    model = build_model(args.hidden, args.layers, args.vocab)
+    params = sum(p.numel() for p in model.parameters()) / 1e6
+    print(f"model: Qwen2 {params:.2f}M params ({args.layers} layers, hidden {args.hidden}), threads "
+          f"{torch.get_num_threads()}; N={args.columns} columns, M={args.samples} samples, "
+          f"{args.reasoning} reasoning tokens, batch {args.batch_size}")
+    header = f"{'P:Z':>6} {'naive s':>9} {'prefix s':>9} {'naive tok':>10} {'prefix tok':>10} {'speed-up':>9} {'ideal':>7} {'effic.':>7} {'max|dL|':>9}"
+    print(header)
+    rng = np.random.default_rng(0)
+    for ratio in (int(r) for r in args.ratios.split(",")):
+        prompt_len = ratio * args.reasoning
+        prompts = [rng.integers(1, args.vocab, size=prompt_len).tolist() for _ in range(args.columns)]
+        samples = [rng.integers(1, args.vocab, size=args.reasoning).tolist() for _ in range(args.samples)]
+        t_naive, naive = timed(lambda: cross_score(model, prompts, samples, method="naive", batch_size=args.batch_size), args.repeats)
+        t_prefix, prefix = timed(lambda: cross_score(model, prompts, samples, method="prefix", batch_size=args.batch_size), args.repeats)
+        ideal = naive.tokens_processed / prefix.tokens_processed
+        speedup = t_naive / t_prefix
+        print(f"{ratio:>4}:1 {t_naive:9.2f} {t_prefix:9.2f} {naive.tokens_processed:10d} {prefix.tokens_processed:10d} "
+              f"{speedup:8.1f}x {ideal:6.1f}x {speedup / ideal:6.0%} {np.abs(naive.L - prefix.L).max():9.1e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The template-collapse early-warning rule on constructed series."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipes.collapse import CollapseDetector, CollapseRule
+
+CHANCE = 0.125
+
+
+def run(series, success=None, rule=None):
+    detector = CollapseDetector(rule or CollapseRule())
+    statuses = []
+    for index, (mi, retrieval) in enumerate(series):
+        value = None if success is None else success[index]
+        statuses.append(detector.update(1 + 5 * index, mi, retrieval, CHANCE, value))
+    return detector, statuses
+
+
+def test_declining_mi_fires_once_before_success_falls():
+    mi = [1.0, 1.2, 1.3, 1.2, 0.8, 0.7, 0.5, 0.3]
+    retrieval = [0.6, 0.65, 0.7, 0.66, 0.4, 0.35, 0.25, 0.2]
+    success = [0.1, 0.2, 0.3, 0.3, 0.3, 0.32, 0.31, 0.3]
+    detector, statuses = run(list(zip(mi, retrieval, strict=True)), success)
+    fired = [s.new_alert for s in statuses]
+    assert fired.count(True) == 1
+    first = fired.index(True)
+    # 0.8 / 1.3 is a 38% drop (>= 30%), and retrieval excess (0.4/0.125-1 = 2.2 vs 4.6) fell by 52%: the second
+    # such point in a row (index 5) fires
+    assert first == 5
+    assert all(s.alert for s in statuses[first:]) and not any(s.alert for s in statuses[:first])
+    assert detector.alert_step == 1 + 5 * first
+    assert "step 26" in statuses[-1].reason
+
+
+def test_flat_series_never_fires():
+    _, statuses = run([(1.0, 0.6)] * 20, [0.3] * 20)
+    assert not any(s.alert for s in statuses)
+    assert all(s.mi_drop == 0.0 for s in statuses)
+
+
+def test_noisy_but_level_series_does_not_fire():
+    mi = [1.0, 0.85, 1.05, 0.9, 1.0, 0.8, 1.1, 0.95, 1.0]
+    retrieval = [0.6, 0.5, 0.62, 0.55, 0.6, 0.5, 0.6, 0.58, 0.6]
+    _, statuses = run(list(zip(mi, retrieval, strict=True)), [0.3] * 9)
+    assert not any(s.alert for s in statuses)
+
+
+def test_no_warning_when_success_has_already_fallen():
+    mi = [1.0, 1.3, 1.3, 0.7, 0.6, 0.5]
+    retrieval = [0.7, 0.7, 0.7, 0.3, 0.3, 0.25]
+    success = [0.5, 0.6, 0.6, 0.3, 0.2, 0.2]  # success fell with MI: not an early warning
+    _, statuses = run(list(zip(mi, retrieval, strict=True)), success)
+    assert not any(s.alert for s in statuses)
+
+
+def test_mi_alone_falling_is_not_enough():
+    mi = [1.0, 1.3, 1.3, 0.7, 0.6, 0.5]
+    retrieval = [0.7] * 6  # retrieval stays well above chance
+    _, statuses = run(list(zip(mi, retrieval, strict=True)))
+    assert not any(s.alert for s in statuses)
+
+
+def test_state_roundtrip_continues_identically():
+    series = [(1.0, 0.6), (1.3, 0.7), (1.2, 0.6), (0.8, 0.4), (0.7, 0.3), (0.5, 0.2)]
+    straight, expected = run(series)
+    first = CollapseDetector()
+    for index, (mi, retrieval) in enumerate(series[:3]):
+        first.update(1 + 5 * index, mi, retrieval, CHANCE, None)
+    resumed = CollapseDetector()
+    resumed.load_state_dict(first.state_dict())
+    tail = [resumed.update(1 + 5 * index, mi, r, CHANCE, None) for index, (mi, r) in enumerate(series) if index >= 3]
+    assert tail == expected[3:]
+    assert resumed.state_dict() == straight.state_dict()
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"drop_fraction": 0.0}, {"drop_fraction": 1.0}, {"patience": 0}, {"success_tolerance": -1}]
+)
+def test_rule_validation(kwargs):
+    with pytest.raises(ValueError, match="collapse"):
+        CollapseRule(**kwargs)
