@@ -1,0 +1,200 @@
+"""Template-collapse diagnostics during training: MI proxies from the rollout batch, and the early warning.
+
+Two sample sets are drawn from the batch **before** filtering (PAPER.md section 2):
+
+* ``first_turn`` -- the first-turn reasoning of (up to) ``num_samples`` trajectories; the columns are the distinct
+  first-turn prompts (about 8 with the paper's 8 prompts x 16 samples), so each sample's own column is its prompt.
+* ``trajectory`` -- ``num_samples`` draws, each a uniformly drawn trajectory and then a uniformly drawn turn of it;
+  every draw is its own column (N = num_samples), and draws with identical prompt tokens are equivalent columns.
+
+For a turn, the *prompt* is the full chat context up to and including the opening ``<think>`` tag and the
+*reasoning* is the raw text between ``<think>`` and ``</think>`` (turns without a think block are not sampled).
+Every sample is scored under every column by :func:`recipes.cross_scoring.cross_score`, and
+:func:`recipes.mi.mi_proxies` turns the matrices into the metrics ``collapse/<set>/<proxy>``, plus
+``collapse/<set>/mi_zscore_ema`` from a per-set :class:`recipes.mi.ZScoreEMA`. The trajectory set's MI-ZScore-EMA
+and retrieval feed the :class:`recipes.collapse.CollapseDetector` (``collapse/alert``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recipes.collapse import CollapseDetector, CollapseRule, CollapseStatus
+from recipes.cross_scoring import cross_score
+from recipes.mi import ZScoreEMA, mi_proxies
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+SAMPLE_SETS = ("first_turn", "trajectory")
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    """Token ids of N prompt columns and M reasoning samples, with each sample's column and column classes."""
+
+    prompts: list[list[int]]
+    samples: list[list[int]]
+    column: np.ndarray  # (M,) int
+    column_classes: np.ndarray  # (N,) int; equal labels = identical prompt tokens
+
+
+def raw_reasoning(response: str) -> str | None:
+    """The text between the first ``<think>`` and the following ``</think>``; None if there is no such block."""
+    start = response.find(THINK_OPEN)
+    if start < 0:
+        return None
+    end = response.find(THINK_CLOSE, start + len(THINK_OPEN))
+    return None if end < 0 else response[start + len(THINK_OPEN) : end]
+
+
+class TurnEncoder:
+    """Token ids of a turn's prompt (chat context + generation prompt + ``<think>``) and of its reasoning.
+
+    ``encode_context(messages) -> ids`` renders a generation context (e.g. ``ChatEncoder.encode(messages,
+    add_generation_prompt=True).input_ids``); ``encode_text(text) -> ids`` tokenises plain text.
+    """
+
+    def __init__(self, encode_context: Callable[[list[dict]], list[int]], encode_text: Callable[[str], list[int]]):
+        self.encode_context = encode_context
+        self.encode_text = encode_text
+        self._think = encode_text(THINK_OPEN)
+
+    def prompt(self, messages: list[dict]) -> list[int]:
+        return [*self.encode_context(messages), *self._think]
+
+    def reasoning(self, response: str) -> list[int] | None:
+        text = raw_reasoning(response)
+        ids = self.encode_text(text) if text else []
+        return ids or None
+
+
+def _classes(prompts: list[list[int]]) -> np.ndarray:
+    """Label columns so that identical token sequences share a label."""
+    labels: dict[tuple[int, ...], int] = {}
+    return np.array([labels.setdefault(tuple(p), len(labels)) for p in prompts], dtype=np.int64)
+
+
+def first_turn_set(trajectories: Sequence[Any], encoder: TurnEncoder, num_samples: int, rng) -> SampleSet | None:
+    """First-turn reasoning of up to ``num_samples`` trajectories; columns = distinct first-turn prompts."""
+    candidates = []
+    for trajectory in trajectories:
+        if not trajectory.turns:
+            continue
+        reasoning = encoder.reasoning(trajectory.turns[0].response)
+        if reasoning is not None:
+            candidates.append((encoder.prompt(trajectory.turns[0].prompt_messages), reasoning))
+    if not candidates:
+        return None
+    chosen = rng.choice(len(candidates), size=min(num_samples, len(candidates)), replace=False)
+    columns: dict[tuple[int, ...], int] = {}
+    samples, column = [], []
+    for index in sorted(chosen):
+        prompt, reasoning = candidates[index]
+        column.append(columns.setdefault(tuple(prompt), len(columns)))
+        samples.append(reasoning)
+    prompts = [list(p) for p in columns]
+    return SampleSet(prompts, samples, np.array(column, dtype=np.int64), np.arange(len(prompts)))
+
+
+def trajectory_set(trajectories: Sequence[Any], encoder: TurnEncoder, num_samples: int, rng) -> SampleSet | None:
+    """``num_samples`` uniform draws of (trajectory, turn); every draw is its own column."""
+    usable = [
+        [turn for turn in trajectory.turns if encoder.reasoning(turn.response) is not None]
+        for trajectory in trajectories
+    ]
+    usable = [turns for turns in usable if turns]
+    if not usable:
+        return None
+    prompts, samples = [], []
+    for _ in range(num_samples):
+        turns = usable[rng.integers(len(usable))]
+        turn = turns[rng.integers(len(turns))]
+        prompts.append(encoder.prompt(turn.prompt_messages))
+        samples.append(encoder.reasoning(turn.response))
+    return SampleSet(prompts, samples, np.arange(num_samples, dtype=np.int64), _classes(prompts))
+
+
+SAMPLE_SET_BUILDERS = {"first_turn": first_turn_set, "trajectory": trajectory_set}
+
+
+@dataclass(frozen=True)
+class DiagnosticsConfig:
+    """When and how to compute the MI proxies (defaults: PAPER.md's reference setting)."""
+
+    mi_every: int = 5  # also at step 1; 0 disables
+    num_samples: int = 64
+    sets: tuple[str, ...] = SAMPLE_SETS
+    method: str = "prefix"
+    batch_size: int = 32
+    rule: CollapseRule = CollapseRule()
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.sets if name not in SAMPLE_SET_BUILDERS]
+        if unknown:
+            raise ValueError(f"unknown MI sample set(s) {unknown}; valid choices: {', '.join(SAMPLE_SET_BUILDERS)}")
+        if self.mi_every < 0 or self.num_samples < 1:
+            raise ValueError(f"mi_every must be >= 0 and num_samples >= 1, got {self.mi_every}, {self.num_samples}")
+
+    def due(self, step: int) -> bool:
+        """Computed at step 1 and every ``mi_every`` steps."""
+        return self.mi_every > 0 and (step == 1 or step % self.mi_every == 0)
+
+
+class CollapseMonitor:
+    """Holds the EMA trackers and the detector across steps; their state travels with checkpoints."""
+
+    def __init__(self, config: DiagnosticsConfig, seed: int) -> None:
+        self.config = config
+        self.seed = seed
+        self.emas = {name: ZScoreEMA() for name in config.sets}
+        self.detector = CollapseDetector(config.rule)
+        self.last_status: CollapseStatus | None = None
+
+    def compute(
+        self, step: int, model, encoder: TurnEncoder, trajectories: Sequence[Any], success: float | None, pad_id: int
+    ) -> dict[str, float]:
+        """MI proxies of every configured sample set for this step's batch (call when ``config.due(step)``)."""
+        rng = np.random.default_rng([self.seed, step])
+        metrics: dict[str, float] = {}
+        for name in self.config.sets:
+            sample_set = SAMPLE_SET_BUILDERS[name](trajectories, encoder, self.config.num_samples, rng)
+            if sample_set is None:
+                continue
+            scores = cross_score(
+                model,
+                sample_set.prompts,
+                sample_set.samples,
+                method=self.config.method,
+                batch_size=self.config.batch_size,
+                pad_id=pad_id,
+            )
+            proxies = mi_proxies(scores.L, scores.L_sum, sample_set.column, sample_set.column_classes)
+            metrics.update(proxies.to_metrics(f"collapse/{name}"))
+            metrics[f"collapse/{name}/mi_zscore_ema"] = self.emas[name].update(proxies)
+            metrics[f"collapse/{name}/scored_tokens"] = float(scores.tokens_processed)
+        watched = "trajectory" if "trajectory" in self.config.sets else self.config.sets[0]
+        if f"collapse/{watched}/mi_zscore_ema" in metrics:
+            self.last_status = self.detector.update(
+                step,
+                metrics[f"collapse/{watched}/mi_zscore_ema"],
+                metrics[f"collapse/{watched}/retrieval_acc"],
+                metrics[f"collapse/{watched}/retrieval_chance"],
+                success,
+            )
+            metrics["collapse/alert"] = float(self.last_status.alert)
+            metrics["collapse/mi_drop"] = self.last_status.mi_drop
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "emas": {name: ema.state_dict() for name, ema in self.emas.items()},
+            "detector": self.detector.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, ema_state in state["emas"].items():
+            self.emas.setdefault(name, ZScoreEMA()).load_state_dict(ema_state)
+        self.detector.load_state_dict(state["detector"])
