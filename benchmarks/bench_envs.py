@@ -1,0 +1,79 @@
+"""Environment throughput per task: resets/s, env steps/s, and protocol turns/s through the batch driver.
+
+    python benchmarks/bench_envs.py [--steps 20000] [--resets 500] [--batch 128]
+
+Steps use random valid actions (grid tasks) or a fixed answer (text tasks); a finished episode is reset, and
+reset time is excluded from steps/s. Driver turns/s covers parsing, stepping and chat bookkeeping for a batch
+of `--batch` episodes with a random-move policy (policy time included, model time obviously not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import time
+
+from envs import list_envs, make_env, run_episodes
+from envs.protocol import format_response
+
+TEXT_ANSWERS = {"countdown": "1 + 2", "metamathqa": "42"}
+
+
+def _action(env, rng: random.Random) -> str:
+    return rng.choice(env.valid_actions) if env.valid_actions else TEXT_ANSWERS[env.name]
+
+
+def bench_resets(task: str, n: int) -> float:
+    env = make_env(task)
+    start = time.perf_counter()
+    for seed in range(n):
+        env.reset(seed)
+    return n / (time.perf_counter() - start)
+
+
+def bench_steps(task: str, n: int) -> float:
+    env, rng = make_env(task), random.Random(0)
+    env.reset(0)
+    seed, stepping = 0, 0.0
+    for _ in range(n):
+        action = _action(env, rng)
+        start = time.perf_counter()
+        _, _, terminated, truncated, _ = env.step(action)
+        stepping += time.perf_counter() - start
+        if terminated or truncated:
+            seed += 1
+            env.reset(seed)
+    return n / stepping
+
+
+def bench_driver(task: str, batch: int) -> tuple[float, float]:
+    """(turns per second, episodes per second) of `run_episodes` over one batch."""
+    probe, rng = make_env(task), random.Random(0)
+
+    def policy(histories):
+        return [format_response("bench", [_action(probe, rng)]) for _ in histories]
+
+    start = time.perf_counter()
+    trajectories = run_episodes(task, {}, list(range(batch)), policy)
+    elapsed = time.perf_counter() - start
+    return sum(t.num_turns for t in trajectories) / elapsed, batch / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--resets", type=int, default=500)
+    parser.add_argument("--batch", type=int, default=128)
+    args = parser.parse_args()
+    print(f"python {platform.python_version()} on {platform.machine()}, single process")
+    print(f"{'task':<12} {'resets/s':>10} {'steps/s':>10} {'turns/s':>10} {'episodes/s':>11}")
+    for task in list_envs():
+        resets = bench_resets(task, args.resets)
+        steps = bench_steps(task, args.steps)
+        turns, episodes = bench_driver(task, args.batch)
+        print(f"{task:<12} {resets:>10,.0f} {steps:>10,.0f} {turns:>10,.0f} {episodes:>11,.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Loader for real MetaMathQA records: JSON (a list), JSONL or Parquet with `query` and `response` fields."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from envs.metamathqa.answers import split_response
+from envs.metamathqa.problem import MathProblem
+from orchestrator.errors import OrchError, choices_error
+
+SUFFIXES = (".json", ".jsonl", ".parquet")
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path, columns=["query", "response"]).to_pylist()
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    records = json.loads(text)
+    if not isinstance(records, list):
+        raise OrchError(f"{path}: expected a JSON list of records with 'query' and 'response'")
+    return records
+
+
+def _to_problem(record: Any) -> MathProblem | None:
+    if not isinstance(record, dict):
+        return None
+    query, response = record.get("query"), record.get("response")
+    if not isinstance(query, str) or not isinstance(response, str):
+        return None
+    parts = split_response(response)
+    if parts is None:
+        return None
+    solution, answer = parts
+    return MathProblem(question=query.strip(), answer=answer, solution=solution)
+
+
+@lru_cache(maxsize=4)
+def load_problems(path: str) -> tuple[MathProblem, ...]:
+    """The records of `path` that have a `query`, a `response` and an extractable final answer, in file order.
+    Raises OrchError for a missing or unreadable file, an unknown suffix, or a file with no usable record."""
+    file = Path(path)
+    if file.suffix not in SUFFIXES:
+        raise choices_error(
+            "data file suffix", file.suffix, list(SUFFIXES), where=f"metamathqa data_path {path}"
+        )
+    if not file.is_file():
+        raise OrchError(f"metamathqa data_path: no such file {path}")
+    try:
+        records = _read_records(file)
+    except (ValueError, OSError, KeyError) as err:
+        raise OrchError(
+            f"metamathqa data_path {path}: cannot read records ({err.__class__.__name__}: {err})"
+        ) from None
+    problems = tuple(p for p in map(_to_problem, records) if p is not None)
+    if not problems:
+        raise OrchError(
+            f"metamathqa data_path {path}: no record has 'query', 'response' and 'The answer is: X'"
+        )
+    return problems
