@@ -79,15 +79,23 @@ class Env:
 
     # --- gymnasium-style API --------------------------------------------------------------------------------
     def reset(self, seed: int, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Start the episode determined by `seed` (the same seed always gives the same episode)."""
+        """Start the episode determined by `seed` (the same seed always gives the same episode).
+
+        Option ``dynamics_seed`` (int) re-seeds the randomness of the dynamics (e.g. FrozenLake's slips) after the
+        initial state is drawn from `seed`: trajectories of one prompt share their start state but not their luck.
+        """
         if isinstance(seed, bool) or not hasattr(seed, "__index__"):
             raise OrchError(f"{self.name}: seed must be an int, got {seed!r}")
         seed = operator.index(seed)
+        options = dict(options or {})
+        dynamics_seed = options.pop("dynamics_seed", None)
         self.seed = seed
         self.rng = random.Random(seed)
         self.actions_taken = 0
         self.finished = False
-        self._reset(self.rng, options or {})
+        self._reset(self.rng, options)
+        if dynamics_seed is not None:
+            self.rng = random.Random(f"{seed}/{operator.index(dynamics_seed)}")
         return self.render_text(), {"seed": seed, "success": False}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -19,12 +19,21 @@ def run_episodes(
     seeds: Sequence[int],
     policy: Policy,
     max_turns: int | None = None,
+    dynamics_seeds: Sequence[int] | None = None,
 ) -> list[Trajectory]:
     """Play one episode per seed. Each round, `policy` receives the chat histories of the episodes still
-    running (in seed order) and returns one reply per history. Returns the trajectories in seed order."""
+    running (in seed order) and returns one reply per history. Returns the trajectories in seed order.
+
+    `dynamics_seeds` (one per seed, optional) decorrelates stochastic dynamics between episodes that share a seed,
+    e.g. the K samples of one prompt (see `Env.reset`)."""
+    if dynamics_seeds is not None and len(dynamics_seeds) != len(seeds):
+        raise OrchError(f"dynamics_seeds has {len(dynamics_seeds)} entries for {len(seeds)} seeds; they must match")
     config = build_config(task, dict(env_config))
     cls = env_class(task)
-    episodes = [Episode(cls(config), seed, max_turns) for seed in seeds]
+    per_episode = dynamics_seeds if dynamics_seeds is not None else [None] * len(seeds)
+    episodes = [
+        Episode(cls(config), seed, max_turns, dynamics) for seed, dynamics in zip(seeds, per_episode, strict=True)
+    ]
     while active := [episode for episode in episodes if not episode.done]:
         replies = policy([list(episode.messages) for episode in active])
         if len(replies) != len(active):

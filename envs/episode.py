@@ -17,13 +17,13 @@ class Episode:
     (default: the env's own `max_turns`).
     """
 
-    def __init__(self, env: Env, seed: int, max_turns: int | None = None) -> None:
+    def __init__(self, env: Env, seed: int, max_turns: int | None = None, dynamics_seed: int | None = None) -> None:
         self.env = env
         self.seed = seed
         self.max_turns = env.max_turns if max_turns is None else max_turns
         if self.max_turns < 1:
             raise OrchError(f"max_turns must be at least 1, got {self.max_turns}")
-        state, info = env.reset(seed)
+        state, info = env.reset(seed, None if dynamics_seed is None else {"dynamics_seed": dynamics_seed})
         self.success = bool(info["success"])
         self.turns: list[Turn] = []
         self.messages: list[Message] = [

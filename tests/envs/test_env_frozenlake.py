@@ -173,3 +173,21 @@ def test_image_shape_and_png(tmp_path):
     assert image.shape == (128, 128, 3)
     decoded = np.asarray(image_module.open(env.save_png(tmp_path / "lake.png")).convert("RGB"))
     assert (decoded == image).all()
+
+
+def test_dynamics_seed_decorrelates_samples_of_one_prompt_but_keeps_the_map():
+    env = make_env("frozenlake", slip=0.5)
+    lakes, endings = set(), set()
+    for dynamics_seed in range(40):
+        env.reset(3, options={"dynamics_seed": dynamics_seed})
+        lakes.add(tuple(env.lake))
+        env.step("Down")
+        endings.add(env.pos)
+    assert len(lakes) == 1  # the prompt (map) is fixed by the seed
+    assert len(endings) > 1  # the slips are not
+    env.reset(3, options={"dynamics_seed": 5})
+    env.step("Down")
+    first = env.pos
+    env.reset(3, options={"dynamics_seed": 5})
+    env.step("Down")
+    assert env.pos == first  # and still reproducible
