@@ -1,0 +1,198 @@
+"""`orch runs` and `orch report`: query MLflow runs as a table, and write a sweep's HTML report.
+
+Only typer is imported at module level (`orch --help` stays fast); pandas, mlflow, sqlalchemy and plotly are
+imported inside the commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.mlflow_store import Progress, RunData
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+RUN_FORMATS = ("table", "csv", "json", "parquet")
+AGGREGATES = ("last", "max", "min", "mean")
+UriOpt = Annotated[
+    str | None,
+    typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."),
+]
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"orch: error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Progress | None]:
+    """A transient progress bar on stderr when it is a terminal; yields the (stage, done, total) callback the
+    loaders take (a no-op otherwise, so logs and pipes stay clean)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as bar:
+        task = bar.add_task("loading", total=None)
+
+        def update(stage: str, done: int, total: int) -> None:
+            bar.update(task, description=stage, completed=done, total=total)
+
+        yield update
+
+
+def runs_frame(data: RunData, agg: str, wide: bool) -> pd.DataFrame:
+    """One row per run: identity, status, setting, and the ``agg`` of each loaded metric (a column per metric)."""
+    from analysis.summary import settings
+
+    frame = data.runs[["run_id", "run_name", "experiment", "status", "start_time", "end_time"]]
+    setting = settings(data.runs)[["run_id", "task", "algorithm", "model", "filter", "seed"]]
+    frame = frame.merge(setting, on="run_id", how="left")
+    if wide:
+        extra = [c for c in data.runs.columns if c.startswith(("params.", "tags."))]
+        frame = frame.merge(data.runs[["run_id", *extra]], on="run_id", how="left")
+    if not data.metrics.empty:
+        values = data.metrics.groupby(["run_id", "key"], sort=True)["value"].agg(agg).unstack("key")
+        frame = frame.merge(values, left_on="run_id", right_index=True, how="left")
+    return frame
+
+
+def _cell(value: object) -> str:
+    import pandas as pd
+
+    if pd.api.types.is_scalar(value) and pd.isna(value):
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _print_table(frame: pd.DataFrame) -> None:
+    """A compact terminal table: short run ids, start time to the minute, no end time."""
+    from rich.console import Console
+    from rich.table import Table
+
+    shown = frame.drop(columns=["end_time"], errors="ignore").assign(
+        run_id=frame["run_id"].str.slice(0, 8), start_time=frame["start_time"].dt.strftime("%Y-%m-%d %H:%M")
+    )
+    table = Table(title=f"{len(frame)} runs", title_justify="left")
+    for column in shown.columns:
+        table.add_column(str(column), overflow="fold")
+    for row in shown.itertuples(index=False):
+        table.add_row(*(_cell(value) for value in row))
+    console = Console()
+    if not console.is_terminal:  # piped: do not fold the table into 80 columns
+        console = Console(width=max(160, 12 * len(shown.columns)))
+    console.print(table)
+
+
+def _emit(frame: pd.DataFrame, fmt: str, out: Path | None) -> None:
+    """Write the frame to ``out`` (or stdout) as csv, json, parquet (a file only) or a table."""
+    if fmt == "parquet":
+        if out is None:
+            _fail("--format parquet needs --out FILE")
+        frame.to_parquet(out, index=False)
+        return
+    if fmt == "csv":
+        text = frame.to_csv(index=False)
+    elif fmt == "json":
+        text = frame.to_json(orient="records", date_format="iso", indent=2) + "\n"
+    elif out is not None:
+        text = frame.to_string(index=False) + "\n"
+    else:
+        _print_table(frame)
+        return
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")
+
+
+@app.command("runs")
+def runs(
+    sweep: Annotated[str | None, typer.Option(help="Only this sweep's runs (its experiment and runs tagged sweep=S).")] = None,
+    experiment: Annotated[list[str] | None, typer.Option(help="Only runs of this experiment (repeatable).")] = None,
+    filter_string: Annotated[
+        str | None, typer.Option("--filter", help="MLflow filter syntax, e.g. \"params.filter.value = '0.9'\".")
+    ] = None,
+    metrics: Annotated[str | None, typer.Option(help="Comma-separated metric names or globs: a column each.")] = None,
+    agg: Annotated[str, typer.Option(help=f"Per-run value of each metric: {' | '.join(AGGREGATES)}.")] = "last",
+    history: Annotated[bool, typer.Option("--history", help="Print the metric histories (long format) instead.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Add every params.* and tags.* column.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help=f"{' | '.join(RUN_FORMATS)}.")] = "table",
+    out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")] = None,
+    tracking_uri: UriOpt = None,
+    reader: Annotated[str, typer.Option(help="auto (bulk SQL where possible) | sql | client.")] = "auto",
+) -> None:
+    """Query MLflow runs as a table (params, tags, status, metric values)."""
+    from orchestrator.errors import OrchError, choices_error
+
+    try:
+        if fmt not in RUN_FORMATS:
+            raise choices_error("--format", fmt, RUN_FORMATS)
+        if agg not in AGGREGATES:
+            raise choices_error("--agg", agg, AGGREGATES)
+        from analysis.mlflow_store import RunQuery, load_runs
+
+        wanted = tuple(m.strip() for m in metrics.split(",") if m.strip()) if metrics else ()
+        query = RunQuery(
+            experiments=tuple(experiment or ()), sweep=sweep, filter_string=filter_string,
+            metrics=wanted if (wanted or not history) else None,
+        )
+        with _progress_bar() as progress:
+            data = load_runs(query, tracking_uri, reader=reader, progress=progress)
+        frame = data.metrics if history else runs_frame(data, agg, wide)
+    except OrchError as err:
+        _fail(str(err))
+    _emit(frame, fmt, out)
+
+
+@app.command("report")
+def report(
+    sweep: Annotated[str, typer.Argument(help="Sweep name (its MLflow experiment, or the sweep tag of its runs).")],
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+    fmt: Annotated[
+        str, typer.Option("--format", help="html, or png | pdf to also export every figure (needs kaleido).")
+    ] = "html",
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for correlation CIs.")] = 1000,
+    rollouts: Annotated[
+        bool, typer.Option("--rollouts/--no-rollouts", help="Read rollout-batch artifacts (predictor, RV histograms).")
+    ] = True,
+    tracking_uri: UriOpt = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="orch state store URL (default: $ORCH_STORE, else .orch/orch.db here).")
+    ] = None,
+) -> None:
+    """Write a sweep's report: tables, training curves, correlations, predictor verdicts (offline HTML)."""
+    from orchestrator.errors import OrchError
+
+    try:
+        from analysis.report import FORMATS, build_report, kaleido_available, write_report
+
+        if fmt not in FORMATS:
+            raise OrchError(f"unknown --format {fmt!r}; valid choices: {', '.join(FORMATS)}")
+        if fmt != "html" and not kaleido_available():
+            raise OrchError(f"--format {fmt} needs the kaleido package (pip install kaleido); use --format html")
+        with _progress_bar() as progress:
+            built = build_report(
+                sweep, tracking_uri, store_url=store, n_boot=bootstrap, rollouts=rollouts, progress=progress
+            )
+        written = write_report(built, out, fmt)
+    except OrchError as err:
+        _fail(str(err))
+    for note in built.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figure files" if len(written) > 1 else ""))

@@ -1,0 +1,109 @@
+"""Early warning: per run, how many steps MI's decline preceded the decline of task success (PAPER.md section 1).
+
+Both series go through the same rule, :func:`decline_onset`: a series has *declined* once it sits at or below
+``(1 - drop_fraction)`` times its running peak (a positive peak) for ``patience`` consecutive logged points; the
+onset is the step of the first of those points. The defaults are the training-time detector's
+(``recipes.collapse.CollapseRule``: a 30% fall, seen twice in a row). The lead is
+``success_decline_step - mi_decline_step``: positive when MI fell first. The step at which the trainer's own
+detector raised ``collapse/alert`` is reported beside it.
+
+:func:`early_warning` returns one row per run with results:
+
+    run_id, mi_peak_step, mi_decline_step, success_peak_step, success_decline_step, lead_steps,
+    alert_step, alert_lead_steps (success_decline_step - alert_step), outcome
+    (MI first | success first | together | MI only | success only | no decline | no data); steps are Int64
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysis import names
+from recipes.collapse import CollapseRule
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData
+
+DEFAULT_RULE = CollapseRule()
+
+
+def decline_onset(
+    steps: np.ndarray, values: np.ndarray, drop_fraction: float = DEFAULT_RULE.drop_fraction,
+    patience: int = DEFAULT_RULE.patience,
+) -> int | None:
+    """The step at which the series' decline began (see the module docstring), or None if it never declined.
+
+    ``steps`` ascending; NaN values are skipped.
+    """
+    keep = np.isfinite(values)
+    steps, values = np.asarray(steps)[keep], np.asarray(values, dtype=np.float64)[keep]
+    peak, streak = -np.inf, 0
+    for index, value in enumerate(values):
+        peak = max(peak, value)
+        fallen = peak > 0 and value <= (1.0 - drop_fraction) * peak
+        streak = streak + 1 if fallen else 0
+        if streak >= patience:
+            return int(steps[index - patience + 1])
+    return None
+
+
+def _outcome(mi: int | None, success: int | None, has_data: bool) -> str:
+    if not has_data:
+        return "no data"
+    if mi is None and success is None:
+        return "no decline"
+    if success is None:
+        return "MI only"
+    if mi is None:
+        return "success only"
+    return "MI first" if mi < success else "success first" if mi > success else "together"
+
+
+def early_warning(
+    data: RunData,
+    *,
+    mi_key: str = names.MI_ZSCORE_EMA,
+    success_key: str = names.VAL_SUCCESS,
+    drop_fraction: float = DEFAULT_RULE.drop_fraction,
+    patience: int = DEFAULT_RULE.patience,
+) -> pd.DataFrame:
+    """The per-run lead frame of the module docstring, for every run that logged MI or success."""
+    import pandas as pd
+
+    mi_all, success_all = data.history(mi_key), data.history(success_key)
+    alerts = data.history(names.COLLAPSE_ALERT)
+    first_alert = alerts[alerts["value"] >= 0.5].groupby("run_id")["step"].min()
+    rows = []
+    for run_id in sorted(set(mi_all["run_id"]) | set(success_all["run_id"])):
+        mi = mi_all[mi_all["run_id"] == run_id].sort_values("step")
+        success = success_all[success_all["run_id"] == run_id].sort_values("step")
+        mi_step = decline_onset(mi["step"].to_numpy(), mi["value"].to_numpy(), drop_fraction, patience)
+        success_step = decline_onset(success["step"].to_numpy(), success["value"].to_numpy(), drop_fraction, patience)
+        alert = first_alert.get(run_id)
+        rows.append(
+            {
+                "run_id": run_id,
+                "mi_peak_step": mi.loc[mi["value"].idxmax(), "step"] if mi["value"].notna().any() else None,
+                "mi_decline_step": mi_step,
+                "success_peak_step": (
+                    success.loc[success["value"].idxmax(), "step"] if success["value"].notna().any() else None
+                ),
+                "success_decline_step": success_step,
+                "lead_steps": None if mi_step is None or success_step is None else success_step - mi_step,
+                "alert_step": alert,
+                "alert_lead_steps": None if alert is None or success_step is None else success_step - alert,
+                "outcome": _outcome(mi_step, success_step, not mi.empty and not success.empty),
+            }
+        )
+    columns = [
+        "run_id", "mi_peak_step", "mi_decline_step", "success_peak_step", "success_decline_step", "lead_steps",
+        "alert_step", "alert_lead_steps", "outcome",
+    ]
+    frame = pd.DataFrame(rows, columns=columns)
+    for column in columns[1:-1]:
+        frame[column] = pd.array(frame[column].tolist(), dtype="Int64")
+    return frame

@@ -1,0 +1,412 @@
+"""`orch report SWEEP`: every analysis of a sweep as one self-contained, offline HTML file.
+
+:func:`build_report` loads the sweep's runs (bulk reader), runs the analyses -- run summaries, the paper's tables,
+correlations, early-warning leads, the predictor on the dumped rollout batches -- and collects them as
+:class:`Section` s of HTML tables and plotly figures. :func:`render_html` writes one page with plotly.js embedded
+(no network access needed to view it); a script at the top lists any JavaScript error in a red banner, so a broken
+figure never fails silently. :func:`export_figures` writes the figures as PNG or PDF files through kaleido.
+
+Parts that need data the sweep lacks (no filtered runs, a single ρ, no rollout batches, no MI diagnostics) are left
+out with a note saying why; failed, unfinished and result-less cells are listed at the top.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from analysis import names
+from analysis.mlflow_store import Progress
+from orchestrator.errors import OrchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from analysis.mlflow_store import RunData
+
+FORMATS = ("html", "png", "pdf")
+SCATTER_DIAGNOSTICS = (names.MI_ZSCORE_EMA, names.ENTROPY)  # the paper's MI-vs-entropy comparison
+
+
+@dataclass
+class Section:
+    """A titled part of the report: HTML blocks (tables, notes) and figures, in order."""
+
+    title: str
+    blocks: list[str | go.Figure] = field(default_factory=list)
+
+    def table(self, frame: pd.DataFrame, caption: str = "", digits: int = 2, index: bool = False) -> None:
+        self.blocks.append(html_table(frame, caption, digits, index))
+
+    def note(self, text: str) -> None:
+        self.blocks.append(f'<p class="note">{html.escape(text)}</p>')
+
+    def figure(self, figure: go.Figure) -> None:
+        self.blocks.append(figure)
+
+
+@dataclass
+class Report:
+    """A built report: what was read, the notes on missing data, and the sections."""
+
+    sweep: str
+    tracking_uri: str
+    generated: str
+    notes: list[str]
+    sections: list[Section]
+
+    def figures(self) -> list[go.Figure]:
+        return [block for section in self.sections for block in section.blocks if not isinstance(block, str)]
+
+
+def html_table(frame: pd.DataFrame, caption: str = "", digits: int = 2, index: bool = False) -> str:
+    """A frame as an HTML table (floats to ``digits`` places, missing values as an en dash)."""
+    table = frame.to_html(
+        index=index, na_rep="–", float_format=lambda v: f"{v:.{digits}f}", border=0, classes="data", escape=True
+    )
+    head = f"<h4>{html.escape(caption)}</h4>" if caption else ""
+    return f'{head}<div class="scroll">{table}</div>'
+
+
+def _mean_std(frame: pd.DataFrame, prefix: str) -> pd.Series:
+    """'mean ± std' strings from ``<prefix>_mean`` / ``<prefix>_std`` columns."""
+    from analysis.tables import format_mean_std
+
+    return frame.apply(lambda row: format_mean_std(row[f"{prefix}_mean"], row[f"{prefix}_std"]), axis=1)
+
+
+def cell_notes(summary: pd.DataFrame, store: pd.DataFrame | None = None) -> list[str]:
+    """One line per cell that failed, has not finished, or finished without validation results.
+
+    With the orch store's cells (``store``: :func:`analysis.sweep_state.store_cells`), cells that are not done
+    are described by the store (state and reason, including cells without an MLflow run) and the MLflow runs of
+    those cells are not described again.
+    """
+    import pandas as pd
+
+    from analysis.sweep_state import store_notes
+    from orchestrator.states import DONE
+
+    notes = []
+    if store is not None:
+        notes = store_notes(store)
+        undone = store.loc[~store["state"].isin([str(s) for s in DONE]), "mlflow_run_id"].dropna()
+        summary = summary[~summary["run_id"].isin(undone)]
+    for _, row in summary.iterrows():
+        where = f"{row['run_name']} ({row['task']}, {row['variant']}, filter {row['filter']}, seed {row['seed']})"
+        if row["status"] in ("FAILED", "KILLED"):
+            notes.append(f"{where}: {row['status'].lower()}")
+        elif row["status"] in ("RUNNING", "SCHEDULED"):
+            notes.append(f"{where}: {row['status'].lower()}, not finished")
+        elif pd.isna(row["peak_success"]):
+            notes.append(f"{where}: finished without validation results ({names.VAL_SUCCESS})")
+    return notes
+
+
+def _overview(data: RunData, summary: pd.DataFrame, store: pd.DataFrame | None, notes: list[str]) -> Section:
+    import pandas as pd
+
+    section = Section("Sweep overview")
+    now = pd.Timestamp.now(tz="UTC")
+    cells = data.runs[data.runs["run_id"].isin(summary["run_id"])]
+    wall = ((cells["end_time"].fillna(now) - cells["start_time"]).dt.total_seconds().clip(lower=0)).sum() / 3600
+    counts = summary["status"].value_counts().rename_axis("status").reset_index(name="cells")
+    step_time = summary["step_time"].mean()
+    facts = pd.DataFrame(
+        {
+            "": ["cells", "cells with validation results", "tasks", "variants", "filter settings",
+                 "run wall-clock hours (sum)", "training steps logged (sum)", "mean step time (s)"],
+            "value": [
+                str(len(summary)), str(int(summary["peak_success"].notna().sum())), str(summary["task"].nunique()),
+                str(summary["variant"].nunique()), str(summary["filter"].nunique()), f"{wall:.2f}",
+                str(int(summary["steps"].fillna(0).sum())), "–" if pd.isna(step_time) else f"{step_time:.3f}",
+            ],
+        }
+    )
+    section.table(facts, digits=3)
+    section.table(counts, caption="cells by MLflow run status")
+    if store is not None:
+        states = store["state"].value_counts().rename_axis("state").reset_index(name="cells")
+        section.table(states, caption=f"cells by orch state (state store: {len(store)} cells)")
+    else:
+        section.note("no orch state store knows this sweep here: cell states come from MLflow alone")
+    if notes:
+        section.blocks.append(
+            '<div class="missing"><h4>Missing or incomplete</h4><ul>'
+            + "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+            + "</ul></div>"
+        )
+    return section
+
+
+def _cells(summary: pd.DataFrame) -> Section:
+    section = Section("Cells")
+    columns = ["run_name", "task", "variant", "filter", "seed", "status", "steps", "peak_success", "peak_step",
+               "final_success", "step_time", "kept_ratio"]
+    section.table(summary[columns].sort_values(["task", "variant", "filter", "seed"]), digits=2)
+    return section
+
+
+def _paper_tables(summary: pd.DataFrame, finals: pd.DataFrame, notes: list[str]) -> tuple[Section, pd.DataFrame]:
+    """Tables 4-7 and the ρ / slip curves, where the sweep has the runs for them (``finals``: end-of-training
+    MI and entropy per run, for Tables 6 and 7)."""
+    from analysis import figures, tables
+
+    section = Section("The paper's tables")
+    has_pairs = summary["filtered"].eq(True).any() and summary["filtered"].eq(False).any()
+    t4 = tables.table4(summary)
+    if has_pairs:
+        section.table(tables.format_table4(t4), "Table 4 — peak validation success %, baseline mean ± std over seeds "
+                      "(filter delta)", index=True)
+        notes.extend(tables.missing_pairs(t4))
+    else:
+        section.note("Table 4 and Table 5 need runs both without and with the filter; this sweep has only one kind.")
+    budgets = summary[["prompts", "samples"]].dropna().drop_duplicates()
+    if has_pairs and len(budgets) > 1:
+        t5 = tables.table5(summary)
+        shown = t5[["task", "variant", "budget", "filter"]].assign(
+            success_no_filter=_mean_std(t5, "base"), success_filter=_mean_std(t5, "filt"),
+            step_time_no_filter=t5["time_base"], step_time_filter=t5["time_filt"], time_change_pct=t5["time_change_pct"],
+        )
+        section.table(shown, "Table 5 — fixed rollout budget: success % and mean step time (s)")
+    if summary["filter"].nunique() > 2:
+        with_finals = summary.merge(finals, on="run_id", how="left")
+        t6 = tables.table6(with_finals)
+        section.table(t6, "Table 6 view — per filter setting: kept groups' RV range, success %, final MI and entropy")
+        t7 = tables.table7(with_finals)
+        section.table(t7, "Table 7 view — per filter setting: prompts kept / all, trajectories per update, success %, "
+                      "final MI")
+    rho = tables.rho_curve(summary)
+    if summary.loc[summary["filtered"].eq(True).fillna(False), "rho"].nunique() > 1:
+        section.table(rho, "ρ sweep — success % per ρ (ρ = 1: no filter)")
+        section.figure(figures.rho_figure(rho))
+    if summary["slip"].nunique() > 1:
+        slip = tables.slip_curve(summary)
+        section.table(slip, "slip sweep — success % without / with the filter")
+        section.figure(figures.slip_figure(slip))
+    return section, t4
+
+
+def _curves(data: RunData, summary: pd.DataFrame) -> Section:
+    from analysis import figures
+
+    section = Section("Training curves")
+    logged = set(data.metrics["key"].unique())
+    for key in names.CURVES:
+        if key in logged:
+            section.figure(figures.training_curves(data, summary, key))
+    missing = [key for key in names.CURVES if key not in logged]
+    if missing:
+        section.note(f"not logged by any run: {', '.join(missing)}")
+    return section
+
+
+def _correlations(data: RunData, summary: pd.DataFrame, n_boot: int) -> Section:
+    from analysis import correlations, figures
+    from analysis.summary import metric_summary
+
+    section = Section("Diagnostics vs task performance")
+    diagnostics = metric_summary(data, list(names.DIAGNOSTIC_FAMILIES), "mean")
+    if diagnostics.empty:
+        section.note("no run logged any diagnostic (MI proxies, entropy, reward, response length)")
+        return section
+    table = correlations.diagnostic_correlations(diagnostics, summary, n_boot=n_boot)
+    section.table(table, f"Correlation across runs of each diagnostic (mean over training) with success; 95% "
+                  f"bootstrap CIs ({n_boot} resamples)", digits=3)
+    joined = summary.merge(diagnostics.reset_index(), on="run_id")
+    for diagnostic in SCATTER_DIAGNOSTICS:
+        if diagnostic in diagnostics.columns:
+            row = table[(table["diagnostic"] == diagnostic) & (table["target"] == "peak_success")]
+            stats = row.iloc[0].to_dict() if len(row) else None
+            section.figure(figures.diagnostic_scatter(joined, diagnostic, "peak_success", stats))
+    proxies = correlations.rv_proxy_correlations(data, n_boot=n_boot)
+    if not proxies.empty:
+        section.table(proxies, f"Reward variance ({names.RV_STD_MEAN}) vs candidate proxies over (run, step); CIs "
+                      "resample runs", digits=3)
+    return section
+
+
+def _early_warning(data: RunData, summary: pd.DataFrame) -> Section:
+    from analysis.early_warning import early_warning
+
+    section = Section("Early warning: did MI fall before success?")
+    leads = early_warning(data)
+    if leads.empty:
+        section.note(f"no run logged {names.MI_ZSCORE_EMA} or {names.VAL_SUCCESS}")
+        return section
+    leads = summary[["run_id", "run_name", "task", "variant", "filter", "seed"]].merge(leads, on="run_id")
+    counts = leads["outcome"].value_counts()
+    lead = leads["lead_steps"].dropna()
+    text = ", ".join(f"{outcome}: {count}" for outcome, count in counts.items())
+    if len(lead):
+        text += f"; median lead {float(lead.median()):.0f} steps over {len(lead)} runs where both declined"
+    section.note(text)
+    section.table(leads.drop(columns="run_id"))
+    return section
+
+
+def _predictor(
+    data: RunData, summary: pd.DataFrame, t4: pd.DataFrame, progress: Progress | None
+) -> tuple[Section, list[str]]:
+    """Table 8 from the baseline runs' first dumped batch; RV histograms from every dumped batch of one baseline
+    run per task (the runs with results, lowest seed first)."""
+    from analysis import figures, rollout_artifacts, tables
+
+    section = Section("Will filtering help? The Std(RV)/Mean(RV) predictor")
+    with_results = summary[summary["peak_success"].notna()]
+    baseline = with_results[with_results["filtered"].eq(False).fillna(False)].sort_values(["task", "variant", "seed"])
+    first = rollout_artifacts.load_batches(data.tracking_uri, list(baseline["run_id"]), which="first", progress=progress)
+    if not first:
+        section.note(f"no baseline run has rollout batches ({names.ROLLOUT_DIR}/step_NNNN.parquet artifacts)")
+        return section, []
+    predictions, notes = rollout_artifacts.predictions(first)
+    if not predictions.empty:
+        t8 = tables.table8(summary, predictions, t4)
+        section.table(t8, "Table 8 — predictor on each baseline run's first dumped batch vs realised filter gain")
+        if t8["gain"].notna().any():
+            section.figure(figures.predictor_figure(t8))
+    picked = baseline[baseline["run_id"].isin(first)].drop_duplicates("task")
+    every = rollout_artifacts.load_batches(data.tracking_uri, list(picked["run_id"]), which="all", progress=progress)
+    rv = rollout_artifacts.prompt_rv(every)
+    if not rv.empty:
+        labels = {row.run_id: f"{row.task} · {row.variant} · {row.filter} · seed {row.seed}" for row in picked.itertuples()}
+        section.figure(figures.rv_histograms(rv, labels))
+    return section, notes
+
+
+def build_report(
+    sweep: str,
+    tracking_uri: str | None = None,
+    *,
+    store_url: str | None = None,
+    n_boot: int = 1000,
+    rollouts: bool = True,
+    progress: Progress | None = None,
+) -> Report:
+    """Load the sweep's runs (and its cells from the orch store at ``store_url``, default ``$ORCH_STORE`` or
+    ``.orch/orch.db``, when that store knows the sweep) and build every section (see the module docstring)."""
+    from analysis.mlflow_store import RunQuery, load_runs
+    from analysis.summary import metric_summary, summarize
+    from analysis.sweep_state import store_cells
+
+    data = load_runs(RunQuery(sweep=sweep), tracking_uri, progress=progress)
+    summary = summarize(data)
+    if summary.empty:
+        raise OrchError(f"sweep {sweep!r} has no cell runs in {data.tracking_uri}")
+    finals = metric_summary(data, [names.MI_EST, names.ENTROPY], "final").reset_index()
+    store = store_cells(sweep, store_url)
+    notes = cell_notes(summary, store)
+    tables_section, t4 = _paper_tables(summary, finals, notes)
+    sections = [_cells(summary), tables_section, _curves(data, summary), _correlations(data, summary, n_boot),
+                _early_warning(data, summary)]
+    if rollouts:
+        predictor_section, predictor_notes = _predictor(data, summary, t4, progress)
+        sections.append(predictor_section)
+        notes.extend(predictor_notes)
+    sections.insert(0, _overview(data, summary, store, notes))
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return Report(sweep=sweep, tracking_uri=data.tracking_uri, generated=generated, notes=notes, sections=sections)
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 0 2rem 3rem; color: #222; }
+h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; }
+nav a { margin-right: 1rem; } section { margin-top: 2rem; border-top: 1px solid #ddd; }
+table.data { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1rem; }
+table.data th, table.data td { padding: 0.25rem 0.6rem; border-bottom: 1px solid #eee; text-align: right; }
+table.data th { background: #f6f6f6; } .scroll { overflow-x: auto; }
+.note { color: #555; font-style: italic; } .missing { background: #fff6e5; padding: 0.3rem 1rem; }
+#orch-errors { display: none; background: #fde8e8; color: #a00; padding: 0.5rem 1rem; white-space: pre-wrap; }
+"""
+# Collects JavaScript errors into a visible banner (and for the headless-browser test).
+# Collects JavaScript errors (and rejected promises) into a visible banner, also read by the headless-browser test.
+ERROR_HOOK = """
+window.orchErrors = [];
+function orchShowErrors() {
+  var box = document.getElementById('orch-errors');
+  if (!box || !window.orchErrors.length) { return; }
+  box.style.display = 'block';
+  box.textContent = window.orchErrors.map(function (m) { return 'script error: ' + m; }).join('\\n');
+}
+window.addEventListener('error', function (event) { window.orchErrors.push(String(event.message)); orchShowErrors(); });
+window.addEventListener('unhandledrejection', function (event) {
+  window.orchErrors.push('unhandled rejection: ' + String(event.reason)); orchShowErrors();
+});
+document.addEventListener('DOMContentLoaded', orchShowErrors);
+"""
+
+
+def render_html(report: Report) -> str:
+    """The report as one HTML document with plotly.js inlined."""
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    body, nav = [], []
+    figure_number = 0
+    for number, section in enumerate(report.sections, start=1):
+        anchor = f"s{number}"
+        nav.append(f'<a href="#{anchor}">{html.escape(section.title)}</a>')
+        parts = [f'<section id="{anchor}"><h2>{html.escape(section.title)}</h2>']
+        for block in section.blocks:
+            if isinstance(block, str):
+                parts.append(block)
+            else:
+                figure_number += 1
+                parts.append(
+                    pio.to_html(block, full_html=False, include_plotlyjs=False, div_id=f"figure-{figure_number}",
+                                config={"displaylogo": False, "responsive": True})
+                )
+        parts.append("</section>")
+        body.append("\n".join(parts))
+    title = f"orch report: {report.sweep}"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
+        f"<script>{ERROR_HOOK}</script><script type=\"text/javascript\">{get_plotlyjs()}</script></head><body>"
+        '<div id="orch-errors"></div>'
+        f"<h1>{html.escape(title)}</h1>"
+        f'<p class="meta">tracking store {html.escape(report.tracking_uri)} · generated {report.generated} · '
+        f'<span id="figure-count">{figure_number}</span> figures</p>'
+        f"<nav>{''.join(nav)}</nav>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def kaleido_available() -> bool:
+    """Whether plotly can export static images here (the kaleido package is importable)."""
+    return importlib.util.find_spec("kaleido") is not None
+
+
+def export_figures(report: Report, out: Path, fmt: str) -> list[Path]:
+    """Write every figure as ``<out stem>_figures/NN.<fmt>`` (png | pdf) through kaleido; returns the files."""
+    if fmt not in ("png", "pdf"):
+        raise OrchError(f"unknown static format {fmt!r}; valid choices: pdf, png")
+    if not kaleido_available():
+        raise OrchError(
+            f"--format {fmt} needs the kaleido package (pip install kaleido) and a Chrome/Chromium it can drive; "
+            f"the HTML report was written to {out}"
+        )
+    import plotly.io as pio
+
+    folder = out.with_name(f"{out.stem}_figures")
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = report.figures()
+    paths = [folder / f"{number:02d}.{fmt}" for number in range(1, len(figures) + 1)]
+    try:
+        pio.write_images(figures, paths, format=fmt)  # one browser session for all figures
+    except Exception as err:  # kaleido failing to start its browser, mostly
+        raise OrchError(f"static export to {folder} failed: {str(err).strip().splitlines()[0]}") from None
+    return paths
+
+
+def write_report(report: Report, out: Path, fmt: str = "html") -> list[Path]:
+    """Write the HTML report to ``out`` and, for png/pdf, the figures beside it; returns every file written."""
+    if fmt not in FORMATS:
+        raise OrchError(f"unknown --format {fmt!r}; valid choices: {', '.join(FORMATS)}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(report), encoding="utf-8")
+    return [out] + (export_figures(report, out, fmt) if fmt != "html" else [])

@@ -1,0 +1,133 @@
+"""Rollout batches dumped by the trainers as MLflow artifacts (``rollouts/step_NNNN.parquet``), read back for the
+predictor (Table 8) and for reward-variance histograms.
+
+Files are read with :func:`analysis.rollouts.load_rollout_batch`, the predictor is
+:func:`analysis.predictor.predict_frame` and per-prompt reward variance is :func:`recipes.filtering.group_stats`:
+nothing here recomputes a statistic.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from analysis import names
+from analysis.mlflow_store import Progress
+from orchestrator.errors import OrchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from mlflow import MlflowClient
+
+STEP_FILE = re.compile(r"step_(\d+)\.parquet$")
+PREDICTION_COLUMNS = ("run_id", "step", "ratio", "verdict", "num_prompts", "zero_variance_share")
+RV_COLUMNS = ("run_id", "step", "prompt_id", "rv")
+QUIET_DOWNLOADS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+def dumped_steps(client: MlflowClient, run_id: str) -> dict[int, str]:
+    """step -> artifact path of every rollout batch a run dumped."""
+    found = {}
+    for item in client.list_artifacts(run_id, names.ROLLOUT_DIR):
+        match = STEP_FILE.search(item.path)
+        if match and not item.is_dir:
+            found[int(match.group(1))] = item.path
+    return dict(sorted(found.items()))
+
+
+def _pick(steps: dict[int, str], which: str) -> dict[int, str]:
+    if not steps or which == "all":
+        return steps
+    if which == "first":
+        first = min(steps)
+        return {first: steps[first]}
+    if which == "last":
+        last = max(steps)
+        return {last: steps[last]}
+    raise OrchError(f"unknown rollout step choice {which!r}; valid choices: all, first, last")
+
+
+@contextmanager
+def _quiet_downloads() -> Iterator[None]:
+    """Silence MLflow's per-file download progress bars (our own progress callback reports instead)."""
+    previous = os.environ.get(QUIET_DOWNLOADS)
+    os.environ[QUIET_DOWNLOADS] = "false"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(QUIET_DOWNLOADS, None)
+        else:
+            os.environ[QUIET_DOWNLOADS] = previous
+
+
+def load_batches(
+    tracking_uri: str, run_ids: list[str], *, which: str = "first", progress: Progress | None = None
+) -> dict[str, pd.DataFrame]:
+    """run_id -> validated rollout-batch frame (the ``which`` dumped step(s) concatenated, with a ``step``
+    column); runs without dumped batches are left out."""
+    import pandas as pd
+    from mlflow import MlflowClient
+
+    from analysis.rollouts import load_rollout_batch
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    batches = {}
+    with _quiet_downloads(), tempfile.TemporaryDirectory(prefix="orch-rollouts-") as tmp:
+        for done, run_id in enumerate(run_ids, start=1):
+            frames = []
+            for step, path in _pick(dumped_steps(client, run_id), which).items():
+                local = Path(client.download_artifacts(run_id, path, tmp))
+                frame = load_rollout_batch(local)
+                frames.append(frame.assign(step=step) if "step" not in frame.columns else frame)
+            if frames:
+                batches[run_id] = pd.concat(frames, ignore_index=True)
+            if progress:
+                progress("reading rollout batches", done, len(run_ids))
+    return batches
+
+
+def predictions(batches: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, list[str]]:
+    """The Std(RV)/Mean(RV) predictor on every step of every batch: columns :data:`PREDICTION_COLUMNS`, and a note
+    per run whose batch the predictor refuses (e.g. one trajectory per prompt)."""
+    import pandas as pd
+
+    from analysis.predictor import predict_frame
+
+    rows, notes = [], []
+    for run_id, frame in batches.items():
+        try:
+            reports = predict_frame(frame, f"run {run_id}")
+        except OrchError as err:
+            notes.append(str(err))
+            continue
+        rows.extend(
+            (run_id, r.step, r.ratio[r.metric], r.verdict, r.num_prompts, r.zero_variance_share) for r in reports
+        )
+    return pd.DataFrame(rows, columns=list(PREDICTION_COLUMNS)), notes
+
+
+def prompt_rv(batches: dict[str, pd.DataFrame], metric: str = "var") -> pd.DataFrame:
+    """Per-prompt reward variance (``metric``: var | std) of every step of every batch: columns
+    :data:`RV_COLUMNS`. Steps whose groups cannot have a variance (one trajectory per prompt) are left out."""
+    import pandas as pd
+
+    from analysis.rollouts import iter_steps
+    from recipes.filtering import group_stats
+
+    parts = []
+    for run_id, frame in batches.items():
+        for step, rows in iter_steps(frame, f"run {run_id}"):
+            try:
+                stats = group_stats(rows["reward"].to_numpy(), rows["prompt_id"].to_numpy())
+            except ValueError:
+                continue
+            parts.append(
+                pd.DataFrame({"run_id": run_id, "step": step, "prompt_id": stats.keys, "rv": stats.score(metric)})
+            )
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(RV_COLUMNS))
