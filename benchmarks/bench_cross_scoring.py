@@ -9,6 +9,7 @@ speed-up (tokens saved: naive tokens / prefix tokens) and their ratio (efficienc
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import numpy as np
@@ -61,8 +62,9 @@ def main() -> None:
         prompt_len = ratio * args.reasoning
         prompts = [rng.integers(1, args.vocab, size=prompt_len).tolist() for _ in range(args.columns)]
         samples = [rng.integers(1, args.vocab, size=args.reasoning).tolist() for _ in range(args.samples)]
-        t_naive, naive = timed(lambda: cross_score(model, prompts, samples, method="naive", batch_size=args.batch_size), args.repeats)
-        t_prefix, prefix = timed(lambda: cross_score(model, prompts, samples, method="prefix", batch_size=args.batch_size), args.repeats)
+        score = functools.partial(cross_score, model, prompts, samples, batch_size=args.batch_size)
+        t_naive, naive = timed(functools.partial(score, method="naive"), args.repeats)
+        t_prefix, prefix = timed(functools.partial(score, method="prefix"), args.repeats)
         ideal = naive.tokens_processed / prefix.tokens_processed
         speedup = t_naive / t_prefix
         print(f"{ratio:>4}:1 {t_naive:9.2f} {t_prefix:9.2f} {naive.tokens_processed:10d} {prefix.tokens_processed:10d} "

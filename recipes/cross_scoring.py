@@ -66,8 +66,6 @@ def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 
 
 def _score_naive(model, prompts: Sequence[TokenIds], samples: Sequence[TokenIds], batch_size: int, pad_id: int):
-    import torch
-
     device = next(model.parameters()).device
     L_sum = np.zeros((len(samples), len(prompts)))
     pairs = [(i, j) for j in range(len(prompts)) for i in range(len(samples))]
