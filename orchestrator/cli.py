@@ -27,6 +27,15 @@ app = typer.Typer(
 from envs.cli import app as env_app  # noqa: E402
 
 app.add_typer(env_app, name="env", help="Inspect, play and demonstrate the environments.")
+from orchestrator.sweep_cli import app as sweep_app  # noqa: E402
+
+app.add_typer(sweep_app)  # top-level: sweep, status, cancel, resume, logs; and `orch mlflow serve`
+from recipes.train_cli import train_command  # noqa: E402
+
+app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(train_command)
+from analysis.cli import app as analysis_app  # noqa: E402
+
+app.add_typer(analysis_app)  # top-level: runs, report
 # -------------------------------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,232 @@
+"""Sweep operations: submit what is missing, reconcile with the cluster, cancel, resume, wait.
+
+`submit_plan` is idempotent: cells are identified by their config hash, so running the same sweep again submits
+only cells that are pending, cancelled or lost (and failed ones with `retry_failed`); finished cells are skipped,
+active ones left alone, and a changed sweep file adds only its new cells.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import OrchError
+from orchestrator.executors import get_executor
+from orchestrator.executors.base import CellTask, SubmitError, SweepContext
+from orchestrator.states import ACTIVE, MISSING, State
+from orchestrator.store import DEFAULT_DIR, CellRow, Store, SweepRow
+
+if TYPE_CHECKING:
+    from orchestrator.plan import Plan
+    from orchestrator.resources import Resources
+
+
+@dataclass
+class SubmitReport:
+    """What `orch sweep` / `orch resume` did."""
+
+    sweep: str
+    executor: str
+    cells: int
+    new: int = 0
+    submitted: int = 0
+    not_submitted: dict[str, int] = field(default_factory=dict)  # state -> cells left as they are
+    lost: int = 0
+
+
+def run_dir_for(name: str, workdir: Path | None = None) -> Path:
+    """Where a sweep's job files, logs and checkpoints live: `.orch/sweeps/<name>` in the working directory."""
+    return (workdir or Path.cwd()).resolve() / DEFAULT_DIR / "sweeps" / name
+
+
+def submit_plan(plan: Plan, store: Store, executor: str, *, tracking_uri: str | None = None,
+                retry_failed: bool = False, sets: Sequence[str] = ()) -> SubmitReport:
+    """Record the plan's sweep and cells, then submit the cells that are missing. Nothing is written if the
+    plan cannot be submitted (a planned backend) or the executor is unavailable."""
+    from orchestrator.tracking import default_tracking_uri
+
+    plan.check_submittable()
+    get_executor(executor).check_available()
+    definition = plan.definition
+    existing = store.sweep(plan.name)
+    sweep = store.save_sweep({
+        "name": plan.name,
+        "spec_path": str(definition.path.resolve()),
+        "spec_text": definition.path.read_text(),
+        "profile": definition.profile,
+        "sets_json": json.dumps(list(sets)),
+        "executor": executor,
+        "cluster_json": definition.spec.cluster.model_dump_json(),
+        "varied_json": json.dumps(plan.varied),
+        "run_dir": existing.run_dir if existing else str(run_dir_for(plan.name)),
+        "tracking_uri": tracking_uri or (existing.tracking_uri if existing else None) or default_tracking_uri(),
+    })
+    report = SubmitReport(sweep=plan.name, executor=executor, cells=len(plan.cells))
+    report.new = store.add_cells(sweep.id, cell_fields(plan))
+    report.lost = reconcile(store, sweep)
+    rows = store.cell_rows(sweep.id, digests=[cell.digest for cell in plan.cells])
+    wanted = MISSING | ({State.FAILED} if retry_failed else set())
+    todo = [row for row in rows if row.state in wanted]
+    report.not_submitted = dict(Counter(row.state for row in rows if row.state not in wanted))
+    report.submitted = submit_cells(store, sweep, todo, executor)
+    return report
+
+
+def cell_fields(plan: Plan) -> list[dict]:
+    """The store columns of every planned cell."""
+    resources_json: dict[Resources, str] = {}
+    rows = []
+    for cell in plan.cells:
+        if cell.resources not in resources_json:
+            resources_json[cell.resources] = cell.resources.model_dump_json()
+        rows.append({
+            "digest": cell.digest,
+            "position": cell.index,
+            "axis": cell.axis,
+            "seed": cell.seed,
+            "backend": cell.backend,
+            "settings_json": json.dumps(cell.settings),
+            "overrides_json": json.dumps(cell.overrides),
+            "varied_json": json.dumps(plan.varied_values(cell)),
+            "resources_json": resources_json[cell.resources],
+        })
+    return rows
+
+
+def submit_cells(store: Store, sweep: SweepRow, rows: list[CellRow], executor: str) -> int:
+    """Create missing MLflow runs, open an attempt per cell, hand the cells to the executor. Returns how many."""
+    if not rows:
+        return 0
+    _ensure_runs(store, sweep, rows)
+    from orchestrator.resources import Resources
+
+    runner = get_executor(executor)(_context(store, sweep))
+    attempt_ids = store.record_submissions(executor, [row.id for row in rows], runner.upfront_job_id())
+    tasks = [CellTask(row.id, attempt_ids[row.id], row.digest, Resources.model_validate_json(row.resources_json))
+             for row in rows]
+    try:
+        submissions = runner.submit(tasks)
+    except SubmitError as err:
+        store.assign_jobs(err.submitted)
+        done = {item.cell_id for item in err.submitted}
+        store.mark([row.id for row in rows if row.id not in done], State.PENDING, str(err), only_states=[State.QUEUED])
+        raise
+    except BaseException as err:
+        store.mark([row.id for row in rows], State.PENDING, f"submission failed: {err}", only_states=[State.QUEUED])
+        raise
+    store.assign_jobs(submissions)
+    return len(rows)
+
+
+def _ensure_runs(store: Store, sweep: SweepRow, rows: list[CellRow]) -> None:
+    """The sweep's MLflow experiment and parent run, and a child run for each cell that has none."""
+    from orchestrator.tracking import ChildRun, create_child_runs, ensure_sweep_runs
+
+    params = {"spec_path": sweep.spec_path, "profile": sweep.profile or "", "sets": sweep.sets_json,
+              "varied": sweep.varied_json}
+    experiment_id, parent_run_id = ensure_sweep_runs(sweep.tracking_uri, sweep.name, sweep.parent_run_id, params)
+    if (experiment_id, parent_run_id) != (sweep.experiment_id, sweep.parent_run_id):
+        store.update_sweep(sweep.id, experiment_id=experiment_id, parent_run_id=parent_run_id)
+        sweep.experiment_id, sweep.parent_run_id = experiment_id, parent_run_id
+    children = [ChildRun(row.id, row.digest, row.seed, row.axis, json.loads(row.varied_json))
+                for row in rows if not row.mlflow_run_id]
+    run_ids = create_child_runs(sweep.tracking_uri, sweep.name, experiment_id, parent_run_id, children)
+    store.set_run_ids(run_ids)
+    for row in rows:
+        row.mlflow_run_id = row.mlflow_run_id or run_ids.get(row.id)
+
+
+def _context(store: Store, sweep: SweepRow) -> SweepContext:
+    return SweepContext(name=sweep.name, sweep_id=sweep.id, store_url=store.url, run_dir=Path(sweep.run_dir),
+                        cluster_json=sweep.cluster_json)
+
+
+def reconcile(store: Store, sweep: SweepRow) -> int:
+    """Mark `lost` the active cells whose job vanished without reporting. Returns how many were marked.
+
+    Where the cluster cannot be asked from here (no `squeue` on this machine), nothing is changed.
+    """
+    attempts = store.active_attempts(sweep.id)
+    by_executor: dict[str, list[dict]] = {}
+    for attempt in attempts:
+        by_executor.setdefault(attempt["executor"], []).append(attempt)
+    lost = 0
+    for name, group in by_executor.items():
+        try:
+            gone = get_executor(name)(_context(store, sweep)).vanished(group)
+        except OrchError:
+            continue
+        for attempt_id, reason in gone.items():
+            lost += store.end_attempts([attempt_id], State.LOST, reason)
+    return lost
+
+
+def resume(store: Store, name: str, executor: str | None = None, retry_failed: bool = False) -> SubmitReport:
+    """Submit again the cells of a stored sweep that are pending, cancelled or lost (and failed ones with
+    `retry_failed`), with the sweep's last executor unless `executor` is given."""
+    sweep = store.require_sweep(name)
+    executor = executor or sweep.executor
+    cells = store.cell_rows(sweep.id)
+    if any(row.backend != "torch" for row in cells):
+        from orchestrator.resolve import PLANNED_BACKENDS
+
+        planned = sorted({row.backend for row in cells} & PLANNED_BACKENDS.keys())
+        if planned:
+            raise OrchError(f"sweep {name}: backend {planned[0]!r} cannot be submitted: {PLANNED_BACKENDS[planned[0]]}")
+    get_executor(executor).check_available()
+    report = SubmitReport(sweep=name, executor=executor, cells=len(cells))
+    report.lost = reconcile(store, sweep)
+    rows = store.cell_rows(sweep.id)
+    wanted = MISSING | ({State.FAILED} if retry_failed else set())
+    todo = [row for row in rows if row.state in wanted]
+    report.not_submitted = dict(Counter(row.state for row in rows if row.state not in wanted))
+    if executor != sweep.executor:
+        store.update_sweep(sweep.id, executor=executor)
+    report.submitted = submit_cells(store, sweep, todo, executor)
+    return report
+
+
+def cancel(store: Store, name: str, cells: Sequence[str] = ()) -> int:
+    """Cancel the active and pending cells of a sweep (or only `cells`, digest prefixes). Returns how many."""
+    sweep = store.require_sweep(name)
+    rows = store.find_cells(sweep.id, cells) if cells else store.cell_rows(sweep.id)
+    ids = {row.id for row in rows}
+    attempts = [attempt for attempt in store.active_attempts(sweep.id) if attempt["cell_id"] in ids]
+    count = store.mark(list(ids), State.CANCELLED, "cancelled by `orch cancel`", only_states=ACTIVE | {State.PENDING})
+    by_executor: dict[str, list[dict]] = {}
+    for attempt in attempts:
+        by_executor.setdefault(attempt["executor"], []).append(attempt)
+    for executor, group in by_executor.items():
+        get_executor(executor)(_context(store, sweep)).cancel(group)
+    never_started = [row.mlflow_run_id for row in rows
+                     if row.mlflow_run_id and row.state in (State.QUEUED, State.PENDING)]
+    counts = store.counts(sweep.id)
+    if not any(counts.get(state) for state in ACTIVE) and sweep.parent_run_id:
+        never_started.append(sweep.parent_run_id)  # no job is left to end the sweep's parent run
+    if never_started and sweep.tracking_uri:
+        from orchestrator.tracking import end_runs
+
+        end_runs(sweep.tracking_uri, never_started, "KILLED")
+    return count
+
+
+def wait(store: Store, name: str, poll_s: float = 2.0, timeout_s: float | None = None,
+         on_poll: Callable[[dict[str, int]], None] | None = None) -> dict[str, int]:
+    """Block until no cell of the sweep is active; returns the final counts per state."""
+    sweep = store.require_sweep(name)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        reconcile(store, sweep)
+        counts = store.counts(sweep.id)
+        if on_poll is not None:
+            on_poll(counts)
+        if not any(counts.get(state, 0) for state in ACTIVE):
+            return counts
+        if deadline is not None and time.monotonic() > deadline:
+            raise OrchError(f"sweep {name}: still active after {timeout_s:g} s: {counts}")
+        time.sleep(poll_s)

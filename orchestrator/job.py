@@ -1,0 +1,221 @@
+"""The job of one cell: what submitit runs on the cluster (or locally, or in-process for `debug`).
+
+    CellJob(store_url, cell_id, executor)()
+      1. read the cell from the store, report `running` (attempt: job id, host, pid, log paths)
+      2. compose its config with `recipes.config.compose_train_config` (the cell's overrides + per-cell infra keys:
+         MLflow run, checkpoint folder), and check it still hashes to the cell's identity
+      3. run the backend with `should_stop` wired to SIGUSR2 (SLURM's warning before the time limit) and SIGTERM
+         (preemption, scancel): the trainer checkpoints at the next step boundary and returns `preempted`
+      4. report the outcome; on `preempted` ask the executor to requeue this job: the next attempt resumes from the
+         checkpoint into the same MLflow run. A heartbeat thread reports liveness meanwhile.
+
+The job reports its own state because `sacct` may not exist; `orchestrator.reconcile` handles jobs that die
+without reporting. `CellJob` is submitit-`Checkpointable`: a signal that arrives before step 3 installs our
+handlers is handled by submitit itself, which requeues the same callable.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import submitit
+
+from orchestrator.errors import OrchError
+from orchestrator.states import FROM_TRAIN_STATUS, State
+from orchestrator.store import JobContext, Store
+
+HEARTBEAT_ENV = "ORCH_HEARTBEAT_S"
+DEFAULT_HEARTBEAT_S = 30.0
+STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+REASON_LINES = 20
+
+
+class CellJob(submitit.helpers.Checkpointable):
+    """The picklable callable of one cell's job (small: the store URL and the cell id)."""
+
+    def __init__(self, store_url: str, cell_id: int, executor: str) -> None:
+        self.store_url = store_url
+        self.cell_id = cell_id
+        self.executor = executor
+
+    def __call__(self) -> str:
+        return run_cell(self.store_url, self.cell_id, self.executor)
+
+
+class StopFlag:
+    """Set by a stop signal; the trainer polls `is_set` between steps."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal_name: str | None = None
+
+    def is_set(self) -> bool:
+        """Whether a stop was requested."""
+        return self._event.is_set()
+
+    def set(self, signal_name: str) -> None:
+        """Request a stop."""
+        self.signal_name = signal_name
+        self._event.set()
+
+
+def run_cell(store_url: str, cell_id: int, executor: str) -> str:
+    """Run one cell to an outcome and report it; returns the state recorded for the cell."""
+    from orchestrator.executors import get_executor
+
+    store = Store.open(store_url, create=False)
+    context = store.job_context(cell_id)
+    job_id, stdout, stderr = _job_identity()
+    attempt_id = store.job_started(cell_id, executor, job_id, socket.gethostname(), os.getpid(), stdout, stderr)
+    if attempt_id is None:
+        print(f"orch: cell {context.digest} was cancelled before it started; not running it", file=sys.stderr)
+        return State.CANCELLED
+    print(f"orch: cell {context.digest} of sweep {context.sweep} starts on {socket.gethostname()} "
+          f"(job {job_id}, attempt id {attempt_id})", file=sys.stderr, flush=True)
+    stop = StopFlag()
+    try:
+        with _heartbeat(store, attempt_id), _stop_signals(stop):
+            cfg = compose_cell_config(context)
+            from recipes.backends import get_backend
+
+            result = get_backend(str(cfg.backend))(cfg, should_stop=stop.is_set)
+    except BaseException as err:
+        reason = _failure_reason(err)
+        store.job_ended(attempt_id, State.FAILED, reason=reason, exit_code=1)
+        _end_mlflow_run(context, "FAILED")
+        raise
+    state = FROM_TRAIN_STATUS.get(result.status, State.FAILED)
+    reason = result.reason or (f"stop requested by {stop.signal_name}" if stop.signal_name else None)
+    if state == State.REQUEUED and context.requeues >= context.max_requeues:
+        state = State.FAILED
+        reason = f"preempted or timed out {context.requeues + 1} times (cluster.max_requeues={context.max_requeues})"
+    recorded = store.job_ended(attempt_id, state, reason=reason, exit_code=0, steps_done=result.steps_done,
+                               mlflow_run_id=result.mlflow_run_id)
+    print(f"orch: cell {context.digest} {recorded} after step {result.steps_done}"
+          + (f": {reason}" if reason else ""), file=sys.stderr, flush=True)
+    if recorded == State.REQUEUED:
+        get_executor(executor).requeue_current_job(job_id)
+    else:
+        _finish_sweep_if_done(store, context)
+    return recorded
+
+
+def compose_cell_config(context: JobContext) -> Any:
+    """The cell's training config, with the per-cell infra keys; `OrchError` if `conf/` changed its identity."""
+    from omegaconf import OmegaConf
+
+    from orchestrator.resolve import config_digest, hydra_overrides
+    from recipes.config import compose_train_config
+
+    infra = {
+        "mlflow.experiment_name": context.experiment_name,
+        "trainer.checkpoint_dir": os.path.join(context.run_dir, "checkpoints", context.digest),
+        "trainer.progress": False,
+    }
+    if context.tracking_uri:
+        infra["mlflow.tracking_uri"] = context.tracking_uri
+    if context.mlflow_run_id:
+        infra["mlflow.run_id"] = context.mlflow_run_id
+    cfg = compose_train_config(context.overrides + hydra_overrides(infra, ()))
+    digest = config_digest(OmegaConf.to_container(cfg, resolve=True))
+    if digest != context.digest:
+        raise OrchError(
+            f"cell {context.digest} of sweep {context.sweep}: conf/ changed since the sweep was planned (the config "
+            f"now hashes to {digest}); run `orch sweep FILE` again to plan the new config as a new cell"
+        )
+    return cfg
+
+
+def _job_identity() -> tuple[str | None, str | None, str | None]:
+    """(job id, stdout path, stderr path) of the running submitit job, or Nones outside one."""
+    try:
+        environment = submitit.JobEnvironment()
+        paths = environment.paths
+        return str(environment.job_id), str(paths.stdout), str(paths.stderr)
+    except (RuntimeError, KeyError):
+        return None, None, None
+
+
+@contextmanager
+def _heartbeat(store: Store, attempt_id: int) -> Iterator[None]:
+    """Report liveness every `$ORCH_HEARTBEAT_S` seconds (default 30) from a daemon thread."""
+    interval = float(os.environ.get(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S))
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(interval):
+            try:
+                store.heartbeat(attempt_id)
+            except Exception as err:  # a store hiccup must not kill the training run
+                print(f"orch: heartbeat failed: {err}", file=sys.stderr)
+
+    thread = threading.Thread(target=beat, name="orch-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
+
+
+@contextmanager
+def _stop_signals(stop: StopFlag) -> Iterator[None]:
+    """Route SIGUSR2 and SIGTERM to `stop` (only possible in the main thread; elsewhere signals keep their
+    handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        print(f"orch: received {name}: the trainer will checkpoint and stop at the next step", file=sys.stderr)
+        stop.set(name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _failure_reason(err: BaseException) -> str:
+    """The error's message, or the last lines of its traceback."""
+    if isinstance(err, OrchError):
+        return str(err)
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__)).strip()
+    return "\n".join(text.splitlines()[-REASON_LINES:])
+
+
+def _finish_sweep_if_done(store: Store, context: JobContext) -> None:
+    """End the sweep's parent MLflow run when this was its last active cell (best effort)."""
+    from orchestrator.states import ACTIVE
+
+    counts = store.counts(context.sweep_id)
+    if context.parent_run_id and context.tracking_uri and not any(counts.get(state) for state in ACTIVE):
+        try:
+            from orchestrator.tracking import end_runs
+
+            end_runs(context.tracking_uri, [context.parent_run_id], "FINISHED")
+        except Exception as err:  # results are in the child runs; the parent's status is cosmetic
+            print(f"orch: could not end the sweep's parent run: {err}", file=sys.stderr)
+
+
+def _end_mlflow_run(context: JobContext, status: str) -> None:
+    """End the cell's MLflow run after a failure outside the trainer (best effort)."""
+    if not context.mlflow_run_id or not context.tracking_uri:
+        return
+    try:
+        from orchestrator.tracking import end_runs
+
+        end_runs(context.tracking_uri, [context.mlflow_run_id], status)
+    except Exception as err:  # the store already holds the failure; MLflow is secondary here
+        print(f"orch: could not end MLflow run {context.mlflow_run_id}: {err}", file=sys.stderr)

@@ -1,0 +1,129 @@
+"""The detached process that runs a sweep's queued cells on this machine (`--cluster local`).
+
+    python -m orchestrator.local_runner --store URL --sweep NAME
+
+One runner per sweep (a lock file in the sweep's folder). It loops: reap ended jobs (a job that exited without
+reporting is marked failed with the end of its log), stop jobs whose cell was cancelled, start queued cells while
+CPU cores are free, and exit once nothing is queued or running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.executors.local import RUNNER_LOCK, RunnerLock
+from orchestrator.resources import Resources
+from orchestrator.spec import ClusterSettings
+from orchestrator.states import State
+from orchestrator.store import Store, Submission
+
+POLL_S = 0.5
+LOG_TAIL_LINES = 20
+
+
+@dataclass
+class _Running:
+    job: Any  # submitit LocalJob
+    cell_id: int
+    attempt_id: int
+    cpus: int
+    stopping: bool = False
+
+
+class LocalRunner:
+    """Start queued local cells of one sweep within the machine's cores."""
+
+    def __init__(self, store: Store, sweep_name: str) -> None:
+        self.store = store
+        self.sweep = store.require_sweep(sweep_name)
+        self.cluster = ClusterSettings.model_validate(json.loads(self.sweep.cluster_json))
+        self.log_dir = Path(self.sweep.run_dir) / "jobs"
+        self.cores = os.cpu_count() or 1
+        self.running: dict[int, _Running] = {}
+
+    def run(self, lock: RunnerLock) -> None:
+        """Serve the sweep until nothing is queued or running (the lock is held on entry)."""
+        while True:
+            self._reap()
+            self._stop_cancelled()
+            queued = self.store.queued_attempts(self.sweep.id, "local")
+            self._start(queued)
+            if not self.running and not queued:
+                lock.release()
+                # A submitter that queued cells while we held the lock relies on us: look once more.
+                if self.store.queued_attempts(self.sweep.id, "local") and lock.acquire():
+                    continue
+                return
+            time.sleep(POLL_S)
+
+    def _start(self, queued: list[dict[str, Any]]) -> None:
+        import submitit
+
+        from orchestrator.job import CellJob
+
+        for attempt in queued:
+            if self.cluster.local_max_parallel and len(self.running) >= self.cluster.local_max_parallel:
+                return
+            resources = Resources.model_validate(json.loads(attempt["resources_json"]))
+            cpus = min(resources.cpus_per_task, self.cores)
+            used = sum(item.cpus for item in self.running.values())
+            if self.running and used + cpus > self.cores:
+                continue
+            executor = submitit.LocalExecutor(folder=self.log_dir, max_num_timeout=self.cluster.max_requeues)
+            executor.update_parameters(timeout_min=resources.time_min, signal_delay_s=self.cluster.signal_delay_s)
+            job = executor.submit(CellJob(self.store.url, attempt["cell_id"], "local"))
+            self.store.assign_jobs([Submission(attempt["cell_id"], attempt["id"], str(job.job_id),
+                                               str(job.paths.stdout), str(job.paths.stderr))])
+            self.running[attempt["id"]] = _Running(job, attempt["cell_id"], attempt["id"], cpus)
+
+    def _reap(self) -> None:
+        for item in [item for item in self.running.values() if item.job.done()]:
+            del self.running[item.attempt_id]
+            unreported = self.store.open_attempt_ids(self.sweep.id, str(item.job.job_id))
+            if unreported:
+                code = item.job._process.returncode if item.job._process else None
+                reason = f"local job exited (code {code}) without reporting an end\n{_tail(item.job.paths.stderr)}"
+                self.store.end_attempts(unreported, State.FAILED, reason.strip())
+
+    def _stop_cancelled(self) -> None:
+        if not self.running:
+            return
+        states = self.store.cell_states([item.cell_id for item in self.running.values()])
+        for item in self.running.values():
+            if states.get(item.cell_id) == State.CANCELLED and not item.stopping:
+                # SIGTERM to submitit's controller, which forwards it: the job checkpoints and stops.
+                os.kill(int(item.job.job_id), signal.SIGTERM)
+                item.stopping = True
+
+
+def _tail(path: Path) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+    except OSError:
+        return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: serve one sweep, unless another runner already does."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--sweep", required=True)
+    args = parser.parse_args(argv)
+    store = Store.open(args.store, create=False)
+    runner = LocalRunner(store, args.sweep)
+    lock = RunnerLock(Path(runner.sweep.run_dir) / RUNNER_LOCK)
+    if not lock.acquire():
+        return 0
+    runner.run(lock)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

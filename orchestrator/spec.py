@@ -1,0 +1,292 @@
+"""The sweep file: its schema (pydantic), loading with `file:line` errors, profiles and `--set` overrides.
+
+A sweep file names a base config and the dimensions that vary it (see docs/sweeps.md for the full reference):
+
+    name: table4
+    backend: verl                       # trainer backend of every cell (torch | verl)
+    base: {algorithm: ppo, filter: top_p_softmax}      # config-group choices and dotted keys of conf/
+    grid:                               # full product; a list of mappings is a *linked* dimension
+      task: [sokoban, frozenlake]
+      filtering: [{filter: none}, {filter: top_p_softmax}]
+    axes:                               # one factor at a time, each row varies the base
+      algorithm: [dapo, grpo]
+      size: [{model.path: models/Qwen2.5-0.5B}, {model.path: models/Qwen2.5-7B}]
+    seeds: [1, 2, 3]
+    exclude: [{axis: modality, task: [metamathqa, countdown]}]
+    resources: {default: {gpus_per_node: 1}, rules: [...]}
+    cluster: {partition: gpu, array_parallelism: 32}
+    profiles: {cpu: {backend: torch, set: {model: tiny}}}
+
+`load_sweep(path, profile, sets)` validates the whole file (schema here, cells in `orchestrator.plan`) and returns
+a `SweepDefinition`; nothing is written anywhere before that succeeds.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.errors import OrchError, choices_error
+from orchestrator.resources import ResourcesSpec
+from orchestrator.yamlsource import Loc, YamlSource, format_loc, load_yaml
+
+KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+PROFILES_FILE = "profiles.yaml"
+SPEC_SET_PREFIXES = ("cluster.", "resources.")
+
+
+class ClusterSettings(BaseModel):
+    """Where and how cells are submitted (`--cluster slurm`; `local` uses only the local_* fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    partition: str | None = Field(None, description="SLURM partition (--partition).")
+    account: str | None = Field(None, description="SLURM account (--account).")
+    qos: str | None = Field(None, description="SLURM quality of service (--qos).")
+    array_parallelism: int = Field(64, ge=1, description="Array tasks of one job array running at once (%N).")
+    max_array_size: int | None = Field(
+        None, ge=1, description="Split job arrays at this size (default: the cluster's MaxArraySize)."
+    )
+    sbatch: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Extra #SBATCH options, e.g. {constraint: a100, exclusive: true}."
+    )
+    setup: list[str] = Field(default_factory=list, description="Shell lines run before each job (module load ...).")
+    signal_delay_s: int = Field(
+        120, ge=1, description="SLURM sends SIGUSR2 this long before the time limit: the job checkpoints and requeues."
+    )
+    max_requeues: int = Field(5, ge=0, description="Requeues (preemption/time limit) allowed per cell before failing.")
+    local_max_parallel: int | None = Field(
+        None, ge=1, description="--cluster local: cells at once (default: CPU cores / cpus_per_task)."
+    )
+    python: str | None = Field(None, description="Python command on the compute nodes (default: this interpreter).")
+
+
+class Profile(BaseModel):
+    """A named variant of a sweep: `orch sweep FILE --profile NAME`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    backend: str | None = Field(None, description="Replace the backend of every cell.")
+    set: dict[str, Any] = Field(default_factory=dict, description="Config keys forced on every cell.")
+    seeds: list[int] | None = Field(None, min_length=1, description="Replace the seeds.")
+    resources: ResourcesSpec | None = Field(None, description="Replace the resources section.")
+    cluster: dict[str, Any] = Field(default_factory=dict, description="Cluster fields to change.")
+
+
+class SweepSpec(BaseModel):
+    """The schema of a sweep file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="Sweep name: the store key and the MLflow experiment.")
+    description: str = ""
+    backend: str = Field("torch", description="Trainer backend of every cell (config key `backend`).")
+    base: dict[str, Any] = Field(default_factory=dict, description="Settings of every cell.")
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="Dimensions crossed in a full product.")
+    axes: dict[str, list[Any]] = Field(default_factory=dict, description="One-factor-at-a-time rows.")
+    include_base: bool = Field(True, description="With axes: also run the base row itself.")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Seeds crossed with every row.")
+    include: list[dict[str, Any]] = Field(default_factory=list, description="Extra cells (settings over base).")
+    exclude: list[dict[str, Any]] = Field(default_factory=list, description="Rules removing grid/axes cells.")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+
+
+@dataclass
+class SweepDefinition:
+    """A validated sweep file with its profile and `--set` overrides applied."""
+
+    spec: SweepSpec
+    source: YamlSource
+    profile: str | None = None
+    forced: dict[str, Any] = field(default_factory=dict)  # config keys forced on every cell (profile, --set)
+    forced_where: dict[str, str] = field(default_factory=dict)  # key -> where it was forced (for messages)
+
+    @property
+    def path(self) -> Path:
+        """The sweep file."""
+        return self.source.path
+
+
+def load_sweep(path: str | Path, profile: str | None = None, sets: list[str] | tuple[str, ...] = ()) -> SweepDefinition:
+    """Read and validate a sweep file, apply `profile` and `--set KEY=VALUE` overrides. Raises `OrchError`."""
+    source = load_yaml(path)
+    if not isinstance(source.data, dict):
+        raise source.error((), "a sweep file is a mapping with at least `name:`")
+    spec = validate_model(SweepSpec, source.data, source)
+    definition = SweepDefinition(spec=spec, source=source)
+    check_keys(definition)
+    if profile is not None:
+        apply_profile(definition, profile)
+    apply_sets(definition, list(sets))
+    return definition
+
+
+def validate_model(model: type[BaseModel], data: Any, source: YamlSource, loc: Loc = ()) -> Any:
+    """`model.model_validate(data)`, with the first error turned into a located `OrchError`."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        errors = err.errors()
+        first = errors[0]
+        error_loc = (*loc, *first["loc"])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        if first["type"] == "extra_forbidden":
+            parent = _model_at(model, tuple(first["loc"][:-1]))
+            valid = sorted(parent.model_fields) if parent else []
+            raise source.error(error_loc, str(choices_error("key", first["loc"][-1], valid)) + more) from None
+        if first["type"] == "missing":
+            raise source.error(error_loc, f"required key missing{more}") from None
+        raise source.error(error_loc, f"{first['msg']} (got {first.get('input')!r}){more}") from None
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model found at `loc` inside `model` (through lists, dicts and optionals)."""
+    current: Any = model
+    parts = list(loc)
+    while parts:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            name = parts.pop(0)
+            if name not in current.model_fields:
+                return None
+            current = current.model_fields[name].annotation
+            continue
+        args = [arg for arg in typing.get_args(current) if arg is not type(None)]
+        origin = typing.get_origin(current)
+        if origin in (list, dict):
+            parts.pop(0)
+            current = args[-1]
+        elif args:
+            current = args[0]
+        else:
+            return None
+    while not (isinstance(current, type) and issubclass(current, BaseModel)):
+        args = [arg for arg in typing.get_args(current) if arg is not type(None)]
+        if not args:
+            return None
+        current = args[0]
+    return current
+
+
+def check_key(key: Any, source: YamlSource, loc: Loc) -> None:
+    """A settable config key: dotted identifiers, not one the orchestrator owns."""
+    from orchestrator.resolve import ORCHESTRATOR_KEYS
+
+    if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
+        raise source.error(loc, f"{key!r} is not a config key (expected dotted names like filter.value)")
+    if key == "seed":
+        raise source.error(loc, "set seeds with the top-level `seeds:` list")
+    if key == "backend":
+        raise source.error(loc, "set the backend with the top-level `backend:` key (or a profile)")
+    for owned in ORCHESTRATOR_KEYS:
+        if key == owned or key.startswith(owned + "."):
+            raise source.error(loc, f"{key} is set by the orchestrator for each cell")
+
+
+def check_keys(definition: SweepDefinition) -> None:
+    """Syntax of every config key the file sets (the keys' existence is checked against conf/ in the plan)."""
+    spec, source = definition.spec, definition.source
+    for key in spec.base:
+        check_key(key, source, ("base", key))
+    for section in ("include",):
+        for index, entry in enumerate(getattr(spec, section)):
+            for key in entry:
+                check_key(key, source, (section, index, key))
+    for name, profile in spec.profiles.items():
+        for key in profile.set:
+            check_key(key, source, ("profiles", name, "set", key))
+
+
+def load_profiles(definition: SweepDefinition) -> dict[str, tuple[Profile, YamlSource, Loc]]:
+    """Profiles of `profiles.yaml` next to the sweep file, then those of the file itself (which win)."""
+    profiles: dict[str, tuple[Profile, YamlSource, Loc]] = {}
+    shared = definition.path.parent / PROFILES_FILE
+    if shared.is_file() and shared.resolve() != definition.path.resolve():
+        source = load_yaml(shared)
+        if not isinstance(source.data, dict):
+            raise source.error((), "a profiles file maps profile names to profiles")
+        for name, data in source.data.items():
+            profile = validate_model(Profile, data, source, (name,))
+            for key in profile.set:
+                check_key(key, source, (name, "set", key))
+            profiles[name] = (profile, source, (name,))
+    for name, profile in definition.spec.profiles.items():
+        profiles[name] = (profile, definition.source, ("profiles", name))
+    return profiles
+
+
+def apply_profile(definition: SweepDefinition, name: str) -> None:
+    """Apply profile `name` to `definition` in place."""
+    profiles = load_profiles(definition)
+    if not profiles:
+        raise OrchError(f"{definition.path}: no profiles defined (add `profiles:` to the file, or a "
+                        f"{PROFILES_FILE} next to it); --profile {name} cannot apply")
+    if name not in profiles:
+        raise choices_error("profile", name, list(profiles), where=str(definition.path))
+    profile, source, loc = profiles[name]
+    spec = definition.spec
+    updates: dict[str, Any] = {}
+    if profile.backend is not None:
+        updates["backend"] = profile.backend
+    if profile.seeds is not None:
+        updates["seeds"] = profile.seeds
+    if profile.resources is not None:
+        updates["resources"] = profile.resources
+    if profile.cluster:
+        merged = {**spec.cluster.model_dump(exclude_unset=True), **profile.cluster}
+        updates["cluster"] = validate_model(ClusterSettings, merged, source, (*loc, "cluster"))
+    definition.spec = spec.model_copy(update=updates)
+    definition.profile = name
+    for key, value in profile.set.items():
+        definition.forced[key] = value
+        definition.forced_where[key] = source.where((*loc, "set", key))
+
+
+def apply_sets(definition: SweepDefinition, sets: list[str]) -> None:
+    """Apply `--set KEY=VALUE` overrides: `cluster.*`, `resources.*`, `seeds` and `backend` change the sweep;
+    any other key is a config key forced on every cell. VALUE is read as YAML (`0.9`, `true`, `[1, 2]`)."""
+    import yaml
+
+    for text in sets:
+        key, sep, raw = text.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise OrchError(f"--set {text!r}: expected KEY=VALUE")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if key in ("seeds", "backend") or key.startswith(SPEC_SET_PREFIXES):
+            _set_spec_field(definition, key, value, text)
+            continue
+        check_key(key, YamlSource(path=Path(f"--set {text}"), data=None), ())
+        definition.forced[key] = value
+        definition.forced_where[key] = f"--set {text}"
+
+
+def _set_spec_field(definition: SweepDefinition, key: str, value: Any, text: str) -> None:
+    data = definition.spec.model_dump()
+    node: Any = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node, dict) or part not in node:
+            valid = list(node) if isinstance(node, dict) else []
+            raise choices_error("sweep field", part, valid, where=f"--set {text}")
+        node = node[part]
+    node[parts[-1]] = value
+    spec = validate_model(SweepSpec, data, YamlSource(path=Path(f"--set {text}"), data=None))
+    definition.spec = spec
+
+
+def describe_loc(source: YamlSource, loc: Loc) -> str:
+    """`grid.task[1] (line 12)` for cell origins in messages."""
+    line = source.line(loc)
+    return f"{format_loc(loc)} (line {line})" if line else format_loc(loc)

@@ -1,0 +1,285 @@
+"""`orch sweep | status | cancel | resume | logs` and `orch mlflow serve`.
+
+Only typer is imported at module level: `orch --help` must not pay for sqlalchemy, submitit, mlflow or hydra.
+Mounted into `orchestrator.cli` with `app.add_typer(sweep_cli.app)` (its commands become top-level commands).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)
+mlflow_app = typer.Typer(no_args_is_help=True)
+app.add_typer(mlflow_app, name="mlflow", help="Run a local MLflow tracking server for a sweep's jobs.")
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", help="Store URL (default: $ORCH_STORE, else sqlite:///.orch/orch.db here)."),
+]
+SweepArg = Annotated[str, typer.Argument(help="Sweep name (the `name:` of its file).")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", help="Executor: local | slurm | debug.")]
+STATUS_ROWS = 50  # cells `orch status` shows without --all
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"orch: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _open_store(url: str | None, create: bool = False):
+    from orchestrator.store import Store
+
+    return Store.open(url, create=create)
+
+
+@app.command("sweep")
+def sweep_command(
+    file: Annotated[Path, typer.Argument(help="Sweep file (YAML), e.g. sweeps/demo.yaml.")],
+    cluster: ClusterOpt = "local",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the cells, resources and GPU-hours; write nothing.")] = False,
+    sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE: a config key forced on every cell, or a sweep field (cluster.*, resources.*, seeds, backend). Repeatable.")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="A named profile (the file's `profiles:` or sweeps/profiles.yaml), e.g. cpu.")] = None,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also resubmit failed cells.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Block until every submitted cell has ended, showing progress.")] = False,
+    limit: Annotated[int, typer.Option("--limit", help="Dry run: rows to print (0: all).")] = 200,
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).")] = None,
+    store_url: StoreOpt = None,
+) -> None:
+    """Expand a sweep file into cells and submit the ones not done yet (only what is missing)."""
+    from orchestrator.errors import OrchError
+
+    try:
+        from orchestrator.executors import get_executor
+        from orchestrator.plan import build_plan
+        from orchestrator.spec import load_sweep
+
+        executor = get_executor(cluster)
+        plan = build_plan(load_sweep(file, profile=profile, sets=sets or []))
+        if dry_run:
+            from orchestrator.views import print_plan
+
+            print_plan(plan, limit)
+            return
+        from orchestrator.engine import submit_plan
+        from orchestrator.views import print_submit
+
+        plan.check_submittable()  # before the store is created: nothing is written for a sweep that cannot run
+        executor.check_available()
+        store = _open_store(store_url, create=True)
+        report = submit_plan(plan, store, cluster, tracking_uri=tracking_uri, retry_failed=retry_failed,
+                             sets=sets or [])
+        print_submit(report)
+        for note in plan.notes:
+            typer.echo(f"note: {note}")
+        if wait:
+            _wait(store, plan.name)
+    except OrchError as err:
+        _fail(str(err))
+
+
+def _wait(store, name: str) -> None:
+    """Follow a sweep until no cell is active; exit 1 if any cell failed or was lost."""
+    from rich.live import Live
+
+    from orchestrator.engine import wait
+    from orchestrator.views import _console, counts_line
+
+    with Live(console=_console(), refresh_per_second=2, transient=False) as live:
+        counts = wait(store, name, on_poll=lambda counts: live.update(f"sweep {name}: {counts_line(counts)}"))
+    if counts.get("failed") or counts.get("lost"):
+        raise typer.Exit(1)
+
+
+@app.command("status")
+def status_command(
+    sweep: Annotated[str | None, typer.Argument(help="Sweep name; omit to list every sweep.")] = None,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh every few seconds until no cell is active.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Counts and every cell as JSON.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Show every cell (default: the first 50, active first).")] = False,
+    store_url: StoreOpt = None,
+) -> None:
+    """Counts per state and one row per cell, from the store (reconciled with squeue where jobs run on SLURM)."""
+    from orchestrator.errors import OrchError
+
+    try:
+        store = _open_store(store_url)
+        if sweep is None:
+            from orchestrator.views import print_sweeps
+
+            rows = [store.require_sweep(name) for name in store.sweep_names()]
+            print_sweeps([(row, store.counts(row.id)) for row in rows])
+            return
+        row = store.require_sweep(sweep)
+        if as_json:
+            _print_json(store, row)
+        elif watch:
+            _watch(store, row, None if show_all else STATUS_ROWS)
+        else:
+            from orchestrator.engine import reconcile
+            from orchestrator.views import print_status
+
+            reconcile(store, row)
+            print_status(row, store.counts(row.id), store.status_rows(row.id, None if show_all else STATUS_ROWS))
+    except OrchError as err:
+        _fail(str(err))
+
+
+def _print_json(store, sweep) -> None:
+    import json
+
+    from orchestrator.engine import reconcile
+
+    reconcile(store, sweep)
+    cells = store.status_rows(sweep.id)
+    for cell in cells:
+        cell["varied"] = json.loads(cell.pop("varied_json"))
+    typer.echo(json.dumps({"sweep": sweep.name, "executor": sweep.executor, "counts": store.counts(sweep.id),
+                           "cells": cells}, indent=1))
+
+
+def _watch(store, sweep, limit: int | None) -> None:
+    from rich.live import Live
+    from rich.text import Text
+
+    from orchestrator.engine import reconcile
+    from orchestrator.states import ACTIVE
+    from orchestrator.views import _console, status_table
+
+    console = _console()
+    with Live(console=console, refresh_per_second=1) as live:
+        try:
+            while True:
+                reconcile(store, sweep)
+                counts = store.counts(sweep.id)
+                live.update(Text.from_markup(status_table(sweep, counts, store.status_rows(sweep.id, limit),
+                                                          console.width)))
+                if not any(counts.get(state) for state in ACTIVE):
+                    return
+                time.sleep(2)
+        except KeyboardInterrupt:
+            return
+
+
+@app.command("cancel")
+def cancel_command(
+    sweep: SweepArg,
+    cells: Annotated[list[str] | None, typer.Option("--cell", help="Cell digest (or a unique prefix); repeatable. Default: every cell.")] = None,
+    store_url: StoreOpt = None,
+) -> None:
+    """Cancel the queued, running and pending cells of a sweep (running ones checkpoint and stop)."""
+    from orchestrator.engine import cancel
+    from orchestrator.errors import OrchError
+
+    try:
+        count = cancel(_open_store(store_url), sweep, cells or [])
+    except OrchError as err:
+        _fail(str(err))
+    typer.echo(f"sweep {sweep}: {count} cell(s) cancelled")
+
+
+@app.command("resume")
+def resume_command(
+    sweep: SweepArg,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Executor (default: the sweep's last one).")] = None,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also resubmit failed cells.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Block until every cell has ended.")] = False,
+    store_url: StoreOpt = None,
+) -> None:
+    """Submit again the cells of a stored sweep that are pending, cancelled or lost (no sweep file needed)."""
+    from orchestrator.engine import resume
+    from orchestrator.errors import OrchError
+
+    try:
+        store = _open_store(store_url)
+        from orchestrator.views import print_submit
+
+        print_submit(resume(store, sweep, executor=cluster, retry_failed=retry_failed))
+        if wait:
+            _wait(store, sweep)
+    except OrchError as err:
+        _fail(str(err))
+
+
+@app.command("logs")
+def logs_command(
+    sweep: SweepArg,
+    cell: Annotated[str, typer.Argument(help="Cell digest or a unique prefix (see `orch status`).")],
+    attempt: Annotated[int | None, typer.Option("--attempt", help="Attempt number (default: the latest).")] = None,
+    stream: Annotated[str, typer.Option("--stream", help="out | err | both.")] = "both",
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the attempt ends.")] = False,
+    store_url: StoreOpt = None,
+) -> None:
+    """Print the log files of a cell's job (stdout and stderr of the latest attempt)."""
+    from orchestrator.errors import OrchError, choices_error
+
+    try:
+        if stream not in ("out", "err", "both"):
+            raise choices_error("stream", stream, ["out", "err", "both"], where="--stream")
+        store = _open_store(store_url)
+        row = store.require_sweep(sweep)
+        (cell_row,) = store.find_cells(row.id, [cell])
+        attempts = store.attempts(cell_row.id)
+        if not attempts:
+            raise OrchError(f"cell {cell_row.digest} has never been submitted")
+        chosen = attempts[-1] if attempt is None else next((a for a in attempts if a.number == attempt), None)
+        if chosen is None:
+            raise choices_error("attempt", attempt, [str(a.number) for a in attempts], where=f"cell {cell_row.digest}")
+        paths = [path for kind, path in (("out", chosen.stdout_path), ("err", chosen.stderr_path))
+                 if path and stream in (kind, "both")]
+        if not paths and chosen.executor == "debug":
+            raise OrchError(f"cell {cell_row.digest} ran with --cluster debug: its output went to the terminal "
+                            f"of `orch sweep`")
+        if not paths:
+            raise OrchError(f"attempt {chosen.number} of cell {cell_row.digest} has no log files yet "
+                            f"(state {chosen.state})")
+        _print_logs(store, chosen.id, [Path(path) for path in paths], follow)
+    except OrchError as err:
+        _fail(str(err))
+
+
+def _print_logs(store, attempt_id: int, paths: list[Path], follow: bool) -> None:
+    from orchestrator.states import ACTIVE
+
+    offsets = dict.fromkeys(paths, 0)
+    while True:
+        for path in paths:
+            if not path.exists():
+                continue
+            with path.open(errors="replace") as handle:
+                handle.seek(offsets[path])
+                text = handle.read()
+                offsets[path] = handle.tell()
+            if text:
+                prefix = f"==> {path} <==\n" if len(paths) > 1 and not follow else ""
+                typer.echo(prefix + text, nl=not text.endswith("\n"))
+        if not follow:
+            return
+        state = next((a.state for a in store.attempts_by_id([attempt_id])), None)
+        if state not in ACTIVE:
+            return
+        time.sleep(1)
+
+
+@mlflow_app.command("serve")
+def mlflow_serve(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 5000,
+    backend_store_uri: Annotated[str, typer.Option(help="Where runs are stored.")] = "sqlite:///mlflow.db",
+    artifacts: Annotated[Path, typer.Option(help="Artifact folder.")] = Path("mlartifacts"),
+    workers: Annotated[int, typer.Option(help="Server worker processes.")] = 2,
+) -> None:
+    """Start `mlflow server` on loopback; point jobs at it with --tracking-uri http://127.0.0.1:PORT."""
+    import shutil
+    import sys
+
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+               "--backend-store-uri", backend_store_uri, "--artifacts-destination", str(artifacts.resolve()),
+               "--workers", str(workers)]
+    if shutil.which("mlflow", path=os.path.dirname(sys.executable)):
+        command = [os.path.join(os.path.dirname(sys.executable), "mlflow"), *command[3:]]
+    typer.echo(f"orch: {' '.join(command)}", err=True)
+    os.execv(command[0], command)

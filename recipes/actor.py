@@ -1,0 +1,234 @@
+"""Forward passes and the PPO-style updates of the policy (actor) and the value model (critic).
+
+Losses come from veRL: `get_policy_loss_fn("vanilla")` (clipped surrogate with clip-higher and dual-clip),
+`agg_loss` (token-mean / seq-mean-token-sum / seq-mean-token-mean / seq-mean-token-sum-norm), `kl_penalty`,
+`compute_value_loss`. A mini-batch is one optimiser step; it is processed in micro-batches whose losses are
+normalised by the whole mini-batch's token / sequence counts (veRL's `global_batch_info`), so the accumulated
+gradient equals the gradient of the mini-batch loss. Fewer trajectories (after filtering) mean fewer mini-batches.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from recipes.batch import TrainBatch, micro_batches
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How one update pass is batched. Sizes count trajectories."""
+
+    mini_batch_size: int
+    micro_batch_size: int
+    epochs: int
+    grad_clip: float
+    loss_scale_factor: int  # the constant horizon of seq-mean-token-sum-norm (Dr.GRPO)
+
+
+def model_mask(batch: TrainBatch) -> torch.Tensor | None:
+    """The attention mask to pass to the model: None when there is no padding, which lets SDPA use its fused
+    causal kernel (several times faster on CPU than the masked path; one-row micro-batches never pad)."""
+    return None if bool(batch.attention_mask.all()) else batch.attention_mask
+
+
+def token_log_probs(
+    model: torch.nn.Module, batch: TrainBatch, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of every loss token under `model` given the tokens before it, and optionally the policy's entropy
+    there. The output head runs only where a loss token is predicted (most positions are prompt and observation
+    tokens), which saves the vocabulary projection and softmax everywhere else.
+
+    Returns:
+        log_probs: (T, L), zero outside `batch.loss_mask`.
+        entropy: (T, L) or None, zero outside `batch.loss_mask`.
+    """
+    from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+
+    hidden = model.base_model(input_ids=batch.input_ids, attention_mask=model_mask(batch)).last_hidden_state
+    rows, cols = torch.nonzero(batch.loss_mask, as_tuple=True)  # position 0 is never in the loss
+    logits = model.get_output_embeddings()(hidden[rows, cols - 1]).float()  # (N, V): predicts token (row, col)
+    log_probs = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=logits.device)
+    log_probs[rows, cols] = logprobs_from_logits(logits, batch.input_ids[rows, cols])
+    if not with_entropy:
+        return log_probs, None
+    entropy = torch.zeros_like(log_probs)
+    entropy[rows, cols] = entropy_from_logits(logits)
+    return log_probs, entropy
+
+
+def state_values(critic: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
+    """(T, L) value of the state before each token: V(tokens < t) at position t; position 0 is 0."""
+    scores = critic(input_ids=batch.input_ids, attention_mask=model_mask(batch)).logits[..., 0].float()
+    values = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=scores.device)
+    values[:, 1:] = scores[:, :-1]
+    return values
+
+
+@torch.no_grad()
+def batched_forward(fn: Any, model: torch.nn.Module, batch: TrainBatch, micro_batch_size: int) -> torch.Tensor:
+    """Apply `fn(model, micro_batch) -> (t, l)` over micro-batches without gradients; reassemble (T, L)."""
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+    for start, micro in zip(range(0, len(batch), micro_batch_size), micro_batches(batch, micro_batch_size),
+                            strict=True):
+        result = fn(model, micro)
+        out[start : start + len(micro), : result.shape[1]] = result
+    return out
+
+
+def global_batch_info(mini: TrainBatch, loss_scale_factor: int) -> dict[str, Any]:
+    """veRL's loss normaliser for micro-batches of one mini-batch: its token and sequence counts."""
+    return {
+        "dp_size": 1,
+        "batch_num_tokens": mini.loss_mask.sum(),
+        "global_batch_size": (mini.loss_mask.sum(dim=-1) > 0).sum(),
+        "loss_scale_factor": loss_scale_factor,
+    }
+
+
+def _mini_batches(batch: TrainBatch, size: int) -> list[TrainBatch]:
+    return [batch.select(np.arange(start, min(start + size, len(batch)))) for start in range(0, len(batch), size)]
+
+
+def actor_config(algorithm_cfg: Any, settings: UpdateSettings, samples_per_prompt: int) -> Any:
+    """The veRL `ActorConfig` the policy-loss functions read (clip ranges, aggregation mode)."""
+    from verl.workers.config.actor import ActorConfig
+
+    return ActorConfig(
+        strategy="torch",
+        rollout_n=samples_per_prompt,
+        ppo_mini_batch_size=settings.mini_batch_size,
+        ppo_micro_batch_size_per_gpu=settings.micro_batch_size,
+        clip_ratio=algorithm_cfg.clip_ratio_low,
+        clip_ratio_low=algorithm_cfg.clip_ratio_low,
+        clip_ratio_high=algorithm_cfg.clip_ratio_high,
+        clip_ratio_c=algorithm_cfg.clip_ratio_c,
+        loss_agg_mode=algorithm_cfg.loss_agg_mode,
+        loss_scale_factor=settings.loss_scale_factor,
+        entropy_coeff=algorithm_cfg.entropy_coeff,
+        use_kl_loss=bool(algorithm_cfg.use_kl),
+        kl_loss_coef=algorithm_cfg.kl_coef,
+        kl_loss_type=algorithm_cfg.kl_penalty,
+        ppo_epochs=settings.epochs,
+        use_torch_compile=False,
+    )
+
+
+def actor_loss(
+    log_probs: torch.Tensor, entropy: torch.Tensor, micro: TrainBatch, config: Any, info: dict[str, Any]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The policy loss of one micro-batch: pg_loss - entropy_coeff * entropy + kl_loss_coef * kl.
+
+    Args:
+        log_probs, entropy: (t, l) under the current policy (with gradients).
+        micro: the micro-batch (old_log_probs, advantages, loss_mask; ref_log_probs when config.use_kl_loss).
+        config: veRL ActorConfig (its `global_batch_info` set to `info`).
+        info: the mini-batch's normaliser (see `global_batch_info`).
+
+    Returns:
+        the loss (its share of the mini-batch loss) and its parts as floats.
+    """
+    from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+
+    mask, mode = micro.loss_mask, config.loss_agg_mode
+    pg_loss, pg_metrics = get_policy_loss_fn("vanilla")(
+        old_log_prob=micro.old_log_probs, log_prob=log_probs, advantages=micro.advantages,
+        response_mask=mask, loss_agg_mode=mode, config=config,
+    )
+    entropy_loss = agg_loss(loss_mat=entropy, loss_mask=mask, loss_agg_mode=mode, **info)
+    loss = pg_loss - config.entropy_coeff * entropy_loss
+    parts = {"actor/pg_loss": pg_loss.item(), "actor/entropy_loss": entropy_loss.item(), **pg_metrics}
+    if config.use_kl_loss:
+        kl = kl_penalty(log_probs, micro.ref_log_probs, config.kl_loss_type)
+        kl_loss = agg_loss(loss_mat=kl, loss_mask=mask, loss_agg_mode=mode, **info)
+        loss = loss + config.kl_loss_coef * kl_loss
+        parts["actor/kl_loss"] = kl_loss.item()
+    return loss, parts
+
+
+SUMMED = ("actor/pg_loss", "actor/entropy_loss", "actor/kl_loss")  # micro-batch shares of the mini-batch loss
+
+
+def update_actor(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainBatch,
+    config: Any,
+    settings: UpdateSettings,
+) -> dict[str, float]:
+    """PPO epochs over `batch` (needs old_log_probs, advantages; ref_log_probs when config.use_kl_loss).
+
+    Returns `actor/*` metrics averaged over mini-batches (`actor/entropy` is the token-mean policy entropy).
+    """
+    history: dict[str, list[float]] = defaultdict(list)
+    for _ in range(settings.epochs):
+        for mini in _mini_batches(batch, settings.mini_batch_size):
+            optimizer.zero_grad(set_to_none=True)
+            info = global_batch_info(mini, settings.loss_scale_factor)
+            config.global_batch_info.clear()
+            config.global_batch_info.update(info)
+            sums: dict[str, float] = defaultdict(float)
+            for micro in micro_batches(mini, settings.micro_batch_size):
+                log_probs, entropy = token_log_probs(model, micro, with_entropy=True)
+                loss, parts = actor_loss(log_probs, entropy, micro, config, info)
+                loss.backward()
+                weight = float(micro.loss_mask.sum() / info["batch_num_tokens"])  # token share of the mini-batch
+                parts["actor/entropy"] = float((entropy.detach() * micro.loss_mask).sum() / micro.loss_mask.sum())
+                for key, value in parts.items():
+                    sums[key] += float(value) if key in SUMMED else weight * float(value)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+            optimizer.step()
+            history["actor/grad_norm"].append(float(grad_norm))
+            for key, value in sums.items():
+                history[key].append(value)
+    metrics = {key: float(np.mean(values)) for key, values in history.items()}
+    metrics["actor/lr"] = float(optimizer.param_groups[0]["lr"])
+    metrics["actor/optimizer_steps"] = float(len(history["actor/grad_norm"]))
+    return metrics
+
+
+def update_critic(
+    critic: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: TrainBatch,
+    cliprange_value: float,
+    settings: UpdateSettings,
+) -> dict[str, float]:
+    """Value-model epochs over `batch` (needs values, returns) with veRL's clipped value loss (token-mean).
+
+    Returns `critic/*` metrics averaged over mini-batches.
+    """
+    from verl.trainer.ppo.core_algos import compute_value_loss
+
+    history: dict[str, list[float]] = defaultdict(list)
+    for _ in range(settings.epochs):
+        for mini in _mini_batches(batch, settings.mini_batch_size):
+            optimizer.zero_grad(set_to_none=True)
+            info = global_batch_info(mini, settings.loss_scale_factor)
+            sums: dict[str, float] = defaultdict(float)
+            for micro in micro_batches(mini, settings.micro_batch_size):
+                vpreds = state_values(critic, micro)
+                vf_loss, vf_clipfrac = compute_value_loss(
+                    vpreds=vpreds, returns=micro.returns, values=micro.values, response_mask=micro.loss_mask,
+                    cliprange_value=cliprange_value, loss_agg_mode="token-mean",
+                    dp_size=1, batch_num_tokens=info["batch_num_tokens"],
+                )
+                vf_loss.backward()
+                weight = float(micro.loss_mask.sum() / info["batch_num_tokens"])
+                sums["critic/vf_loss"] += vf_loss.item()
+                sums["critic/vf_clipfrac"] += weight * float(vf_clipfrac)
+                sums["critic/vpred_mean"] += weight * float(
+                    (vpreds.detach() * micro.loss_mask).sum() / micro.loss_mask.sum().clamp(min=1)
+                )
+            grad_norm = torch.nn.utils.clip_grad_norm_(critic.parameters(), settings.grad_clip)
+            optimizer.step()
+            history["critic/grad_norm"].append(float(grad_norm))
+            for key, value in sums.items():
+                history[key].append(value)
+    metrics = {key: float(np.mean(values)) for key, values in history.items()}
+    metrics["critic/lr"] = float(optimizer.param_groups[0]["lr"])
+    return metrics

@@ -1,0 +1,90 @@
+"""RL algorithms by name: how advantages are computed and whether a value model is trained.
+
+The math is veRL's (`verl.trainer.ppo.core_algos`); this module only picks the estimator and passes our tensors.
+What else distinguishes the algorithms is configuration (conf/algorithm/*.yaml): loss aggregation mode, clip
+range, std normalisation, dynamic sampling. Tensors are (T, L) aligned with `input_ids` (see `recipes.batch`);
+non-loss positions (prompt, observations, padding) are skipped by veRL's masked recursions.
+
+    algorithm = get_algorithm("ppo")
+    advantages, returns = algorithm.advantages(batch, cfg.algorithm)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from orchestrator.errors import choices_error
+from recipes.batch import TrainBatch
+
+_ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def register_algorithm(*names: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
+    """Class decorator: register an `Algorithm` subclass under one or more names."""
+
+    def decorate(cls: type[Algorithm]) -> type[Algorithm]:
+        for name in names:
+            _ALGORITHMS[name] = cls()
+        return cls
+
+    return decorate
+
+
+def algorithm_names() -> list[str]:
+    return sorted(_ALGORITHMS)
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """The algorithm registered as `name`; OrchError listing the valid names otherwise."""
+    if name not in _ALGORITHMS:
+        raise choices_error("algorithm", name, algorithm_names(), where="config key algorithm.name")
+    return _ALGORITHMS[name]
+
+
+class Algorithm:
+    """Advantage estimation of one algorithm family."""
+
+    uses_critic: bool = False
+
+    def advantages(self, batch: TrainBatch, cfg: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, returns), each (T, L), zero outside `batch.loss_mask`."""
+        raise NotImplementedError
+
+
+@register_algorithm("ppo")
+class PPO(Algorithm):
+    """GAE over the generated tokens of the whole trajectory with a learned value model (veRL's GAE skips the
+    observation tokens between turns, so credit flows across turns), advantages whitened over the batch."""
+
+    uses_critic = True
+
+    def advantages(self, batch: TrainBatch, cfg: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        from verl.trainer.ppo.core_algos import compute_gae_advantage_return
+
+        return compute_gae_advantage_return(
+            token_level_rewards=batch.token_rewards,
+            values=batch.values,
+            response_mask=batch.loss_mask,
+            gamma=cfg.gamma,
+            lam=cfg.lam,
+        )
+
+
+@register_algorithm("grpo", "dapo", "drgrpo")
+class GroupRelative(Algorithm):
+    """GRPO-family outcome advantages: the episode return minus its group's mean, divided by the group's std unless
+    `norm_adv_by_std` is false (Dr.GRPO), broadcast to every generated token. DAPO is GRPO with clip-higher,
+    token-mean loss and dynamic sampling; Dr.GRPO drops the std and uses seq-mean-token-sum-norm (config)."""
+
+    def advantages(self, batch: TrainBatch, cfg: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+        return compute_grpo_outcome_advantage(
+            token_level_rewards=batch.token_rewards,
+            response_mask=batch.loss_mask,
+            index=batch.group_ids,
+            norm_adv_by_std_in_grpo=bool(cfg.norm_adv_by_std),
+        )

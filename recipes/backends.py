@@ -1,0 +1,74 @@
+"""Trainer backends: a registry from name to a `run(cfg, should_stop) -> TrainResult` callable.
+
+A backend module registers itself with `@register_backend("name")` when imported. `get_backend(name)` imports the
+module named in `BACKEND_MODULES` first, so listing and validating names stays light (no torch at import).
+
+    result = get_backend(cfg.backend)(cfg, should_stop=lambda: preempted)
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from orchestrator.errors import choices_error
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# Backend name -> module that registers it (imported on first use).
+BACKEND_MODULES: dict[str, str] = {"torch": "recipes.torch_backend"}
+
+Status = Literal["finished", "preempted", "stopped", "failed"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How a training run ended.
+
+    status: finished (all steps done) | preempted (stop requested; checkpoint saved, resume later) |
+        stopped (the run decided to stop early, e.g. too many empty filtered batches) | failed.
+    steps_done: the last completed step (the checkpointed one when preempted).
+    mlflow_run_id: the MLflow run that holds the metrics.
+    reason: one human-readable line.
+    """
+
+    status: Status
+    steps_done: int
+    mlflow_run_id: str
+    reason: str = ""
+
+
+Backend = Callable[..., TrainResult]
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(name: str) -> Callable[[Backend], Backend]:
+    """Decorator: register `run(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult`."""
+
+    def decorate(run: Backend) -> Backend:
+        _BACKENDS[name] = run
+        return run
+
+    return decorate
+
+
+def backend_names() -> list[str]:
+    """Every backend name that can be requested (registered or importable on demand)."""
+    return sorted(set(_BACKENDS) | set(BACKEND_MODULES))
+
+
+def get_backend(name: str) -> Backend:
+    """The registered backend `name`, importing its module on first use. Raises OrchError for unknown names."""
+    if name not in _BACKENDS and name in BACKEND_MODULES:
+        importlib.import_module(BACKEND_MODULES[name])
+    if name not in _BACKENDS:
+        raise choices_error("trainer backend", name, backend_names(), where="config key backend")
+    return _BACKENDS[name]
+
+
+def run_training(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
+    """Run `cfg` on the backend it names (`cfg.backend`)."""
+    return get_backend(str(cfg.backend))(cfg, should_stop=should_stop)

@@ -1,0 +1,90 @@
+"""Step hooks: where training-time measurements (diagnostics) plug into the torch trainer.
+
+A hook is a class registered by name with `@register_hook("name")` and enabled by listing the name in the config's
+`hooks: [...]`. The trainer builds one instance per run and, every step, calls
+
+* `on_rollout(ctx)` right after generation, on the **unfiltered** batch (trajectories, the policy, the encoder):
+  the place for MI cross-scoring, which the paper computes before filtering;
+* `on_batch(ctx)` after advantages, before the update (`ctx.batch` holds the kept trajectories' tensors): the
+  place for gradient decompositions.
+
+Each returns metrics to log at that step. A hook may set `ctx.stop_reason` to stop the run after the step
+(e.g. a collapse alarm with `stop_on_collapse`). `state_dict`/`load_state_dict` carry running state (EMA trackers)
+through checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from orchestrator.errors import choices_error
+
+
+@dataclass
+class StepContext:
+    """What a hook sees at one step.
+
+    step: the training step (1-based).
+    cfg: the resolved run config.
+    policy: the current policy model (causal LM).
+    encoder: `recipes.chat.ChatEncoder` of the policy's tokenizer (`encoder.tokenizer`).
+    trajectories: the step's `envs.Trajectory` list, before filtering (T of them).
+    group_ids: (T,) prompt id of each trajectory.
+    generated: reply text -> sampled token ids (to rebuild exact sequences via `encoder.encode`).
+    batch: the kept trajectories as a `recipes.batch.TrainBatch` with advantages (only in `on_batch`).
+    stop_reason: set to stop the run after this step.
+    """
+
+    step: int
+    cfg: Any
+    policy: Any
+    encoder: Any
+    trajectories: list[Any]
+    group_ids: np.ndarray
+    generated: dict[str, list[int]]
+    batch: Any = None
+    stop_reason: str | None = None
+
+
+class StepHook:
+    """Base class: override what you need."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    def on_rollout(self, ctx: StepContext) -> dict[str, float]:
+        return {}
+
+    def on_batch(self, ctx: StepContext) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
+
+
+_HOOKS: dict[str, type[StepHook]] = {}
+
+
+def register_hook(name: str) -> Callable[[type[StepHook]], type[StepHook]]:
+    def decorate(cls: type[StepHook]) -> type[StepHook]:
+        _HOOKS[name] = cls
+        return cls
+
+    return decorate
+
+
+def build_hooks(names: list[str], cfg: Any) -> dict[str, StepHook]:
+    """One instance per enabled name, in order; OrchError for unknown names."""
+    built = {}
+    for name in names:
+        if name not in _HOOKS:
+            raise choices_error("step hook", name, sorted(_HOOKS) or ["(none registered)"], where="config key hooks")
+        built[name] = _HOOKS[name](cfg)
+    return built

@@ -1,0 +1,138 @@
+"""Policy and value models: tiny Qwen2 presets built in code, or any local Hugging Face checkpoint.
+
+A preset is a randomly initialised `Qwen2ForCausalLM` with a byte-level BPE tokenizer trained on the tasks'
+protocol text (`recipes.tokenizer`), saved as an ordinary Hugging Face folder in the cache (built once per hash of
+its inputs). Everything downstream loads a folder, preset or not, the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import OrchError
+from recipes.cache import cache_root, cached_folder
+
+if TYPE_CHECKING:
+    import torch
+    from omegaconf import DictConfig
+
+INIT_SEED = 0  # presets are initialised identically in every run, so a sweep shares one warm start
+CORPUS_DEMOS_PER_TASK = 32
+PRESET_FORMAT = 1  # bump when the way presets are built changes
+
+
+def protocol_corpus(demos_per_task: int = CORPUS_DEMOS_PER_TASK) -> list[str]:
+    """Tokenizer training text: role names and every message of solver demonstrations of every task."""
+    from envs import demonstrations, list_envs
+
+    corpus = ["system", "user", "assistant"]
+    for task in list_envs():
+        for transcript in demonstrations(task, demos_per_task, seed=0):
+            corpus.extend(message["content"] for message in transcript)
+    return corpus
+
+
+def text_sha(texts: list[str]) -> str:
+    """SHA-256 of a list of strings (order matters)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def build_preset(preset: dict[str, Any], corpus: list[str], folder: Path) -> None:
+    """Train the tokenizer on `corpus`, initialise a Qwen2 causal LM of shape `preset`, save both to `folder`."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from recipes.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(corpus, int(preset["vocab_size"]))
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=preset["hidden_size"],
+        num_hidden_layers=preset["num_hidden_layers"],
+        num_attention_heads=preset["num_attention_heads"],
+        num_key_value_heads=preset["num_key_value_heads"],
+        intermediate_size=preset["intermediate_size"],
+        max_position_embeddings=preset["max_position_embeddings"],
+        tie_word_embeddings=preset["tie_word_embeddings"],
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(INIT_SEED)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def preset_folder(model_cfg: DictConfig) -> Path:
+    """The cached folder of the preset `model_cfg.preset` (built on first use)."""
+    from omegaconf import OmegaConf
+
+    preset = OmegaConf.to_container(model_cfg.preset, resolve=True)
+    corpus = protocol_corpus()
+    inputs = {"preset": preset, "corpus_sha256": text_sha(corpus), "init_seed": INIT_SEED, "format": PRESET_FORMAT}
+    return cached_folder(
+        "presets", inputs, lambda folder: build_preset(preset, corpus, folder), cache_root(model_cfg.cache_dir)
+    )
+
+
+def base_model_folder(model_cfg: DictConfig) -> Path:
+    """`model.path` if set (a local Hugging Face checkpoint), else the preset's cached folder."""
+    if model_cfg.path is not None:
+        path = Path(str(model_cfg.path)).expanduser()
+        if not (path / "config.json").is_file():
+            raise OrchError(f"config key model.path: {path} is not a Hugging Face checkpoint folder (no config.json)")
+        return path
+    return preset_folder(model_cfg)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+def load_tokenizer(folder: Path) -> Any:
+    """The folder's tokenizer, with padding on the right (training layout) and a pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "right"
+    return tokenizer
+
+
+def load_policy(folder: Path, dtype: str, device: str) -> torch.nn.Module:
+    """The causal LM in `folder` on `device`, in training mode."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
+    return model.to(device).train()
+
+
+def load_critic(folder: Path, dtype: str, device: str) -> torch.nn.Module:
+    """A value model: the backbone of `folder` with a fresh scalar head per token (veRL's critic layout)."""
+    from transformers import AutoModelForTokenClassification
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # "newly initialised weights: score" is expected
+    try:
+        critic = AutoModelForTokenClassification.from_pretrained(folder, num_labels=1, dtype=torch_dtype(dtype))
+    finally:
+        logging.set_verbosity(verbosity)
+    return critic.to(device).train()
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(parameter.numel() for parameter in model.parameters())

@@ -1,0 +1,178 @@
+"""Batched sampling: the policy callable that `envs.run_episodes` drives.
+
+Each call receives the chat histories of all running episodes, builds their generation contexts with the shared
+`ChatEncoder` (earlier replies as the exact ids sampled) and samples one reply per history from the full
+distribution at the given temperature (no top-k/top-p: the policy RL trains). The ids of every reply are recorded
+in `generated` (reply text -> ids) so the trainer rebuilds the same sequences.
+
+Two things keep this fast on a CPU, where re-reading long multi-turn contexts dominates:
+
+* **KV reuse across turns.** After a turn, each chat's key/value cache (context + reply) is kept in a
+  `PrefixStore`; the next turn only runs the new tokens (the observation) through the model. Identical contexts
+  (the K samples of a prompt at turn 1) are computed once. These prefills run one unpadded chat at a time.
+* **A static decode cache.** The chats' caches are laid out right-aligned in one preallocated buffer and decoded
+  together with an explicit additive mask; nothing is re-copied per token (Hugging Face `generate` re-copies its
+  growing cache every token, about twice as slow here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from orchestrator.errors import OrchError
+from recipes.chat import ChatEncoder
+
+LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (1, heads, tokens, head_dim)
+
+
+class PrefixStore:
+    """Key/value caches of token sequences, found again by prefix (one entry per chat, taken when reused)."""
+
+    def __init__(self) -> None:
+        self._by_length: dict[int, dict[tuple[int, ...], LayerKV]] = {}
+
+    def put(self, ids: Sequence[int], kv: LayerKV) -> None:
+        self._by_length.setdefault(len(ids), {})[tuple(ids)] = kv
+
+    def take(self, ids: Sequence[int]) -> tuple[int, LayerKV | None]:
+        """The longest stored proper prefix of `ids` and its cache (removed from the store), or (0, None)."""
+        for length in sorted(self._by_length, reverse=True):
+            if length < len(ids):
+                kv = self._by_length[length].pop(tuple(ids[:length]), None)
+                if kv is not None:
+                    return length, kv
+        return 0, None
+
+
+class Sampler:
+    """A batched chat policy over a causal LM.
+
+    Args:
+        model: causal LM (left in whatever train/eval mode it had; sampling runs under no_grad).
+        encoder: the chat encoder of the model's tokenizer.
+        max_new_tokens: cap on generated tokens per reply (the end-of-turn token included).
+        temperature: sampling temperature (> 0).
+        max_context_tokens: a context plus `max_new_tokens` longer than this raises OrchError.
+        batch_size: histories generated together (bounds memory).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        encoder: ChatEncoder,
+        max_new_tokens: int,
+        temperature: float,
+        max_context_tokens: int,
+        batch_size: int = 64,
+    ) -> None:
+        self.model = model
+        self.encoder = encoder
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.max_context_tokens = max_context_tokens
+        self.batch_size = batch_size
+        self.generated: dict[str, list[int]] = {}
+        self.store = PrefixStore()
+
+    def __call__(self, histories: Sequence[Sequence[Mapping[str, str]]]) -> list[str]:
+        contexts = [self.encoder.encode(history, self.generated, add_generation_prompt=True).input_ids
+                    for history in histories]
+        longest = max(len(context) for context in contexts) + self.max_new_tokens
+        if longest > self.max_context_tokens:
+            raise OrchError(
+                f"a generation context needs {longest} tokens > trainer.max_context_tokens="
+                f"{self.max_context_tokens}; raise it or lower trainer.max_response_tokens"
+            )
+        replies: list[str] = []
+        for start in range(0, len(contexts), self.batch_size):
+            for ids in self._generate(contexts[start : start + self.batch_size]):
+                text = self._reply_text(ids)
+                self.generated[text] = ids
+                replies.append(text)
+        return replies
+
+    def _reply_text(self, ids: list[int]) -> str:
+        body = ids[:-1] if ids and ids[-1] == self.encoder.end_of_turn_id else ids
+        return self.encoder.tokenizer.decode(body, skip_special_tokens=True)
+
+    @torch.no_grad()
+    def _prefill(self, context: list[int]) -> tuple[LayerKV, torch.Tensor]:
+        """Run the part of `context` not in the store through the model; its full cache and last logits."""
+        from transformers import DynamicCache
+
+        device = next(self.model.parameters()).device
+        start, kv = self.store.take(context)
+        cache = DynamicCache(ddp_cache_data=kv) if kv is not None else DynamicCache()
+        output = self.model(
+            input_ids=torch.tensor([context[start:]], device=device),
+            position_ids=torch.arange(start, len(context), device=device)[None],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        return [(layer.keys, layer.values) for layer in cache.layers], output.logits[0, -1]
+
+    @torch.no_grad()
+    def _generate(self, contexts: list[list[int]]) -> list[list[int]]:
+        """Sample one reply per context. Returns the reply ids, cut after the first end-of-turn token (or at
+        `max_new_tokens`); stores each chat's cache (context + reply) for its next turn."""
+        from transformers import StaticCache
+
+        device = next(self.model.parameters()).device
+        unique = {tuple(context): None for context in contexts}
+        for key in unique:
+            unique[key] = self._prefill(list(key))
+        rows, width = len(contexts), max(len(context) for context in contexts)
+        cache = StaticCache(config=self.model.config, max_batch_size=rows, max_cache_len=width + self.max_new_tokens)
+        visible = torch.zeros((rows, width + self.max_new_tokens), dtype=torch.bool, device=device)
+        first_layer = unique[tuple(contexts[0])][0]
+        for index, layer in enumerate(cache.layers):  # allocate, then place every chat right-aligned at `width`
+            keys, values = first_layer[index]
+            shape = (rows, keys.shape[1], 1, keys.shape[3])
+            layer.lazy_initialization(keys.new_zeros(shape), values.new_zeros((*shape[:3], values.shape[3])))
+            layer.cumulative_length.fill_(width)
+        for row, context in enumerate(contexts):
+            visible[row, width - len(context) : width] = True
+            for layer, (keys, values) in zip(cache.layers, unique[tuple(context)][0], strict=True):
+                layer.keys[row, :, width - len(context) : width] = keys[0]
+                layer.values[row, :, width - len(context) : width] = values[0]
+        bias = torch.zeros((rows, 1, 1, visible.shape[1]), device=device)  # additive mask: 0 visible, -inf not
+        bias.masked_fill_(~visible[:, None, None, :], float("-inf"))
+        logits = torch.stack([unique[tuple(context)][1] for context in contexts])
+        position = torch.tensor([[len(context) - 1] for context in contexts], device=device)
+        replies: list[list[int]] = [[] for _ in range(rows)]
+        active = torch.arange(rows, device=device)  # original row of each batch row
+        running = torch.ones(rows, dtype=torch.bool, device=device)  # batch rows that have not ended their reply
+        for offset in range(self.max_new_tokens):
+            token = torch.multinomial(torch.softmax(logits.float() / self.temperature, dim=-1), 1)  # (batch, 1)
+            for index in torch.nonzero(running).flatten().tolist():
+                replies[int(active[index])].append(int(token[index]))
+            running &= token[:, 0] != self.encoder.end_of_turn_id
+            if not bool(running.any()) or offset == self.max_new_tokens - 1:
+                break
+            if int(running.sum()) <= len(active) // 2:  # drop finished rows once half are done: less to attend
+                self._store_rows(cache, active, ~running, contexts, replies, width)
+                keep = torch.nonzero(running).flatten()
+                for layer in cache.layers:
+                    layer.keys, layer.values = layer.keys[keep], layer.values[keep]
+                active, running, token = active[keep], running[keep], token[keep]
+                bias, position = bias[keep], position[keep]
+            bias[:, :, :, width + offset] = 0.0
+            position = position + 1
+            logits = self.model(input_ids=token, attention_mask=bias, position_ids=position, past_key_values=cache,
+                                use_cache=True, cache_position=torch.tensor([width + offset], device=device)
+                                ).logits[:, -1]
+        self._store_rows(cache, active, torch.ones_like(running), contexts, replies, width)
+        return replies
+
+    def _store_rows(self, cache, active: torch.Tensor, which: torch.Tensor, contexts: list[list[int]],
+                    replies: list[list[int]], width: int) -> None:
+        """Keep the caches of batch rows `which` (their chat: context + reply) for the chat's next turn."""
+        for index in torch.nonzero(which).flatten().tolist():
+            row = int(active[index])
+            start, end = width - len(contexts[row]), width + len(replies[row]) - 1  # the last token was never fed
+            self.store.put([*contexts[row], *replies[row][:-1]], [
+                (layer.keys[index : index + 1, :, start:end].clone(), layer.values[index : index + 1, :, start:end].clone())
+                for layer in cache.layers
+            ])

@@ -1,0 +1,46 @@
+"""Where every environment seed and random stream of a run comes from.
+
+Environment seeds live in disjoint ranges: training prompts in [0, 2^30), validation from 2^30, the warm start's
+held-out check from 2^30 + 2^29. Within a step, all randomness (prompt seeds, sampling) derives from
+(run seed, step), so a resumed run replays exactly what an uninterrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+TRAIN_SEED_LIMIT = 1 << 30
+VALIDATION_SEED_BASE = 1 << 30
+HELDOUT_SEED_BASE = (1 << 30) + (1 << 29)
+
+
+def train_prompt_seeds(run_seed: int, step: int, count: int, batch_index: int = 0) -> list[int]:
+    """`count` distinct training environment seeds for `step` (and extra generation batch `batch_index`)."""
+    rng = np.random.default_rng([run_seed, step, batch_index])
+    seeds: list[int] = []
+    while len(seeds) < count:
+        seed = int(rng.integers(0, TRAIN_SEED_LIMIT))
+        if seed not in seeds:
+            seeds.append(seed)
+    return seeds
+
+
+def validation_seeds(count: int) -> list[int]:
+    """The fixed validation episodes (the same at every validation, disjoint from training)."""
+    return [VALIDATION_SEED_BASE + index for index in range(count)]
+
+
+def heldout_seeds(count: int) -> list[int]:
+    """Episodes for the warm start's format-validity check (disjoint from training and validation)."""
+    return [HELDOUT_SEED_BASE + index for index in range(count)]
+
+
+def seed_everything(*key: int) -> None:
+    """Seed torch, numpy and random from `key` (e.g. (run_seed, step))."""
+    seed = int(np.random.SeedSequence(list(key)).generate_state(1)[0])
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

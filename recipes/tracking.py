@@ -1,0 +1,97 @@
+"""MLflow bookkeeping of one training run: open or attach to the run, params, tags, metrics, artifacts.
+
+Uses `MlflowClient` with an explicit run id (no global active run), so several runs can live in one process.
+Tracking URI: `mlflow.tracking_uri` from the config, else `$MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db` in
+the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import OrchError
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
+
+
+def tracking_uri(configured: str | None) -> str:
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+class RunTracker:
+    """One MLflow run, created or attached.
+
+    Args:
+        uri: tracking URI.
+        experiment_name: experiment to create the run in (ignored when attaching).
+        run_id: attach to this existing run (the sweep pre-creates runs; a resume re-attaches); None creates one.
+        run_name: name of a created run.
+    """
+
+    def __init__(self, uri: str, experiment_name: str, run_id: str | None, run_name: str | None = None) -> None:
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        self.client = MlflowClient(tracking_uri=uri)
+        if run_id is not None:
+            try:
+                run = self.client.get_run(run_id)
+            except MlflowException as err:
+                raise OrchError(f"config key mlflow.run_id: no run {run_id!r} at {uri} ({err.message})") from None
+            self.run_id = run.info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+        else:
+            experiment = self.client.get_experiment_by_name(experiment_name)
+            experiment_id = (
+                experiment.experiment_id if experiment else self.client.create_experiment(experiment_name)
+            )
+            self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+
+    def log_params(self, params: dict[str, str]) -> None:
+        """Log params not yet on the run (a resumed run keeps its original values)."""
+        from mlflow.entities import Param
+
+        existing = self.client.get_run(self.run_id).data.params
+        new = [Param(key, value[:PARAM_VALUE_LIMIT]) for key, value in params.items() if key not in existing]
+        for start in range(0, len(new), 100):  # MLflow accepts at most 100 params per batch
+            self.client.log_batch(self.run_id, params=new[start : start + 100])
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, value)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        batch = [Metric(key, float(value), stamp, step) for key, value in sorted(metrics.items())]
+        for start in range(0, len(batch), 1000):  # MLflow accepts at most 1000 metrics per batch
+            self.client.log_batch(self.run_id, metrics=batch[start : start + 1000])
+
+    def last_logged_step(self, key: str) -> int | None:
+        """The largest step at which `key` was logged, or None."""
+        history = self.client.get_metric_history(self.run_id, key)
+        return max((metric.step for metric in history), default=None)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_file(self, path: Path, artifact_dir: str) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_dir)
+
+    def log_frame(self, frame: Any, artifact_dir: str, file_name: str) -> None:
+        """Write a pandas frame as Parquet and log it under `artifact_dir/file_name`."""
+        from analysis.rollouts import write_rollout_batch
+
+        with tempfile.TemporaryDirectory() as scratch:
+            path = write_rollout_batch(frame, Path(scratch) / file_name)
+            self.log_file(path, artifact_dir)
+
+    def end(self, status: str) -> None:
+        """Mark the run FINISHED, FAILED or KILLED."""
+        self.client.set_terminated(self.run_id, status=status)

@@ -1,0 +1,56 @@
+"""`orch train key=value ...`: one training run from `conf/` with Hydra-syntax overrides.
+
+Exit codes: 0 finished (or stopped early by the run itself, e.g. nothing left to learn from), 2 bad config,
+75 (`recipes.checkpoint.REQUEUE_EXIT_CODE`) checkpointed after SIGUSR2/SIGTERM (requeue me), 1 failed.
+Only `typer` is imported at module level (the CLI must start fast).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+OverridesArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="Hydra overrides, e.g. task=frozenlake algorithm=grpo filter.value=0.95 trainer.total_steps=5",
+                   show_default=False),
+]
+
+
+def train_command(
+    ctx: typer.Context,
+    overrides: OverridesArg = None,
+    print_config: Annotated[bool, typer.Option("--print-config", help="Print the composed config and exit.")] = False,
+) -> None:
+    """Train one agent with RL (rollouts, SNR-Aware Filtering, update, validation; metrics to MLflow)."""
+    import logging
+
+    from orchestrator.errors import OrchError
+    from recipes.config import compose_train_config
+
+    arguments = [*(overrides or []), *ctx.args]
+    try:
+        cfg = compose_train_config(arguments)
+    except OrchError as err:
+        typer.echo(f"orch: error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if print_config:
+        from omegaconf import OmegaConf
+
+        typer.echo(OmegaConf.to_yaml(cfg, resolve=True))
+        return
+
+    from recipes.backends import run_training
+    from recipes.checkpoint import REQUEUE_EXIT_CODE, StopRequest
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        with StopRequest() as stop_requested:
+            result = run_training(cfg, should_stop=stop_requested)
+    except OrchError as err:
+        typer.echo(f"orch: error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{result.status}: {result.reason} (steps done: {result.steps_done}, "
+               f"MLflow run {result.mlflow_run_id})")
+    raise typer.Exit({"finished": 0, "stopped": 0, "preempted": REQUEUE_EXIT_CODE, "failed": 1}[result.status])

@@ -1,0 +1,133 @@
+"""Warm start: supervised fine-tuning on the task's solver demonstrations until replies are well-formed.
+
+A random tiny model cannot produce `<think> ... </think> <answer> ... </answer>`, so RL would only ever see the
+format penalty. SFT on demonstrations (loss on the assistant tokens only) runs epoch by epoch until the format
+validity of sampled replies on held-out seeds reaches the target, or the epoch cap. The result is a Hugging Face
+folder cached by the hash of all inputs (base model, task, env config, demonstrations, settings), so a sweep trains
+it once; `warm_start.json` in it records the figures (validity, success, epochs, seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recipes.actor import model_mask
+from recipes.batch import build_batch, micro_batches
+from recipes.cache import cache_root, cached_folder
+from recipes.chat import ChatEncoder
+from recipes.models import load_policy, load_tokenizer, text_sha
+from recipes.sampler import Sampler
+from recipes.seeds import heldout_seeds, seed_everything
+
+log = logging.getLogger(__name__)
+REPORT_FILE = "warm_start.json"
+WARM_START_FORMAT = 1  # bump when the procedure changes
+
+
+def format_validity(
+    sampler: Sampler, task: str, env_config: dict[str, Any], seeds: list[int]
+) -> dict[str, float]:
+    """Play `seeds` with `sampler`; the share of well-formed turns, the success rate and the mean return."""
+    from envs import run_episodes
+
+    trajectories = run_episodes(task, env_config, seeds, sampler)
+    turns = [turn for trajectory in trajectories for turn in trajectory.turns]
+    return {
+        "format_validity": sum(turn.format_valid for turn in turns) / max(1, len(turns)),
+        "success": sum(trajectory.success for trajectory in trajectories) / len(trajectories),
+        "mean_return": sum(trajectory.episode_return for trajectory in trajectories) / len(trajectories),
+    }
+
+
+def supervised_epoch(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any, batch_size: int, grad_clip: float
+) -> float:
+    """One shuffled pass of next-token cross-entropy on the loss-masked tokens (token mean per optimiser step of
+    `batch_size` chats, one unpadded chat per forward pass); returns the mean loss."""
+    losses = []
+    shuffled = batch.select(torch.randperm(len(batch)).numpy())
+    for start in range(0, len(shuffled), batch_size):
+        step_batch = shuffled.select(list(range(start, min(start + batch_size, len(shuffled)))))
+        tokens = step_batch.loss_mask[:, 1:].sum()
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for chat in micro_batches(step_batch, 1):
+            logits = model(input_ids=chat.input_ids, attention_mask=model_mask(chat)).logits[:, :-1].float()
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), chat.input_ids[:, 1:], reduction="none")
+            loss = (nll * chat.loss_mask[:, 1:]).sum() / tokens
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+        losses.append(total)
+    return sum(losses) / len(losses)
+
+
+def train_warm_start(
+    base_folder: Path, task: str, env_config: dict[str, Any], demos: list[list[dict[str, str]]],
+    settings: dict[str, Any], device: str, out: Path,
+) -> dict[str, Any]:
+    """SFT `base_folder` on `demos` until the held-out format validity reaches the target; save to `out`."""
+    seed_everything(0)
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(base_folder)
+    model = load_policy(base_folder, "float32", device)
+    encoder = ChatEncoder(tokenizer)
+    turn_counts = [[0.0] * sum(message["role"] == "assistant" for message in demo) for demo in demos]
+    batch = build_batch(demos, turn_counts, range(len(demos)), encoder).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
+    seeds = heldout_seeds(settings["eval_episodes"])
+    history = []
+    for epoch in range(1, settings["epochs"] + 1):
+        epoch_start = time.perf_counter()
+        loss = supervised_epoch(model, optimizer, batch, settings["batch_size"], grad_clip=1.0)
+        if epoch % settings["eval_every"] and epoch != settings["epochs"]:
+            continue
+        eval_start = time.perf_counter()
+        sampler = Sampler(model, encoder, settings["max_response_tokens"], settings["eval_temperature"], 1 << 20)
+        figures = format_validity(sampler, task, env_config, seeds)
+        history.append({"epoch": epoch, "loss": loss, **figures, "train_seconds": eval_start - epoch_start,
+                        "eval_seconds": time.perf_counter() - eval_start})
+        log.info("warm start %s epoch %d: loss %.3f, format validity %.3f", task, epoch, loss,
+                 figures["format_validity"])
+        if figures["format_validity"] >= settings["target_format_validity"]:
+            break
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    report = {**history[-1], "epochs": history[-1]["epoch"], "seconds": time.perf_counter() - started,
+              "demonstrations": len(demos), "heldout_episodes": len(seeds), "history": history}
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=1))
+    return report
+
+
+def warm_start_folder(
+    model_cfg: Any, base_folder: Path, task: str, env_config: dict[str, Any], device: str
+) -> tuple[Path, dict[str, Any]]:
+    """The cached warm-started model folder for (base model, task, env config, settings) and its report."""
+    from omegaconf import OmegaConf
+
+    from envs import demonstrations
+
+    settings = OmegaConf.to_container(model_cfg.warm_start, resolve=True)
+    settings.pop("enabled")
+    demos = demonstrations(task, settings["demos"], seed=0, env_config=env_config)
+    inputs = {
+        "base": str(base_folder.resolve()),
+        "task": task,
+        "env": env_config,
+        "demos_sha256": text_sha([json.dumps(demo, sort_keys=True) for demo in demos]),
+        "settings": settings,
+        "format": WARM_START_FORMAT,
+    }
+    folder = cached_folder(
+        "warm-start", inputs,
+        lambda out: train_warm_start(base_folder, task, env_config, demos, settings, device, out),
+        cache_root(model_cfg.cache_dir),
+    )
+    return folder, json.loads((folder / REPORT_FILE).read_text())

@@ -1,0 +1,180 @@
+"""Executors `debug` and `local` end to end with the TEST-ONLY `orch-test` backend (state transitions,
+idempotency, failure, cancel/resume, requeue on a time limit, lost jobs). The real torch backend is exercised in
+test_sweep_e2e.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.engine import cancel, resume, submit_plan, wait
+from orchestrator.plan import build_plan
+from orchestrator.spec import load_sweep
+from orchestrator.store import Store
+
+SWEEP = """
+    name: {name}
+    backend: orch-test
+    base: {{trainer: test, trainer.total_steps: {steps}}}
+    grid:
+      task: [sokoban, frozenlake]
+    seeds: {seeds}
+    cluster: {{signal_delay_s: {delay}, max_requeues: {requeues}}}
+    resources: {{default: {{time_min: {time_min}}}}}
+"""
+
+
+@pytest.fixture
+def make_sweep(sweep_file, test_backend):
+    def make(name: str = "exec", steps: int = 4, seeds: str = "[1, 2]", delay: int = 30, time_min: int = 30,
+             requeues: int = 5) -> Path:
+        text = SWEEP.format(name=name, steps=steps, seeds=seeds, delay=delay, time_min=time_min, requeues=requeues)
+        return sweep_file(text, f"{name}.yaml")
+
+    return make
+
+
+def submit(path: Path, executor: str, tracking: str, **kwargs):
+    plan = build_plan(load_sweep(path, sets=kwargs.pop("sets", [])))
+    store = Store.open()
+    return plan, store, submit_plan(plan, store, executor, tracking_uri=tracking, **kwargs)
+
+
+def runs_by_cell(tracking: str, sweep: str) -> dict[str, object]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking)
+    experiment = client.get_experiment_by_name(sweep)
+    runs = client.search_runs([experiment.experiment_id])
+    return {run.data.tags["cell"]: run for run in runs if "cell" in run.data.tags}
+
+
+def metric_values(tracking: str, run_id: str, key: str) -> list[float]:
+    from mlflow.tracking import MlflowClient
+
+    return [metric.value for metric in MlflowClient(tracking).get_metric_history(run_id, key)]
+
+
+def wait_for(predicate, timeout: float = 120.0, step: float = 0.25) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(step)
+
+
+def test_debug_executor_runs_in_process_and_a_rerun_submits_nothing(make_sweep, tracking: str) -> None:
+    path = make_sweep()
+    plan, store, report = submit(path, "debug", tracking)
+    assert (report.cells, report.new, report.submitted) == (4, 4, 4)
+    sweep = store.require_sweep("exec")
+    assert store.counts(sweep.id) == {"finished": 4}
+    runs = runs_by_cell(tracking, "exec")
+    assert set(runs) == {cell.digest for cell in plan.cells}
+    for cell in plan.cells:
+        run = runs[cell.digest]
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["sweep"] == "exec" and run.data.tags["seed"] == str(cell.seed)
+        assert run.data.tags["task"] == cell.settings["task"]
+        assert run.data.tags["mlflow.parentRunId"] == sweep.parent_run_id
+    _, _, again = submit(path, "debug", tracking)
+    assert (again.new, again.submitted, again.not_submitted) == (0, 0, {"finished": 4})
+
+
+def test_local_executor_gives_the_same_cells_and_results(make_sweep, tracking: str) -> None:
+    plan, store, report = submit(make_sweep(name="loc"), "local", tracking)
+    assert report.submitted == 4
+    assert wait(store, "loc", poll_s=0.5, timeout_s=300) == {"finished": 4}
+    runs = runs_by_cell(tracking, "loc")
+    for cell in plan.cells:
+        assert metric_values(tracking, runs[cell.digest].info.run_id, "test/step")[-1] == 4
+    rows = store.cell_rows(store.require_sweep("loc").id)
+    assert all(row.job_id and Path(store.attempts(row.id)[-1].stdout_path).exists() for row in rows)
+    logs = CliRunner().invoke(app, ["logs", "loc", rows[0].digest[:8], "--stream", "err"])
+    assert logs.exit_code == 0 and f"orch: cell {rows[0].digest} finished after step 4" in logs.output
+    debug_plan = build_plan(load_sweep(make_sweep(name="loc")))
+    assert [cell.digest for cell in debug_plan.cells] == [cell.digest for cell in plan.cells]
+
+
+def test_failures_are_recorded_and_retried_only_on_request(make_sweep, tracking: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    path = make_sweep(name="fail")
+    flag = path.parent / "bug"
+    flag.touch()
+    monkeypatch.setenv("ORCH_TEST_FAIL_SEED", "2")
+    monkeypatch.setenv("ORCH_TEST_FAIL_FLAG", str(flag))
+    _, store, _ = submit(path, "local", tracking)
+    assert wait(store, "fail", poll_s=0.5, timeout_s=300) == {"finished": 2, "failed": 2}
+    failed = store.cell_rows(store.require_sweep("fail").id, states=["failed"])
+    assert all("failing seed 2 on purpose" in row.reason for row in failed)
+    flag.unlink()  # the bug is fixed
+    _, _, report = submit(path, "local", tracking)
+    assert report.submitted == 0 and report.not_submitted == {"finished": 2, "failed": 2}
+    _, _, report = submit(path, "local", tracking, retry_failed=True)
+    assert report.submitted == 2
+    assert wait(store, "fail", poll_s=0.5, timeout_s=300) == {"finished": 4}
+
+
+def test_a_changed_sweep_adds_only_its_new_cells(make_sweep, tracking: str) -> None:
+    _, store, _ = submit(make_sweep(name="grow", seeds="[1]"), "debug", tracking)
+    _, _, report = submit(make_sweep(name="grow", seeds="[1, 2]"), "debug", tracking)
+    assert (report.cells, report.new, report.submitted) == (4, 2, 2)
+    assert store.counts(store.require_sweep("grow").id) == {"finished": 4}
+
+
+@pytest.mark.slow
+def test_cancel_then_resume_continues_the_same_mlflow_run(make_sweep, tracking: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.5")
+    _, store, _ = submit(make_sweep(name="stop", steps=30, seeds="[1]"), "local", tracking)
+    sweep = store.require_sweep("stop")
+    wait_for(lambda: store.counts(sweep.id).get("running", 0) >= 1)
+    wait_for(lambda: any((row.steps_done or 0) >= 0 for row in store.cell_rows(sweep.id, states=["running"])))
+    time.sleep(3)
+    assert cancel(store, "stop") == 2
+    assert wait(store, "stop", poll_s=0.5, timeout_s=120) == {"cancelled": 2}
+    report = resume(store, "stop")
+    assert report.submitted == 2
+    assert wait(store, "stop", poll_s=0.5, timeout_s=300) == {"finished": 2}
+    runs = runs_by_cell(tracking, "stop")
+    resumed = [metric_values(tracking, run.info.run_id, "test/resumed_from") for run in runs.values()]
+    assert any(max(values) > 0 for values in resumed), resumed  # a cell stopped mid-way resumed its checkpoint
+    assert all(metric_values(tracking, run.info.run_id, "test/step")[-1] == 30 for run in runs.values())
+
+
+@pytest.mark.slow
+def test_local_time_limit_checkpoints_and_requeues(make_sweep, tracking: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """submitit's local controller sends SIGUSR2 `signal_delay_s` before `time_min`: the job checkpoints, exits with
+    the requeue code, and runs again into the same MLflow run."""
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "1.0")
+    # 45 one-second steps cannot fit before the signal at 30 s: at least one requeue, whatever the machine's load.
+    path = make_sweep(name="limit", steps=45, seeds="[1]", delay=30, time_min=1, requeues=10)
+    _, store, _ = submit(path, "local", tracking)
+    assert wait(store, "limit", poll_s=0.5, timeout_s=400) == {"finished": 2}
+    sweep = store.require_sweep("limit")
+    for row in store.cell_rows(sweep.id):
+        assert row.requeues >= 1 and row.attempts >= 2
+        assert [attempt.state for attempt in store.attempts(row.id)][-1] == "finished"
+    for run in runs_by_cell(tracking, "limit").values():
+        assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0
+
+
+@pytest.mark.slow
+def test_a_killed_job_is_marked_failed_and_retried(make_sweep, tracking: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.5")
+    _, store, _ = submit(make_sweep(name="kill", steps=20, seeds="[1]"), "local", tracking)
+    sweep = store.require_sweep("kill")
+    wait_for(lambda: store.counts(sweep.id).get("running", 0) >= 1)
+    (victim,) = store.cell_rows(sweep.id, states=["running"])[:1]
+    (attempt,) = store.attempts(victim.id)[-1:]
+    os.kill(attempt.pid, signal.SIGKILL)  # the job dies without a word (as on an OOM kill)
+    wait(store, "kill", poll_s=0.5, timeout_s=300)
+    (dead,) = store.cell_rows(sweep.id, digests=[victim.digest])
+    assert dead.state == "failed" and "code" in dead.reason and "without reporting" in dead.reason
+    resume(store, "kill", retry_failed=True)
+    assert wait(store, "kill", poll_s=0.5, timeout_s=300) == {"finished": 2}

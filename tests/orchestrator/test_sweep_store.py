@@ -1,0 +1,145 @@
+"""The state store: schema versioning, idempotent cells, the attempt lifecycle reported by jobs, and concurrent
+writers. Runs on SQLite; set ORCH_TEST_POSTGRES_URL (scripts/setup_postgres.sh prints one) to run it on
+PostgreSQL too."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from orchestrator.errors import OrchError
+from orchestrator.states import State
+from orchestrator.store import Store, Submission
+
+POSTGRES_ENV = "ORCH_TEST_POSTGRES_URL"
+
+
+def _fresh_postgres(url: str) -> str:
+    """A clean schema for each test: drop every table of the test database."""
+    store = Store(url)
+    with store.engine.begin() as connection:
+        connection.execute(text("DROP TABLE IF EXISTS attempts, cells, sweeps, orch_meta CASCADE"))
+    store.dispose()
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'orch.db'}"
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (bash scripts/setup_postgres.sh starts one and prints it)")
+    return _fresh_postgres(url)
+
+
+def _cells(count: int, start: int = 0) -> list[dict]:
+    return [
+        {"digest": f"{index:016x}", "position": index, "axis": None, "seed": index, "backend": "torch",
+         "settings_json": "{}", "overrides_json": json.dumps([f"seed={index}"]), "varied_json": "{}",
+         "resources_json": "{}"}
+        for index in range(start, start + count)
+    ]
+
+
+def _sweep(store: Store, name: str = "s") -> int:
+    row = store.save_sweep({"name": name, "spec_path": "s.yaml", "spec_text": "name: s", "executor": "local",
+                            "cluster_json": json.dumps({"max_requeues": 2}), "run_dir": "/tmp/s"})
+    return row.id
+
+
+def test_schema_is_created_and_versioned(store_url: str) -> None:
+    store = Store.open(store_url)
+    Store.open(store_url)  # opening again checks, does not recreate
+    with store.engine.begin() as connection:
+        connection.execute(text("UPDATE orch_meta SET value = '99' WHERE key = 'schema_version'"))
+    with pytest.raises(OrchError, match="schema version 99, this orch understands 1; upgrade orch"):
+        Store.open(store_url)
+
+
+def test_open_without_create_refuses_empty(tmp_path: Path) -> None:
+    with pytest.raises(OrchError, match="no orch store here"):
+        Store.open(f"sqlite:///{tmp_path / 'none.db'}", create=False)
+
+
+def test_cells_are_added_once(store_url: str) -> None:
+    store = Store.open(store_url)
+    sweep_id = _sweep(store)
+    assert store.add_cells(sweep_id, _cells(5)) == 5
+    assert store.add_cells(sweep_id, _cells(7)) == 2  # a grown sweep adds only its new cells
+    assert store.counts(sweep_id) == {"pending": 7}
+    assert [row.digest for row in store.find_cells(sweep_id, ["0000000000000003"])] == ["0000000000000003"]
+    with pytest.raises(OrchError, match="matches 7 cells"):
+        store.find_cells(sweep_id, ["0000"])
+
+
+def test_attempt_lifecycle(store_url: str) -> None:
+    store = Store.open(store_url)
+    sweep_id = _sweep(store)
+    store.add_cells(sweep_id, _cells(2))
+    first, second = store.cell_rows(sweep_id)
+    attempts = store.record_submissions("slurm", [first.id, second.id])
+    store.assign_jobs([Submission(first.id, attempts[first.id], "7_0", "/o", "/e")])
+    assert store.counts(sweep_id) == {"queued": 2}
+
+    attempt = store.job_started(first.id, "slurm", "7_0", "node1", 42)
+    assert attempt == attempts[first.id]  # the queued attempt is reused
+    store.heartbeat(attempt)
+    assert store.job_ended(attempt, State.REQUEUED, "preempted", steps_done=5) == State.REQUEUED
+    restarted = store.job_started(first.id, "slurm", "7_0", "node1", 43)  # same job id after a requeue
+    assert restarted != attempt
+    store.job_ended(restarted, State.FINISHED, steps_done=10, mlflow_run_id="run1")
+    rows = {row.id: row for row in store.cell_rows(sweep_id)}
+    assert (rows[first.id].state, rows[first.id].attempts, rows[first.id].requeues) == ("finished", 2, 1)
+    assert rows[first.id].steps_done == 10
+    assert [a.state for a in store.attempts(first.id)] == ["requeued", "finished"]
+
+    assert store.mark([second.id], State.CANCELLED, "by test") == 1
+    assert store.job_started(second.id, "slurm", "7_1", "node1", 44) is None  # cancelled: the job must not run
+    assert store.mark([first.id], State.LOST, "gone") == 0  # finished cells are not active
+    context = store.job_context(first.id)
+    assert (context.overrides, context.max_requeues, context.sweep) == (["seed=0"], 2, "s")
+
+
+def test_cancel_wins_over_a_late_requeue_request(store_url: str) -> None:
+    store = Store.open(store_url)
+    sweep_id = _sweep(store)
+    store.add_cells(sweep_id, _cells(1))
+    (cell,) = store.cell_rows(sweep_id)
+    store.record_submissions("local", [cell.id])
+    attempt = store.job_started(cell.id, "local", "99", "h", 1)
+    store.mark([cell.id], State.CANCELLED, "orch cancel")
+    assert store.job_ended(attempt, State.REQUEUED, "stopped on SIGTERM") == State.CANCELLED
+
+
+HAMMER = """
+import os, sys
+from orchestrator.states import State
+from orchestrator.store import Store
+store = Store.open(sys.argv[1], create=False)
+for cell_id in map(int, sys.argv[2:]):
+    attempt = store.job_started(cell_id, "local", str(cell_id), "h", os.getpid())
+    for _ in range(10):
+        store.heartbeat(attempt)
+    store.job_ended(attempt, State.FINISHED, steps_done=1)
+"""
+
+
+def test_concurrent_job_reports(store_url: str) -> None:
+    """Many jobs writing at once: no 'database is locked', every report lands."""
+    store = Store.open(store_url)
+    sweep_id = _sweep(store)
+    store.add_cells(sweep_id, _cells(40))
+    ids = [row.id for row in store.cell_rows(sweep_id)]
+    store.record_submissions("local", ids)
+    store.dispose()
+    workers = [subprocess.Popen([sys.executable, "-c", HAMMER, store_url, *map(str, ids[index::4])])
+               for index in range(4)]
+    assert [worker.wait(120) for worker in workers] == [0, 0, 0, 0]
+    assert store.counts(sweep_id) == {"finished": 40}

@@ -1,0 +1,85 @@
+"""Composing the training config: groups, overrides and the errors for bad input (before any work)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import OrchError
+from recipes import backends
+from recipes.backends import TrainResult, backend_names, get_backend, register_backend
+from recipes.config import compose_train_config, config_groups, filter_config_from, flatten_config
+
+
+def test_default_config_composes_every_group() -> None:
+    cfg = compose_train_config([])
+    assert (cfg.task.name, cfg.algorithm.name, cfg.model.name, cfg.filter.name) == ("sokoban", "ppo", "tiny", "top_p")
+    assert cfg.backend == "torch" and cfg.mlflow.run_id is None
+    assert filter_config_from(cfg).value == 0.9
+
+
+def test_every_option_of_every_group_composes() -> None:
+    groups = config_groups()
+    assert set(groups) == {"task", "algorithm", "model", "filter", "trainer"}
+    for group, options in groups.items():
+        for option in options:
+            extra = ["model.path=/"] if (group, option) == ("model", "hf") else []
+            cfg = compose_train_config([f"{group}={option}", *extra])
+            assert cfg[group].get("name", option) == option or group in ("trainer", "task")
+
+
+def test_algorithm_defaults_follow_the_paper() -> None:
+    ppo = compose_train_config(["algorithm=ppo"]).algorithm
+    assert (ppo.clip_ratio_low, ppo.clip_ratio_high, ppo.entropy_coeff, ppo.use_kl) == (0.2, 0.28, 0.001, False)
+    assert compose_train_config(["algorithm=grpo"]).algorithm.loss_agg_mode == "seq-mean-token-mean"
+    drgrpo = compose_train_config(["algorithm=drgrpo"]).algorithm
+    assert (drgrpo.norm_adv_by_std, drgrpo.loss_agg_mode) == (False, "seq-mean-token-sum-norm")
+    dapo = compose_train_config(["algorithm=dapo"]).algorithm
+    assert dapo.dynamic_sampling and dapo.loss_agg_mode == "token-mean"
+
+
+def test_overrides_apply() -> None:
+    cfg = compose_train_config(["task=frozenlake", "task.env.slip=0.2", "filter.value=0.95", "trainer.total_steps=3"])
+    assert (cfg.task.env.slip, cfg.filter.value, cfg.trainer.total_steps) == (0.2, 0.95, 3)
+    assert flatten_config(cfg)["task.env.slip"] == "0.2"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["task=chess"], "unknown task option 'chess'; valid choices: countdown, frozenlake, metamathqa, sokoban"),
+        (["trainer.bogus=1"], "unknown config key 'bogus' under 'trainer'; valid choices: checkpoint_dir"),
+        (["nosuch.key=1"], "unknown config key 'nosuch' under '(top level)'"),
+        (["task.env.colour=red"], "under 'task.env'; valid choices: format_penalty"),
+        (["+extra=1"], "adding or deleting keys is not supported"),
+        (["seed=1,2"], "sweeps belong in a sweep file"),
+        (["seed"], "cannot parse"),
+        (["filter.strategy=top_q"], "config key filter.strategy"),
+        (["filter.value=1.5"], "rho must be in (0, 1]"),
+        (["algorithm.loss_agg_mode=mean"], "valid choices: seq-mean-token-mean"),
+        (["backend=jax"], "unknown value 'jax'; valid choices: "),  # the registry is open: tests may add backends
+        (["trainer.device=tpu"], "valid choices: cpu, cuda, cuda:N"),
+        (["trainer.samples_per_prompt=1"], "needs >= 2 samples per prompt; use filter=none"),
+        (["trainer.total_steps=0"], "config key trainer.total_steps: must be >= 1"),
+        (["model=hf"], "config key model.path: required value not set"),
+        (["task=frozenlake", "task.env.slip=2"], "env frozenlake: slip=2"),
+        (["task.name=chess"], "unknown environment 'chess'; valid choices: countdown"),
+        (["model=hf", "model.path=/no/such/folder"], "is not a local Hugging Face checkpoint folder"),
+    ],
+)
+def test_bad_overrides_name_the_key_and_the_choices(overrides: list[str], expected: str) -> None:
+    with pytest.raises(OrchError) as info:
+        compose_train_config(overrides)
+    assert expected in str(info.value)
+
+
+def test_backend_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "torch" in backend_names()
+    with pytest.raises(OrchError, match="unknown trainer backend 'jax'; valid choices: .*torch"):
+        get_backend("jax")
+    monkeypatch.setattr(backends, "_BACKENDS", dict(backends._BACKENDS))  # undo the registration below
+
+    @register_backend("unit-test")
+    def fake(cfg, should_stop=None) -> TrainResult:
+        return TrainResult("finished", 0, "run", "")
+
+    assert get_backend("unit-test") is fake

@@ -1,0 +1,48 @@
+"""The batched sampler: left-padded static-cache decoding equals unpadded full forwards, replies are recorded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from envs import demonstrations
+from orchestrator.errors import OrchError
+from recipes.models import load_policy
+from recipes.sampler import Sampler
+
+
+def greedy_reference(model, context: list[int], steps: int, stop: int) -> list[int]:
+    """Greedy decoding by full forward passes of one unpadded sequence (no cache, no mask)."""
+    ids = list(context)
+    for _ in range(steps):
+        with torch.no_grad():
+            token = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+        ids.append(token)
+        if token == stop:
+            break
+    return ids[len(context):]
+
+
+def test_cached_multi_turn_decoding_matches_unpadded_forwards(micro_folder, encoder) -> None:
+    """Left-padded batches, KV reuse across turns and shared first-turn contexts change nothing (greedy decoding)."""
+    model = load_policy(micro_folder, "float32", "cpu")
+    chats = demonstrations("sokoban", 2, seed=4)
+    histories = [chats[0][:2], chats[0][:2], chats[1][:4] if len(chats[1]) > 4 else chats[1][:2]]
+    sampler = Sampler(model, encoder, max_new_tokens=12, temperature=1e-5, max_context_tokens=4096)
+    for turn in range(3):
+        replies = sampler(histories)
+        for history, reply in zip(histories, replies, strict=True):
+            context = encoder.encode(history, sampler.generated, add_generation_prompt=True).input_ids
+            expected = greedy_reference(model, context, 12, encoder.end_of_turn_id)
+            assert sampler.generated[reply] == expected, f"turn {turn}"
+            body = expected[:-1] if expected[-1] == encoder.end_of_turn_id else expected
+            assert reply == encoder.tokenizer.decode(body, skip_special_tokens=True)
+        histories = [[*history, {"role": "assistant", "content": reply},
+                      {"role": "user", "content": f"Turn {turn + 2}: observation {row}"}]
+                     for row, (history, reply) in enumerate(zip(histories, replies, strict=True))]
+
+
+def test_context_limit_is_a_clear_error(micro_folder, encoder) -> None:
+    sampler = Sampler(load_policy(micro_folder, "float32", "cpu"), encoder, 16, 1.0, max_context_tokens=32)
+    with pytest.raises(OrchError, match="trainer.max_context_tokens=32"):
+        sampler([demonstrations("countdown", 1, seed=0)[0][:2]])

@@ -1,0 +1,41 @@
+"""`orch train`: Hydra overrides, config errors exit 2, SIGUSR2 checkpoints and exits with the requeue code."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from recipes.checkpoint import REQUEUE_EXIT_CODE, latest_checkpoint
+
+
+def test_print_config_and_bad_overrides() -> None:
+    runner = CliRunner()
+    shown = runner.invoke(app, ["train", "--print-config", "task=frozenlake", "filter.value=0.95"])
+    assert shown.exit_code == 0 and "name: frozenlake" in shown.output and "value: 0.95" in shown.output
+    bad = runner.invoke(app, ["train", "algorithm=reinforce"])
+    assert bad.exit_code == 2
+    assert "unknown algorithm option 'reinforce'; valid choices: dapo, drgrpo, grpo, ppo" in bad.output
+
+
+def test_sigusr2_checkpoints_at_the_step_boundary_and_exits_75(train_overrides, tmp_path) -> None:
+    overrides = [o for o in train_overrides if not o.startswith("trainer=")]
+    command = [sys.executable, "-m", "orchestrator.cli", "train", "trainer=test", *overrides, "algorithm=grpo",
+               "task=countdown", "filter=none", "trainer.total_steps=500", "trainer.val_every=0",
+               "trainer.save_every=0", "trainer.dump_every=0"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    deadline = time.monotonic() + 300
+    for line in process.stderr:
+        if "step 1/500" in line:
+            process.send_signal(signal.SIGUSR2)
+            break
+        assert time.monotonic() < deadline, "the run did not reach step 1"
+    rest = process.stderr.read()
+    assert process.wait(timeout=300) == REQUEUE_EXIT_CODE, rest[-2000:]
+    checkpoint = latest_checkpoint(tmp_path / "checkpoints")
+    assert checkpoint is not None and int(checkpoint.name.split("_")[1]) < 500

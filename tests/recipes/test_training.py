@@ -1,0 +1,178 @@
+"""End-to-end runs of the torch backend on CPU (micro model, 2 prompts x 2 samples): every algorithm, filtering,
+empty batches, checkpoint/resume equivalence, pre-emption, MLflow bookkeeping and the rollout-batch artifacts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+import recipes.filtering
+from analysis.rollouts import load_rollout_batch
+from orchestrator.errors import OrchError
+from recipes import hooks
+from recipes.backends import run_training
+from recipes.checkpoint import latest_checkpoint
+from recipes.config import compose_train_config
+
+
+def client(overrides: list[str]) -> MlflowClient:
+    uri = next(o.split("=", 1)[1] for o in overrides if o.startswith("mlflow.tracking_uri="))
+    return MlflowClient(uri)
+
+
+def history(mlflow: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    """Every metric's (step, value) list, timing excluded (wall time differs between runs)."""
+    keys = mlflow.get_run(run_id).data.metrics
+    return {
+        key: sorted((m.step, m.value) for m in mlflow.get_metric_history(run_id, key))
+        for key in keys if not key.startswith("timing_s/")
+    }
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["algorithm=ppo", "task=sokoban"],
+        ["algorithm=grpo", "task=frozenlake", "algorithm.use_kl=true"],
+        ["algorithm=dapo", "task=countdown"],
+        ["algorithm=drgrpo", "task=metamathqa"],
+    ],
+    ids=["ppo", "grpo-kl", "dapo", "drgrpo"],
+)
+def test_two_steps_of_every_algorithm(train_overrides, extra) -> None:
+    overrides = [*train_overrides, "filter=none", *extra]
+    result = run_training(compose_train_config(overrides))
+    assert (result.status, result.steps_done) == ("finished", 2), result.reason
+    mlflow = client(overrides)
+    run = mlflow.get_run(result.mlflow_run_id)
+    metrics = history(mlflow, result.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert [step for step, _ in metrics["actor/pg_loss"]] == [1, 2]
+    assert [step for step, _ in metrics["val/success_rate"]] == [0, 1, 2]
+    assert all(math.isfinite(value) for values in metrics.values() for _, value in values)
+    assert ("critic/vf_loss" in metrics) == ("ppo" in extra[0])
+    assert ("actor/kl_loss" in metrics) == ("algorithm.use_kl=true" in extra)
+    for key in ("rollout/kept_ratio", "actor/entropy", "actor/grad_norm", "response_length/mean", "timing_s/gen"):
+        assert key in run.data.metrics
+    assert {run.data.tags[k] for k in ("task", "algorithm", "model", "backend")} >= {"torch", "micro"} - {"micro"}
+    assert run.data.params["algorithm.name"] == extra[0].split("=")[1]
+    artifacts = [a.path for a in mlflow.list_artifacts(result.mlflow_run_id, "rollouts")]
+    assert artifacts == ["rollouts/step_0001.parquet", "rollouts/step_0002.parquet"]
+    frame = load_rollout_batch(mlflow.download_artifacts(result.mlflow_run_id, artifacts[0], str(Path.cwd())))
+    assert len(frame) == 4 and set(frame["step"]) == {1}
+    assert {"prompt_id", "reward", "sample", "response_length", "prompt", "response", "turns", "success"} <= set(frame)
+    assert sorted(frame.groupby("prompt_id")["sample"].apply(list).sum()) == [0, 0, 1, 1]
+
+
+class Recorder(hooks.StepHook):
+    """A step hook that records what reached the update."""
+
+    seen: list[dict] = []
+
+    def on_batch(self, ctx: hooks.StepContext) -> dict[str, float]:
+        Recorder.seen.append({"all": list(ctx.group_ids), "update": list(ctx.batch.group_ids)})
+        return {}
+
+
+@pytest.fixture()
+def recorder(monkeypatch):
+    monkeypatch.setattr(hooks, "_HOOKS", {**hooks._HOOKS, "recorder": Recorder})
+    Recorder.seen = []
+    return Recorder
+
+
+def test_filter_shrinks_the_update_to_exactly_the_kept_groups(train_overrides, recorder, monkeypatch) -> None:
+    """4 groups; the real filter runs on synthetic rewards in which only the first group has real spread."""
+    real_filter = recipes.filtering.filter_groups
+
+    def synthetic(rewards, group_ids, config):
+        first = group_ids == group_ids[0]
+        spread = np.where(first, np.arange(len(rewards)) * 10.0, 0.0)
+        return real_filter(np.asarray(rewards) * 0 + spread + 0.01 * (~first) * np.arange(len(rewards)), group_ids,
+                           config)
+
+    monkeypatch.setattr(recipes.filtering, "filter_groups", synthetic)
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=top_p", "trainer.total_steps=1",
+                 "trainer.prompts_per_step=4", "trainer.val_every=0", "hooks=[recorder]"]
+    result = run_training(compose_train_config(overrides))
+    metrics = client(overrides).get_run(result.mlflow_run_id).data.metrics
+    (seen,) = recorder.seen
+    assert len(seen["all"]) == 8 and seen["update"] == [seen["all"][0]] * 2  # exactly the kept group's 2 samples
+    assert metrics["rollout/kept_groups"] == 1 and metrics["rollout/kept_ratio"] == 0.25
+    assert metrics["rollout/update_trajectories"] == 2
+    assert metrics["actor/optimizer_steps"] == 1  # mini-batches of 2: 1 instead of 4 without filtering
+
+
+def test_empty_batches_skip_the_update_and_stop_the_run(train_overrides) -> None:
+    """A random policy earns the same (format-penalty) return on every sample: no group has reward variance."""
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=top_p", "trainer.total_steps=5",
+                 "trainer.max_empty_steps=2", "trainer.val_every=0"]
+    result = run_training(compose_train_config(overrides))
+    assert (result.status, result.steps_done) == ("stopped", 2)
+    assert "trainer.max_empty_steps" in result.reason
+    metrics = client(overrides).get_run(result.mlflow_run_id).data.metrics
+    assert metrics["rollout/kept_groups"] == 0 and metrics["rollout/empty_steps"] == 2
+    assert "actor/pg_loss" not in metrics
+
+
+def test_resume_equals_an_uninterrupted_run(train_overrides, tmp_path) -> None:
+    base = [*train_overrides, "algorithm=ppo", "task=countdown", "filter=none", "trainer.val_every=2",
+            "trainer.save_every=0"]
+    straight = run_training(compose_train_config(
+        [*base, "trainer.total_steps=4", f"trainer.checkpoint_dir={tmp_path / 'straight'}"]))
+    split = [*base, f"trainer.checkpoint_dir={tmp_path / 'split'}"]
+    first = run_training(compose_train_config([*split, "trainer.total_steps=2"]))
+    second = run_training(compose_train_config([*split, "trainer.total_steps=4"]))
+    assert (first.status, second.status, second.steps_done) == ("finished", "finished", 4)
+    assert first.mlflow_run_id == second.mlflow_run_id  # the resumed run continues the same MLflow run
+    mlflow = client(base)
+    expected, got = history(mlflow, straight.mlflow_run_id), history(mlflow, second.mlflow_run_id)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert [s for s, _ in got[key]] == [s for s, _ in expected[key]], key  # no duplicated, no missing steps
+        assert np.allclose([v for _, v in got[key]], [v for _, v in expected[key]], rtol=1e-5, atol=1e-6), key
+
+
+def test_stop_request_checkpoints_and_resume_finishes(train_overrides, tmp_path) -> None:
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=3",
+                 "trainer.save_every=0", "trainer.val_every=0"]
+    calls = iter([False, True])
+    preempted = run_training(compose_train_config(overrides), should_stop=lambda: next(calls))
+    assert (preempted.status, preempted.steps_done) == ("preempted", 1)
+    assert latest_checkpoint(tmp_path / "checkpoints").name == "step_000001"
+    mlflow = client(overrides)
+    assert mlflow.get_run(preempted.mlflow_run_id).info.status == "KILLED"
+    resumed = run_training(compose_train_config(overrides))
+    assert (resumed.status, resumed.steps_done, resumed.mlflow_run_id) == ("finished", 3, preempted.mlflow_run_id)
+    steps = [m.step for m in mlflow.get_metric_history(resumed.mlflow_run_id, "actor/pg_loss")]
+    assert steps == [1, 2, 3]
+
+
+def test_attaches_to_a_precreated_run(train_overrides) -> None:
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=1",
+                 "trainer.val_every=0"]
+    mlflow = client(overrides)
+    experiment = mlflow.get_experiment_by_name("sweep-x") or mlflow.get_experiment(mlflow.create_experiment("sweep-x"))
+    run_id = mlflow.create_run(experiment.experiment_id, run_name="cell").info.run_id
+    result = run_training(compose_train_config([*overrides, f"mlflow.run_id={run_id}"]))
+    assert result.mlflow_run_id == run_id and mlflow.get_run(run_id).info.status == "FINISHED"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["algorithm.name=reinforce"], "unknown algorithm 'reinforce'; valid choices: dapo, drgrpo, grpo, ppo"),
+        (["task.env.max_turns=0"], "env sokoban: max_turns=0"),
+        (["hooks=[nosuch]"], "unknown step hook 'nosuch'"),
+        (["mlflow.run_id=doesnotexist"], "config key mlflow.run_id: no run 'doesnotexist'"),
+    ],
+)
+def test_bad_config_fails_before_any_work(train_overrides, tmp_path, extra, message) -> None:
+    overrides = [*train_overrides, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'fresh.db'}", *extra]
+    with pytest.raises(OrchError, match=message):
+        run_training(compose_train_config(overrides))
+    assert not (tmp_path / "checkpoints").exists()

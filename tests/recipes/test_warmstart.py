@@ -1,0 +1,34 @@
+"""Warm start: SFT on demonstrations, cached by the hash of its inputs (a sweep trains it once)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from recipes import warmstart
+from recipes.config import compose_train_config
+from recipes.warmstart import REPORT_FILE, warm_start_folder
+from tests.recipes.conftest import MICRO
+
+SETTINGS = ["model.warm_start.demos=4", "model.warm_start.epochs=1", "model.warm_start.eval_episodes=2",
+            "model.warm_start.max_response_tokens=16", "model.warm_start.batch_size=2"]
+
+
+def test_warm_start_is_trained_once_and_cached(micro_folder, session_dir, monkeypatch) -> None:
+    monkeypatch.setenv("ORCH_CACHE_DIR", str(session_dir / "cache"))
+    cfg = compose_train_config([*MICRO, "task=countdown", *SETTINGS])
+    env = dict(cfg.task.env)
+    folder, report = warm_start_folder(cfg.model, micro_folder, "countdown", env, "cpu")
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
+    assert {"format_validity", "success", "epochs", "seconds", "history"} <= set(report)
+    assert report == json.loads((folder / REPORT_FILE).read_text()) and report["epochs"] == 1
+
+    def must_not_train(*args, **kwargs):
+        raise AssertionError("the cached warm start was trained again")
+
+    monkeypatch.setattr(warmstart, "train_warm_start", must_not_train)
+    assert warm_start_folder(cfg.model, micro_folder, "countdown", env, "cpu")[0] == folder
+    changed = compose_train_config([*MICRO, "task=countdown", *SETTINGS, "model.warm_start.lr=0.01"])
+    with pytest.raises(AssertionError, match="trained again"):  # another input: another cache entry
+        warm_start_folder(changed.model, micro_folder, "countdown", env, "cpu")
