@@ -118,3 +118,19 @@ def test_log_probs_on_loss_positions_equal_the_full_forward(encoder, micro_folde
     assert torch.allclose(log_probs[0, 1:], expected, atol=1e-5)
     expected_entropy = -(full.exp() * full).sum(-1) * batch.loss_mask[0, 1:]
     assert torch.allclose(entropy[0, 1:], expected_entropy, atol=1e-4)
+
+
+def test_a_template_that_rewrites_history_is_refused(micro_folder, chat) -> None:
+    from orchestrator.errors import OrchError
+    from recipes.chat import ChatEncoder
+    from recipes.models import load_tokenizer
+
+    tokenizer = load_tokenizer(micro_folder)
+    tokenizer.chat_template = (  # drops the reasoning of earlier replies, as some reasoning-model templates do
+        "{%- for m in messages %}{{- '<|im_start|>' + m['role'] + '\\n' }}"
+        "{%- if m['role'] == 'assistant' and not loop.last %}{{- m['content'].split('</think>')[-1] }}"
+        "{%- else %}{{- m['content'] }}{%- endif %}{{- '<|im_end|>\\n' }}{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+    with pytest.raises(OrchError, match="re-renders earlier turns differently"):
+        ChatEncoder(tokenizer).encode(chat)

@@ -46,3 +46,13 @@ def test_context_limit_is_a_clear_error(micro_folder, encoder) -> None:
     sampler = Sampler(load_policy(micro_folder, "float32", "cpu"), encoder, 16, 1.0, max_context_tokens=32)
     with pytest.raises(OrchError, match="trainer.max_context_tokens=32"):
         sampler([demonstrations("countdown", 1, seed=0)[0][:2]])
+
+
+def test_sampling_follows_the_softmax_at_the_temperature() -> None:
+    from recipes.sampler import sample
+
+    torch.manual_seed(0)
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).repeat(40000, 1)
+    for temperature in (1.0, 0.5):
+        counts = torch.bincount(sample(logits, temperature)[:, 0], minlength=4).float() / len(logits)
+        assert torch.allclose(counts, torch.softmax(logits[0] / temperature, dim=-1), atol=0.01)

@@ -162,6 +162,28 @@ def test_attaches_to_a_precreated_run(train_overrides) -> None:
     assert result.mlflow_run_id == run_id and mlflow.get_run(run_id).info.status == "FINISHED"
 
 
+def test_a_local_hugging_face_checkpoint_is_a_model(train_overrides, micro_folder, tmp_path) -> None:
+    """model=hf with a folder: its own tokenizer and chat template (here one that injects a default system prompt
+    when there is none, as Qwen2.5's does)."""
+    import shutil
+
+    from recipes.models import load_tokenizer
+
+    folder = tmp_path / "checkpoint"
+    shutil.copytree(micro_folder, folder, ignore=shutil.ignore_patterns("inputs.json"))
+    tokenizer = load_tokenizer(folder)
+    tokenizer.chat_template = (
+        "{%- if messages[0]['role'] != 'system' %}{{- '<|im_start|>system\\nBe helpful.<|im_end|>\\n' }}{%- endif %}"
+        + tokenizer.chat_template
+    )
+    tokenizer.save_pretrained(folder)
+    overrides = [*train_overrides, "model=hf", f"model.path={folder}", "algorithm=grpo", "task=countdown",
+                 "filter=none", "trainer.total_steps=1", "trainer.val_every=0"]
+    result = run_training(compose_train_config(overrides))
+    assert result.status == "finished"
+    assert client(overrides).get_run(result.mlflow_run_id).data.tags["model"] == "hf"
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
