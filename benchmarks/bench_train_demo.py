@@ -12,6 +12,7 @@ Extra arguments are Hydra overrides (e.g. `algorithm=grpo trainer.val_size=32`).
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -43,10 +44,12 @@ def main() -> None:
           f"{warm.get('epochs')} epochs, held-out format validity {warm.get('format_validity', float('nan')):.3f}, "
           f"success {warm.get('success', float('nan')):.3f})")
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     result = run_training(cfg)
-    wall = time.perf_counter() - start
-    print(f"run: {result.status} after {result.steps_done} steps in {wall:.1f} s ({wall / 60:.2f} min) -- {result.reason}")
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    print(f"run: {result.status} after {result.steps_done} steps in {wall:.1f} s ({wall / 60:.2f} min) wall, "
+          f"{cpu:.1f} s CPU ({cpu / 60:.2f} min; about the wall time on a core of its own) -- {result.reason}")
+    print(f"machine load average (1/5/15 min) at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     client = MlflowClient(cfg.mlflow.tracking_uri)
     run = client.get_run(result.mlflow_run_id)

@@ -15,6 +15,7 @@ through checkpoints.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,8 @@ class StepContext:
     trajectories: the step's `envs.Trajectory` list, before filtering (T of them).
     group_ids: (T,) prompt id of each trajectory.
     generated: reply text -> sampled token ids (to rebuild exact sequences via `encoder.encode`).
+    metrics: the step's metrics computed so far (rollout, filter, ...); read them, return yours.
+    validation: the latest `val/*` metrics (from step 0 on; empty when validation is off).
     batch: the kept trajectories as a `recipes.batch.TrainBatch` with advantages (only in `on_batch`).
     stop_reason: set to stop the run after this step.
     """
@@ -46,6 +49,8 @@ class StepContext:
     trajectories: list[Any]
     group_ids: np.ndarray
     generated: dict[str, list[int]]
+    metrics: dict[str, float]
+    validation: dict[str, float]
     batch: Any = None
     stop_reason: str | None = None
 
@@ -70,6 +75,8 @@ class StepHook:
 
 
 _HOOKS: dict[str, type[StepHook]] = {}
+# Hook name -> module that registers it, imported on first use (so the trainer need not import every hook).
+HOOK_MODULES: dict[str, str] = {}
 
 
 def register_hook(name: str) -> Callable[[type[StepHook]], type[StepHook]]:
@@ -84,7 +91,10 @@ def build_hooks(names: list[str], cfg: Any) -> dict[str, StepHook]:
     """One instance per enabled name, in order; OrchError for unknown names."""
     built = {}
     for name in names:
+        if name not in _HOOKS and name in HOOK_MODULES:
+            importlib.import_module(HOOK_MODULES[name])
         if name not in _HOOKS:
-            raise choices_error("step hook", name, sorted(_HOOKS) or ["(none registered)"], where="config key hooks")
+            raise choices_error("step hook", name, sorted(set(_HOOKS) | set(HOOK_MODULES)) or ["(none registered)"],
+                                where="config key hooks")
         built[name] = _HOOKS[name](cfg)
     return built

@@ -295,13 +295,13 @@ def train(
     tracker.set_tags({"task": cfg.task.name, "algorithm": cfg.algorithm.name, "model": cfg.model.name,
                       "backend": "torch", "filter": cfg.filter.name, "orch.checkpoint_dir": str(checkpoint_dir)})
     tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-    start_step, empty_steps = 0, 0
+    start_step, empty_steps, validation = 0, 0, {}  # validation: the latest val/* metrics (hooks read them)
     if resumed is not None:
         models.load_state_dict(resumed)
         for name, hook in hooks.items():
             hook.load_state_dict(resumed["hooks"].get(name, {}))
         restore_rng_states(resumed["rng"])
-        start_step, empty_steps = resumed["step"], resumed["empty_steps"]
+        start_step, empty_steps, validation = resumed["step"], resumed["empty_steps"], resumed["validation"]
         replayed = tracker.last_logged_step("timing_s/step")
         if replayed is not None and replayed > start_step:
             log.warning("steps %d..%d were logged after the last checkpoint and are re-run", start_step + 1, replayed)
@@ -311,13 +311,14 @@ def train(
         setup.update({f"warm_start/{k}": float(v) for k, v in warm_start.items() if isinstance(v, int | float)})
         if trainer.val_every:
             with timed(setup, "val"):
-                setup.update(validate(cfg, models.policy, models.encoder, 0))
+                validation = validate(cfg, models.policy, models.encoder, 0)
+            setup.update(validation)
         tracker.log_metrics(setup, step=0)
 
     def checkpoint(step: int) -> None:
         hook_states = {name: hook.state_dict() for name, hook in hooks.items()}
         save_checkpoint(checkpoint_dir, step, {
-            **models.state_dict(), "hooks": hook_states, "empty_steps": empty_steps,
+            **models.state_dict(), "hooks": hook_states, "empty_steps": empty_steps, "validation": validation,
             "mlflow_run_id": tracker.run_id, "config": OmegaConf.to_yaml(cfg, resolve=True),
         })
 
@@ -346,7 +347,8 @@ def train(
 
             # 2 step hooks (diagnostics) on the unfiltered batch
             context = StepContext(step=step, cfg=cfg, policy=models.policy, encoder=models.encoder,
-                                  trajectories=trajectories, group_ids=group_ids, generated=sampler.generated)
+                                  trajectories=trajectories, group_ids=group_ids, generated=sampler.generated,
+                                  metrics=metrics, validation=validation)
             with timed(metrics, "diagnostics"):
                 for hook in hooks.values():
                     metrics.update(hook.on_rollout(context))
@@ -420,12 +422,12 @@ def train(
                                                 settings))
                 if not math.isfinite(metrics["actor/pg_loss"]):
                     status, reason = "failed", f"non-finite policy loss at step {step}"
-                    break
 
             # 8 validation on held-out seeds
-            if trainer.val_every and step % trainer.val_every == 0:
+            if trainer.val_every and step % trainer.val_every == 0 and status != "failed":
                 with timed(metrics, "val"):
-                    metrics.update(validate(cfg, models.policy, models.encoder, step))
+                    validation = validate(cfg, models.policy, models.encoder, step)
+                metrics.update(validation)
             metrics["timing_s/step"] = time.perf_counter() - step_start
 
             # 9 log, checkpoint, stop conditions
@@ -435,6 +437,8 @@ def train(
                 log.info("step %d/%d: success %.3f, kept %.2f, %.1fs", step, trainer.total_steps,
                          metrics["rollout/success_rate"], metrics.get("rollout/kept_ratio", 1.0),
                          metrics["timing_s/step"])
+            if status == "failed":  # logged for diagnosis, never checkpointed
+                break
             stop_now = empty_steps >= trainer.max_empty_steps or context.stop_reason is not None
             if (trainer.save_every and step % trainer.save_every == 0) or step == trainer.total_steps or stop_now:
                 checkpoint(step)

@@ -85,6 +85,39 @@ def recorder(monkeypatch):
     return Recorder
 
 
+class Counting(hooks.StepHook):
+    """A stateful hook: counts its calls, sees the step's metrics and the latest validation."""
+
+    restored: list[dict] = []
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.calls = 0
+
+    def on_rollout(self, ctx: hooks.StepContext) -> dict[str, float]:
+        assert "rollout/reward_mean" in ctx.metrics and "val/success_rate" in ctx.validation
+        assert len(ctx.trajectories) == len(ctx.group_ids) == 4 and ctx.batch is None
+        self.calls += 1
+        return {"hook/calls": float(self.calls)}
+
+    def state_dict(self) -> dict:
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state: dict) -> None:
+        Counting.restored.append(state)
+        self.calls = state["calls"]
+
+
+def test_hook_metrics_and_state_travel_through_checkpoints(train_overrides, monkeypatch) -> None:
+    monkeypatch.setattr(hooks, "_HOOKS", {**hooks._HOOKS, "counting": Counting})
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "hooks=[counting]"]
+    first = run_training(compose_train_config([*overrides, "trainer.total_steps=1"]))
+    second = run_training(compose_train_config([*overrides, "trainer.total_steps=2"]))
+    assert Counting.restored == [{"calls": 1}]
+    history = client(overrides).get_metric_history(second.mlflow_run_id, "hook/calls")
+    assert first.mlflow_run_id == second.mlflow_run_id and [(m.step, m.value) for m in history] == [(1, 1), (2, 2)]
+
+
 def test_filter_shrinks_the_update_to_exactly_the_kept_groups(train_overrides, recorder, monkeypatch) -> None:
     """4 groups; the real filter runs on synthetic rewards in which only the first group has real spread."""
     real_filter = recipes.filtering.filter_groups
@@ -150,6 +183,18 @@ def test_stop_request_checkpoints_and_resume_finishes(train_overrides, tmp_path)
     assert (resumed.status, resumed.steps_done, resumed.mlflow_run_id) == ("finished", 3, preempted.mlflow_run_id)
     steps = [m.step for m in mlflow.get_metric_history(resumed.mlflow_run_id, "actor/pg_loss")]
     assert steps == [1, 2, 3]
+
+
+def test_a_non_finite_loss_fails_the_run_without_a_checkpoint(train_overrides, tmp_path, monkeypatch) -> None:
+    import recipes.torch_backend as backend
+
+    real_update = backend.update_actor
+    monkeypatch.setattr(backend, "update_actor", lambda *a, **k: {**real_update(*a, **k), "actor/pg_loss": math.nan})
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.val_every=0"]
+    result = run_training(compose_train_config(overrides))
+    assert (result.status, result.steps_done) == ("failed", 1) and "non-finite" in result.reason
+    assert client(overrides).get_run(result.mlflow_run_id).info.status == "FAILED"
+    assert latest_checkpoint(tmp_path / "checkpoints") is None
 
 
 def test_attaches_to_a_precreated_run(train_overrides) -> None:
