@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import operator
 import random
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import OrchError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SYSTEM_PREFIX = "You're a helpful assistant. "
 
@@ -33,6 +36,20 @@ class EnvConfig(BaseModel):
     format_penalty: float = Field(
         -0.1, description="Added to the turn reward for unparsable or invalid replies."
     )
+    observation: str = Field(
+        "text", description="How user turns show the state: text, or image (grid tasks; see Env.observe)."
+    )
+
+    # The observation modalities this task can render (grid tasks add image).
+    observations: ClassVar[tuple[str, ...]] = ("text",)
+
+    @field_validator("observation")
+    @classmethod
+    def _observation_available(cls, observation: str) -> str:
+        if observation not in cls.observations:
+            raise ValueError(f"{observation!r} is not available for this task; valid choices: "
+                             f"{', '.join(cls.observations)}")
+        return observation
 
 
 class Env:
@@ -122,8 +139,13 @@ class Env:
         raise NotImplementedError
 
     def render_text(self) -> str:
-        """The current state as text (what the user turn shows)."""
+        """The current state as text (what the user turn shows in text mode)."""
         raise NotImplementedError
+
+    def observe(self) -> tuple[str, np.ndarray | None]:
+        """What the next user turn shows of the current state: (state text, None) with ``observation: text``;
+        grid tasks with ``observation: image`` give (`IMAGE_PLACEHOLDER`, RGB image of shape (H, W, 3), uint8)."""
+        return self.render_text(), None
 
     def demonstrate(self, rng: random.Random) -> tuple[str, list[str]]:
         """An expert's next move from the current state: (reasoning that cites this state's facts, actions)."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envs.base import Env
 from envs.protocol import parse_response, user_turn
 from envs.trajectory import Message, Trajectory, Turn
 from orchestrator.errors import OrchError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Episode:
@@ -23,17 +26,19 @@ class Episode:
         self.max_turns = env.max_turns if max_turns is None else max_turns
         if self.max_turns < 1:
             raise OrchError(f"max_turns must be at least 1, got {self.max_turns}")
-        state, info = env.reset(seed, None if dynamics_seed is None else {"dynamics_seed": dynamics_seed})
+        _, info = env.reset(seed, None if dynamics_seed is None else {"dynamics_seed": dynamics_seed})
         self.success = bool(info["success"])
         self.turns: list[Turn] = []
-        self.messages: list[Message] = [
-            {"role": "system", "content": env.system_prompt},
-            {"role": "user", "content": self._user(state, None, None)},
-        ]
+        self.messages: list[Message] = [{"role": "system", "content": env.system_prompt}]
+        self.image: np.ndarray | None = None  # the image of the last user turn (image observations only)
+        self._show_state(None, None)
         self.done = False
 
-    def _user(self, state: str, last_reward: float | None, last_failure: str | None) -> str:
-        return user_turn(
+    def _show_state(self, last_reward: float | None, last_failure: str | None) -> None:
+        """Append the next user turn: the env's current observation (state text, or the image placeholder with
+        the image kept in `self.image`)."""
+        state, self.image = self.env.observe()
+        content = user_turn(
             turn=len(self.turns) + 1,
             state=state,
             actions_left=self.env.actions_left,
@@ -41,6 +46,7 @@ class Episode:
             last_reward=last_reward,
             last_failure=last_failure,
         )
+        self.messages.append({"role": "user", "content": content})
 
     def act(self, response: str) -> Turn:
         """Parse `response`, execute its actions, charge the format penalty if invalid, and append the reply
@@ -52,9 +58,8 @@ class Episode:
         failure, reward, executed = parsed.failure, 0.0, []
         env_infos: list[dict[str, Any]] = []
         ended = False
-        state = env.render_text()
         for action in parsed.actions:
-            state, step_reward, terminated, truncated, info = env.step(action)
+            _, step_reward, terminated, truncated, info = env.step(action)
             reward += step_reward
             executed.append(action)
             env_infos.append(info)
@@ -79,12 +84,13 @@ class Episode:
                 "env": env_infos,
                 "ended": ended,
             },
+            image=self.image,
         )
         self.turns.append(turn)
         self.messages.append({"role": "assistant", "content": response})
         self.done = ended or len(self.turns) >= self.max_turns
         if not self.done:
-            self.messages.append({"role": "user", "content": self._user(state, reward, failure)})
+            self._show_state(reward, failure)
         return turn
 
     def trajectory(self) -> Trajectory:

@@ -6,12 +6,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from envs.base import Env
+from envs.base import Env, EnvConfig
+from envs.protocol import IMAGE_PLACEHOLDER
 
 if TYPE_CHECKING:
     import numpy as np
 
 RGB = tuple[int, int, int]
+
+
+class GridConfig(EnvConfig):
+    """Config base of grid tasks: the state can also be shown as an image (``observation: image``)."""
+
+    observations: ClassVar[tuple[str, ...]] = ("text", "image")
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,12 @@ class GridEnv(Env):
         from envs.render import paint_grid
 
         return paint_grid(self.render_text().split("\n"), self.palette)
+
+    def observe(self) -> tuple[str, np.ndarray | None]:
+        """(state text, None), or with ``observation: image`` (`IMAGE_PLACEHOLDER`, `render_image()`)."""
+        if self.config.observation == "image":
+            return IMAGE_PLACEHOLDER, self.render_image()
+        return super().observe()
 
     def save_png(self, path: str | Path) -> Path:
         """Write `render_image()` to `path` as PNG; returns the path."""

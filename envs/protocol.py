@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<answer>", "</answer>"
 TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
 ACTION_SEPARATOR = "||"
+# Stands for the state image in a user turn when a grid task runs with `observation: image`. Images follow in the
+# order of these markers (`Trajectory.images`), the multimodal convention of veRL and Qwen2.5-VL processors.
+IMAGE_PLACEHOLDER = "<image>"
 
 # Failure code -> the sentence shown to the agent on its next turn.
 FAILURES: dict[str, str] = {

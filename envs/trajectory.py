@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -11,7 +14,9 @@ Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content":
 @dataclass
 class Turn:
     """One assistant turn. `prompt_messages` is the chat up to (not including) this turn's reply; `reward`
-    is the sum of the env rewards of the executed actions plus the format penalty if the turn was invalid."""
+    is the sum of the env rewards of the executed actions plus the format penalty if the turn was invalid.
+    `image` is the state image its user turn showed as `IMAGE_PLACEHOLDER`: (H, W, 3) uint8 RGB with
+    `observation: image`, else None."""
 
     prompt_messages: list[Message]
     response: str
@@ -20,6 +25,7 @@ class Turn:
     reward: float
     format_valid: bool
     info: dict[str, Any] = field(default_factory=dict)
+    image: np.ndarray | None = None
 
 
 @dataclass
@@ -40,6 +46,12 @@ class Trajectory:
     @property
     def num_turns(self) -> int:
         return len(self.turns)
+
+    @property
+    def images(self) -> list[np.ndarray]:
+        """The state images of the user turns, in the order of their `IMAGE_PLACEHOLDER` markers in `messages`
+        (empty with text observations)."""
+        return [turn.image for turn in self.turns if turn.image is not None]
 
     def to_record(self) -> dict[str, Any]:
         """One row of the rollout-batch table. Trajectories of the same prompt share `prompt_id` (= the seed);

@@ -76,8 +76,8 @@ def predict_filter_gain(
 @app.command("filter")
 def filter_batch(
     batch: BatchArg,
-    strategy: Annotated[str, typer.Option(help="top_p | top_k | top_k_abs | min_p | none.")] = "top_p",
-    value: Annotated[float, typer.Option(help="rho for top_p, fraction for top_k, count for top_k_abs, ratio for min_p.")] = 0.9,
+    strategy: Annotated[str, typer.Option(help="top_p | top_k | top_k_abs | min_p | quartile | trajectory | none.")] = "top_p",
+    value: Annotated[float, typer.Option(help="rho for top_p, fraction for top_k, count for top_k_abs, ratio for min_p, quartile 1-4 for quartile, trajectories per end of each group for trajectory.")] = 0.9,
     prob_mode: Annotated[str, typer.Option(help="top_p mass: 'linear' (score mass) or 'softmax'.")] = "linear",
     select_type: Annotated[str, typer.Option(help="'largest' (the paper) or 'smallest' (ablation).")] = "largest",
     metric: MetricOpt = "std",

@@ -85,6 +85,9 @@ def run_cell(store_url: str, cell_id: int, executor: str) -> str:
         with _heartbeat(store, attempt_id), _stop_signals(stop):
             cfg = compose_cell_config(context)
             from recipes.backends import get_backend
+            from recipes.progress import setup_logging
+
+            setup_logging()  # the trainer's step lines go to the job's log (`orch logs`)
 
             result = get_backend(str(cfg.backend))(cfg, should_stop=stop.is_set)
     except BaseException as err:

@@ -78,6 +78,7 @@ class LocalRunner:
                 continue
             executor = submitit.LocalExecutor(folder=self.log_dir, max_num_timeout=self.cluster.max_requeues)
             executor.update_parameters(timeout_min=resources.time_min, signal_delay_s=self.cluster.signal_delay_s)
+            os.environ["ORCH_CPUS"] = str(cpus)  # the job inherits it: its trainer uses this many threads
             job = executor.submit(CellJob(self.store.url, attempt["cell_id"], "local"))
             self.store.assign_jobs([Submission(attempt["cell_id"], attempt["id"], str(job.job_id),
                                                str(job.paths.stdout), str(job.paths.stderr))])

@@ -118,19 +118,37 @@ def actor_config(algorithm_cfg: Any, settings: UpdateSettings, samples_per_promp
     )
 
 
-def actor_loss(
+@dataclass
+class ActorLossTerms:
+    """The parts of one micro-batch's actor loss, each its share of the mini-batch loss (scalar tensors).
+
+    pg: the task part, veRL's clipped policy-gradient surrogate.
+    entropy: the aggregated policy entropy (the loss subtracts `entropy_coeff` times it).
+    kl: the aggregated KL to the reference (None without `use_kl_loss`).
+    pg_metrics: veRL's clip fractions and approximate KL, as floats.
+    """
+
+    pg: torch.Tensor
+    entropy: torch.Tensor
+    kl: torch.Tensor | None
+    pg_metrics: dict[str, float]
+
+    def regularisation(self, config: Any) -> torch.Tensor:
+        """The input-agnostic part of the loss: -entropy_coeff * entropy (+ kl_loss_coef * kl)."""
+        reg = -config.entropy_coeff * self.entropy
+        return reg if self.kl is None else reg + config.kl_loss_coef * self.kl
+
+
+def actor_loss_terms(
     log_probs: torch.Tensor, entropy: torch.Tensor, micro: TrainBatch, config: Any, info: dict[str, Any]
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The policy loss of one micro-batch: pg_loss - entropy_coeff * entropy + kl_loss_coef * kl.
+) -> ActorLossTerms:
+    """The task and regularisation terms of one micro-batch's actor loss.
 
     Args:
         log_probs, entropy: (t, l) under the current policy (with gradients).
         micro: the micro-batch (old_log_probs, advantages, loss_mask; ref_log_probs when config.use_kl_loss).
         config: veRL ActorConfig (its `global_batch_info` set to `info`).
-        info: the mini-batch's normaliser (see `global_batch_info`).
-
-    Returns:
-        the loss (its share of the mini-batch loss) and its parts as floats.
+        info: the normaliser of the batch the micro-batch belongs to (see `global_batch_info`).
     """
     from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 
@@ -140,14 +158,69 @@ def actor_loss(
         response_mask=mask, loss_agg_mode=mode, config=config,
     )
     entropy_loss = agg_loss(loss_mat=entropy, loss_mask=mask, loss_agg_mode=mode, **info)
-    loss = pg_loss - config.entropy_coeff * entropy_loss
-    parts = {"actor/pg_loss": pg_loss.item(), "actor/entropy_loss": entropy_loss.item(), **pg_metrics}
+    kl_loss = None
     if config.use_kl_loss:
         kl = kl_penalty(log_probs, micro.ref_log_probs, config.kl_loss_type)
         kl_loss = agg_loss(loss_mat=kl, loss_mask=mask, loss_agg_mode=mode, **info)
-        loss = loss + config.kl_loss_coef * kl_loss
-        parts["actor/kl_loss"] = kl_loss.item()
-    return loss, parts
+    return ActorLossTerms(pg=pg_loss, entropy=entropy_loss, kl=kl_loss, pg_metrics=pg_metrics)
+
+
+def actor_loss(
+    log_probs: torch.Tensor, entropy: torch.Tensor, micro: TrainBatch, config: Any, info: dict[str, Any]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The policy loss of one micro-batch: pg_loss - entropy_coeff * entropy + kl_loss_coef * kl (arguments as
+    in `actor_loss_terms`).
+
+    Returns:
+        the loss (its share of the mini-batch loss) and its parts as floats.
+    """
+    terms = actor_loss_terms(log_probs, entropy, micro, config, info)
+    parts = {"actor/pg_loss": terms.pg.item(), "actor/entropy_loss": terms.entropy.item(), **terms.pg_metrics}
+    if terms.kl is not None:
+        parts["actor/kl_loss"] = terms.kl.item()
+    return terms.pg + terms.regularisation(config), parts
+
+
+def set_batch_info(config: Any, info: dict[str, Any]) -> None:
+    """Point the veRL ActorConfig's loss normaliser (read by its policy-loss function) at `info`."""
+    config.global_batch_info.clear()
+    config.global_batch_info.update(info)
+
+
+def loss_part_gradients(
+    model: torch.nn.Module, batch: TrainBatch, config: Any, info: dict[str, Any], micro_batch_size: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Gradients of the task part (`ActorLossTerms.pg`) and of the regularisation part of the actor loss over the
+    rows of `batch`, at the current policy before any update (the old log-probs are the current ones, detached:
+    ratio 1, no clipping). Every row's loss is normalised by `info`, so the gradients of disjoint row sets sharing
+    one `info` add up to the gradient of their union. Nothing is applied: parameters' `.grad` stay untouched.
+
+    Args:
+        batch: rows with advantages (and ref_log_probs when config.use_kl_loss).
+        info: the normaliser, e.g. `global_batch_info` of the whole batch the rows are drawn from.
+
+    Returns:
+        (task, regularisation): one float32 tensor per trainable parameter of `model`, of the parameter's shape.
+    """
+    params = [param for param in model.parameters() if param.requires_grad]
+    task = [torch.zeros_like(param, dtype=torch.float32) for param in params]
+    regularisation = [torch.zeros_like(param, dtype=torch.float32) for param in params]
+    set_batch_info(config, info)
+    for micro in micro_batches(batch, micro_batch_size):
+        log_probs, entropy = token_log_probs(model, micro, with_entropy=True)
+        micro.old_log_probs = log_probs.detach()
+        terms = actor_loss_terms(log_probs, entropy, micro, config, info)
+        for total, part, retain in ((task, terms.pg, True), (regularisation, terms.regularisation(config), False)):
+            grads = torch.autograd.grad(part, params, retain_graph=retain, allow_unused=True)
+            for accumulated, grad in zip(total, grads, strict=True):
+                if grad is not None:
+                    accumulated.add_(grad)
+    return task, regularisation
+
+
+def gradient_norm(grads: list[torch.Tensor]) -> float:
+    """L2 norm of a gradient given as one tensor per parameter."""
+    return float(torch.stack([grad.pow(2).sum() for grad in grads]).sum().sqrt())
 
 
 SUMMED = ("actor/pg_loss", "actor/entropy_loss", "actor/kl_loss")  # micro-batch shares of the mini-batch loss
@@ -169,8 +242,7 @@ def update_actor(
         for mini in _mini_batches(batch, settings.mini_batch_size):
             optimizer.zero_grad(set_to_none=True)
             info = global_batch_info(mini, settings.loss_scale_factor)
-            config.global_batch_info.clear()
-            config.global_batch_info.update(info)
+            set_batch_info(config, info)
             sums: dict[str, float] = defaultdict(float)
             for micro in micro_batches(mini, settings.micro_batch_size):
                 log_probs, entropy = token_log_probs(model, micro, with_entropy=True)

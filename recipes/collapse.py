@@ -15,7 +15,34 @@ The alert latches: it is raised once (``new_alert``) and stays on. Its state tra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class SettingError(ValueError):
+    """A bad setting value: ``key`` names it within its section, ``message`` says what is valid."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+    def within(self, section: str) -> SettingError:
+        """The same error with ``key`` prefixed by ``section.``."""
+        return SettingError(f"{section}.{self.key}", self.message)
+
+
+def require_int(key: str, value: Any, minimum: int, meaning: str) -> None:
+    """SettingError unless ``value`` is an integer >= ``minimum`` (``meaning`` says what it counts)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SettingError(key, f"must be an integer >= {minimum} ({meaning}), got {value!r}")
+
+
+def require_number(key: str, value: Any, valid: Callable[[float], bool], expected: str) -> None:
+    """SettingError unless ``value`` is a number for which ``valid`` holds (``expected`` describes the range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not valid(value):
+        raise SettingError(key, f"must be a number {expected}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -28,12 +55,12 @@ class CollapseRule:
     success_tolerance: float = 0.05
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.drop_fraction < 1.0:
-            raise ValueError(f"collapse drop_fraction must be in (0, 1), got {self.drop_fraction}")
-        if self.patience < 1 or self.min_points < 1:
-            raise ValueError(f"collapse patience and min_points must be >= 1, got {self.patience}, {self.min_points}")
-        if self.success_tolerance < 0.0:
-            raise ValueError(f"collapse success_tolerance must be >= 0, got {self.success_tolerance}")
+        require_number("drop_fraction", self.drop_fraction, lambda v: 0.0 < v < 1.0,
+                       "in (0, 1) (the share of its peak a collapse signal must lose)")
+        require_int("patience", self.patience, 1, "collapse computations in a row with both signals fallen")
+        require_int("min_points", self.min_points, 1, "collapse computations before the alert may fire")
+        require_number("success_tolerance", self.success_tolerance, lambda v: v >= 0.0,
+                       ">= 0 (how far success may fall below its peak before a collapse warning is moot)")
 
 
 @dataclass(frozen=True)

@@ -168,11 +168,34 @@ def validate_train_config(cfg: DictConfig) -> None:
         "trainer.samples_per_prompt",
         "filtering ranks prompts by their reward spread and needs >= 2 samples per prompt; use filter=none",
     )
+    _validate_diagnostics(cfg)
     from envs.registry import build_config
 
-    build_config(str(cfg.task.name), OmegaConf.to_container(cfg.task.env, resolve=True))  # OrchError naming the key
+    env = build_config(str(cfg.task.name), OmegaConf.to_container(cfg.task.env, resolve=True))  # OrchError naming the key
+    # The torch backend's models are text-only. (The sweep validates cells of the planned verl backend as torch with
+    # model.path=null, so a Hugging Face model without a path passes here.)
+    _require(
+        env.observation == "text" or (cfg.model.name == "hf" and (cfg.backend != "torch" or cfg.model.path is None)),
+        "task.env.observation",
+        "image observations need a vision-language model checkpoint (model=hf model.path=<Qwen2.5-VL folder>) on "
+        "the verl backend (backend=verl); the torch backend and its tiny/small models are text-only: "
+        "use task.env.observation=text",
+    )
     _require(cfg.model.path is None or Path(str(cfg.model.path)).is_dir(), "model.path",
              f"{cfg.model.path!r} is not a local Hugging Face checkpoint folder")
+
+
+def _validate_diagnostics(cfg: DictConfig) -> None:
+    """The `diagnostics` section (read by the `collapse` step hook): one OrchError naming the bad key."""
+    from recipes.collapse import SettingError
+    from recipes.diagnostics import DiagnosticsConfig
+
+    try:
+        diagnostics = DiagnosticsConfig.from_section(OmegaConf.to_container(cfg.diagnostics, resolve=True))
+    except SettingError as err:
+        raise OrchError(f"config key diagnostics.{err.key}: {err.message}") from None
+    _require(diagnostics.grad_every == 0 or cfg.trainer.samples_per_prompt >= 2, "diagnostics.grad_every",
+             "the gradient split buckets prompts by their reward spread and needs trainer.samples_per_prompt >= 2")
 
 
 def filter_config_from(cfg: DictConfig) -> Any:

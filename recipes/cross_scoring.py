@@ -10,10 +10,11 @@ These feed :func:`recipes.mi.mi_proxies`. Two methods compute the same matrices:
 * ``naive`` -- the reference implementation: one forward pass per (column, sample) pair over the full sequence
   ``x_j + z_i`` (N x M sequences, batched with right padding).
 * ``prefix`` -- encode each prompt once and reuse its key/value cache for all M continuations: per column one
-  forward of ``x_j`` (batch 1), then the M samples in batches on top of the cache. Tokens processed drop from
-  ``N*M*(P+Z)`` to ``N*P + N*M*Z``, which is the multi-turn win (prompts of thousands of tokens, reasoning of a few
-  hundred). Padding is exact: the prefix has none, continuations are right-padded behind a causal mask, and
-  positions continue from the prefix length.
+  forward of ``x_j`` (batch 1), then the samples packed ``batch_size`` at a time into one row on top of the cache,
+  each seeing the prompt and its own earlier tokens only (a block-diagonal causal mask; positions continue from
+  the prompt length). Tokens processed drop from ``N*M*(P+Z)`` to ``N*P + N*M*Z``, which is the multi-turn win
+  (prompts of thousands of tokens, reasoning of a few hundred). There is no padding at all, and the prompt's cache
+  is never copied per sample (expanding it to a batch cost more than the attention itself on CPU).
 
 Both run under ``torch.inference_mode`` with the model in eval mode and restore its training flag afterwards.
 """
@@ -82,48 +83,51 @@ def _score_naive(model, prompts: Sequence[TokenIds], samples: Sequence[TokenIds]
     return L_sum, tokens
 
 
-def _repeat_cache(cache, batch: int):
-    """A fresh cache holding ``batch`` views of a batch-1 prefix cache (the original is not modified)."""
-    from transformers import DynamicCache
+def _packed_mask(owner: torch.Tensor, positions: torch.Tensor, prefix_length: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive attention mask (1, 1, n, prefix + n) for n packed continuation tokens behind a shared prefix: every
+    token sees the whole prefix and the earlier tokens of its own sample (`owner`), nothing of the others."""
+    import torch
 
-    return DynamicCache(
-        [(layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)) for layer in cache.layers]
-    )
+    allowed = (owner[:, None] == owner[None, :]) & (positions[None, :] <= positions[:, None])
+    mask = torch.zeros((1, 1, len(owner), prefix_length + len(owner)), dtype=dtype, device=owner.device)
+    mask[0, 0, :, prefix_length:] = torch.where(allowed, 0.0, float("-inf"))
+    return mask
 
 
 def _score_prefix(model, prompts: Sequence[TokenIds], samples: Sequence[TokenIds], batch_size: int, pad_id: int):
+    """Per column: one forward of the prompt into a key/value cache, then the samples `batch_size` at a time packed
+    into ONE row on top of it (block-diagonal causal mask, positions continuing from the prompt), cropping the cache
+    back to the prompt after each pack. No padding and no per-sample copy of the prompt's cache."""
     import torch
+    from transformers import DynamicCache
 
-    device = next(model.parameters()).device
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     L_sum = np.zeros((len(samples), len(prompts)))
     tokens = 0
     for j, prompt in enumerate(prompts):
-        prompt_ids = torch.as_tensor([list(prompt)], dtype=torch.long, device=device)
-        prefix = model(input_ids=prompt_ids, use_cache=True)
-        tokens += len(prompt)
-        first_logprobs = torch.log_softmax(prefix.logits[0, -1].float(), dim=-1)  # predicts every z_i[0]
         length = len(prompt)
+        cache = DynamicCache()
+        prefix = model(input_ids=torch.as_tensor([list(prompt)], device=device), past_key_values=cache, use_cache=True)
+        tokens += length
+        first_logprobs = torch.log_softmax(prefix.logits[0, -1].float(), dim=-1)  # predicts every z_i[0]
         for start in range(0, len(samples), batch_size):
-            chunk = list(range(start, min(start + batch_size, len(samples))))
-            first_tokens = torch.as_tensor([samples[i][0] for i in chunk], device=device)
-            sums = first_logprobs[first_tokens].double()
-            rest = [list(samples[i][:-1]) for i in chunk]  # inputs whose logits predict z[1:]
-            if max(len(row) for row in rest) > 0:
-                ids, mask = _pad_right([row or [pad_id] for row in rest], pad_id, device)
-                mask[[r for r, row in enumerate(rest) if not row], 0] = 0
-                tokens += int(mask.sum())
-                width = ids.shape[1]
+            chunk = range(start, min(start + batch_size, len(samples)))
+            sums = first_logprobs[torch.as_tensor([samples[i][0] for i in chunk], device=device)].double()
+            inputs = [list(samples[i][:-1]) for i in chunk]  # their logits predict z[1:]
+            if any(inputs):
+                owner = torch.as_tensor([r for r, row in enumerate(inputs) for _ in row], device=device)
+                positions = torch.as_tensor([length + t for row in inputs for t in range(len(row))], device=device)
                 out = model(
-                    input_ids=ids,
-                    attention_mask=torch.cat([mask.new_ones(len(chunk), length), mask], dim=1),
-                    position_ids=torch.arange(length, length + width, device=device).expand(len(chunk), -1),
-                    past_key_values=_repeat_cache(prefix.past_key_values, len(chunk)),
-                    use_cache=True,
+                    input_ids=torch.as_tensor([[token for row in inputs for token in row]], device=device),
+                    position_ids=positions[None], attention_mask=_packed_mask(owner, positions, length, dtype),
+                    past_key_values=cache, use_cache=True,
                 )
-                targets, _ = _pad_right([list(samples[i][1:]) or [pad_id] for i in chunk], pad_id, device)
-                logprobs = _token_logprobs(out.logits, targets[:, :width].contiguous())
-                sums = sums + (logprobs * mask).double().sum(dim=1)
-            L_sum[chunk, j] = sums.cpu().numpy()
+                cache.crop(length)
+                tokens += len(owner)
+                targets = torch.as_tensor([[token for i in chunk for token in samples[i][1:]]], device=device)
+                logprobs = _token_logprobs(out.logits, targets)[0].double()
+                sums = sums.index_add(0, owner, logprobs)
+            L_sum[list(chunk), j] = sums.cpu().numpy()
     return L_sum, tokens
 
 

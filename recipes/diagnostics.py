@@ -13,6 +13,10 @@ Every sample is scored under every column by :func:`recipes.cross_scoring.cross_
 :func:`recipes.mi.mi_proxies` turns the matrices into the metrics ``collapse/<set>/<proxy>``, plus
 ``collapse/<set>/mi_zscore_ema`` from a per-set :class:`recipes.mi.ZScoreEMA`. The trajectory set's MI-ZScore-EMA
 and retrieval feed the :class:`recipes.collapse.CollapseDetector` (``collapse/alert``).
+
+:func:`reward_variance_buckets` groups the batch's prompts by reward spread for the gradient split (PAPER.md
+section 3). :class:`DiagnosticsConfig` is the config's ``diagnostics:`` section; ``recipes.collapse_hook`` runs it
+all inside training.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from recipes.collapse import CollapseDetector, CollapseRule, CollapseStatus
+from recipes.collapse import CollapseDetector, CollapseRule, CollapseStatus, SettingError, require_int
 from recipes.cross_scoring import cross_score
+from recipes.filtering import group_stats
 from recipes.mi import ZScoreEMA, mi_proxies
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -122,7 +127,8 @@ SAMPLE_SET_BUILDERS = {"first_turn": first_turn_set, "trajectory": trajectory_se
 
 @dataclass(frozen=True)
 class DiagnosticsConfig:
-    """When and how to compute the MI proxies (defaults: PAPER.md's reference setting)."""
+    """The ``diagnostics:`` config section (defaults: PAPER.md's reference setting). Invalid values raise
+    :class:`recipes.collapse.SettingError` naming the key."""
 
     mi_every: int = 5  # also at step 1; 0 disables
     num_samples: int = 64
@@ -130,17 +136,48 @@ class DiagnosticsConfig:
     method: str = "prefix"
     batch_size: int = 32
     rule: CollapseRule = CollapseRule()
+    stop_on_collapse: bool = False
+    grad_every: int = 0  # gradient split by reward-variance bucket; 0 disables
+    grad_buckets: int = 6
 
     def __post_init__(self) -> None:
-        unknown = [name for name in self.sets if name not in SAMPLE_SET_BUILDERS]
-        if unknown:
-            raise ValueError(f"unknown MI sample set(s) {unknown}; valid choices: {', '.join(SAMPLE_SET_BUILDERS)}")
-        if self.mi_every < 0 or self.num_samples < 1:
-            raise ValueError(f"mi_every must be >= 0 and num_samples >= 1, got {self.mi_every}, {self.num_samples}")
+        from recipes.cross_scoring import SCORING_METHODS
+
+        require_int("mi_every", self.mi_every, 0, "steps between MI computations; 0 disables")
+        require_int("num_samples", self.num_samples, 1, "reasoning samples per set")
+        require_int("batch_size", self.batch_size, 1, "sequences per cross-scoring forward pass")
+        require_int("grad_every", self.grad_every, 0, "steps between gradient splits; 0 disables")
+        require_int("grad_buckets", self.grad_buckets, 1, "reward-variance buckets")
+        if not isinstance(self.sets, tuple) or not self.sets:
+            raise SettingError("sets", f"must be a non-empty list such as [{', '.join(SAMPLE_SETS)}], got {self.sets!r}")
+        for name in self.sets:
+            if name not in SAMPLE_SET_BUILDERS:
+                raise SettingError("sets", f"unknown MI sample set {name!r}; valid choices: {', '.join(SAMPLE_SETS)}")
+        if self.method not in SCORING_METHODS:
+            raise SettingError("method", f"unknown cross-scoring method {self.method!r}; valid choices: "
+                                         f"{', '.join(SCORING_METHODS)}")
+        if not isinstance(self.stop_on_collapse, bool):
+            raise SettingError("stop_on_collapse", f"must be true or false, got {self.stop_on_collapse!r}")
+
+    @classmethod
+    def from_section(cls, section: dict[str, Any]) -> DiagnosticsConfig:
+        """Build from the config's ``diagnostics`` mapping (``rule`` a mapping of :class:`CollapseRule` fields)."""
+        values = dict(section)
+        try:
+            values["rule"] = CollapseRule(**values.get("rule", {}))
+        except SettingError as err:
+            raise err.within("rule") from None
+        if isinstance(values.get("sets"), list):
+            values["sets"] = tuple(values["sets"])
+        return cls(**values)
 
     def due(self, step: int) -> bool:
         """Computed at step 1 and every ``mi_every`` steps."""
         return self.mi_every > 0 and (step == 1 or step % self.mi_every == 0)
+
+    def grad_due(self, step: int) -> bool:
+        """The gradient split runs every ``grad_every`` steps (never when 0)."""
+        return self.grad_every > 0 and step % self.grad_every == 0
 
 
 class CollapseMonitor:
@@ -198,3 +235,33 @@ class CollapseMonitor:
         for name, ema_state in state["emas"].items():
             self.emas.setdefault(name, ZScoreEMA()).load_state_dict(ema_state)
         self.detector.load_state_dict(state["detector"])
+
+
+@dataclass(frozen=True)
+class RewardVarianceBucket:
+    """The trajectories of the prompt groups whose within-prompt reward std lies in ``[rv_min, rv_max]``."""
+
+    rows: np.ndarray  # (t,) int: indices into the step's trajectories
+    rv_min: float
+    rv_max: float
+
+
+def reward_variance_buckets(returns: Any, group_ids: Any, num_buckets: int) -> list[RewardVarianceBucket]:
+    """Prompt groups sorted by within-prompt reward std (``recipes.filtering.group_stats``: unbiased std of the
+    episode returns) and split into ``num_buckets`` buckets of equal group counts (sizes differ by at most one),
+    lowest reward variance first. With fewer groups than buckets every bucket holds one group.
+
+    Args:
+        returns: (T,) episode returns.
+        group_ids: (T,) prompt id of each trajectory (every group needs >= 2 trajectories).
+    """
+    stats = group_stats(returns, group_ids)
+    order = np.argsort(stats.std, kind="stable")
+    return [
+        RewardVarianceBucket(
+            rows=np.flatnonzero(np.isin(stats.inverse, groups)),
+            rv_min=float(stats.std[groups].min()),
+            rv_max=float(stats.std[groups].max()),
+        )
+        for groups in np.array_split(order, min(num_buckets, order.size))
+    ]

@@ -13,19 +13,30 @@ Knobs (all on :class:`FilterConfig`):
   default, although its metric is called "reward_variance") or ``var`` (unbiased variance; the paper's text).
 * ``strategy`` -- ``top_p`` (nucleus over groups), ``top_k`` (a fraction of groups), ``top_k_abs`` (a count),
   ``min_p`` (score >= value * max score), or ``none`` (keep every group; equivalent to top_p with rho = 1).
+  Two ablations: ``quartile`` (Table 6: keep one RV quartile of the groups) and ``trajectory`` (Table 7: keep the
+  top-n and bottom-n trajectories by reward *within* every group, instead of whole groups).
 * ``value`` -- rho for top_p (in (0, 1]; 1 keeps every group), the fraction for top_k (in (0, 1]), the count for
-  top_k_abs (>= 1), the ratio for min_p (in [0, 1]).
+  top_k_abs (>= 1), the ratio for min_p (in [0, 1]), the quartile for quartile (1, 2, 3 or 4; 1 = highest RV),
+  n for trajectory (a whole number >= 1: trajectories kept at each end of every group's reward ranking).
 * ``prob_mode`` (top_p only) -- ``linear``: walk groups by descending score and stop once the running score mass
   reaches ``rho * total - eps``, stopping early at any score <= 0 (then, if the threshold was never reached, keep
   nothing); ``softmax``: probabilities = softmax(scores), keep ``searchsorted(cumsum, rho) + 1`` groups (>= 1).
 * ``select_type`` -- ``largest`` (the paper) or ``smallest`` (an ablation that keeps the *least* informative
   groups). ``smallest`` mirrors the scores, ``s' = max(s) + min(s) - s``, which reverses the order while keeping
-  the scores' range and sign, so every strategy (including linear mass) keeps its meaning.
+  the scores' range and sign, so every strategy (including linear mass) keeps its meaning. ``quartile`` and
+  ``trajectory`` take ``largest`` only (quartile 4 already is the lowest-RV quarter; trajectory keeps both ends).
 * ``include_zero`` -- when false, groups whose score is within 1e-10 of zero are dropped before selection (the
   reference README's recommendation with ``linear``); the paper's main-table runs used ``softmax`` with them kept.
+  This holds for every strategy but ``none`` and top_p with rho >= 1: ``quartile`` splits the eligible groups
+  only, ``trajectory`` keeps no trajectory of a dropped group. The paper's ablations keep them (the Q3 and Q4 RV
+  ranges of Table 6 start at 0; Table 7's trajectory-level row keeps 8/8 prompts).
 * ``eps`` -- slack subtracted from the linear threshold (default 0.01, as the reference code).
 * ``loss_scaling`` -- after filtering, multiply advantages by 1 (``none``), the kept ratio (``linear``) or its
   square root (``sqrt``) to keep the step size comparable with the shrunken batch.
+
+The kept ratio (``rollout/kept_ratio``, the base of loss scaling) is always kept trajectories / all trajectories:
+for whole-group strategies that is the kept groups' share of the batch, for ``trajectory`` the selected
+trajectories' share (e.g. 64 / 128 for n = 4 of 16 per prompt).
 
 Ties are broken deterministically: a stable sort by score, earlier groups first.
 """
@@ -37,10 +48,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 ZERO_TOL = 1e-10
-STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p", "none")
+# select_groups' strategies (whole groups); filter_groups also takes "trajectory" (trajectories within groups)
+GROUP_STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p", "quartile", "none")
+QUARTILES = (1, 2, 3, 4)
 PROB_MODES = ("linear", "softmax")
 SELECT_TYPES = ("largest", "smallest")
 METRICS = ("std", "var")
@@ -154,6 +167,25 @@ def _check_value(strategy: str, value: float) -> None:
         raise ValueError(f"top_k_abs: k = int(value) must be >= 1, got {value}")
     if strategy == "min_p" and not 0.0 <= value <= 1.0:
         raise ValueError(f"min_p: the ratio to the max score must be in [0, 1], got {value}")
+    if strategy == "quartile" and value not in QUARTILES:
+        raise ValueError(f"quartile: value must be 1, 2, 3 or 4 (1 = highest reward variance), got {value}")
+    if strategy == "trajectory" and (value < 1 or not float(value).is_integer()):
+        raise ValueError(
+            f"trajectory: value = n, the trajectories kept at each end of every group, must be a whole number >= 1, "
+            f"got {value}"
+        )
+
+
+def _check_select_type(strategy: str, select_type: str) -> None:
+    """The ablation strategies rank one way only: reject ``smallest`` for them."""
+    if select_type == "smallest" and strategy in ("quartile", "trajectory"):
+        hint = "value 4 keeps the lowest-RV quartile" if strategy == "quartile" else "it keeps both ends already"
+        raise ValueError(f"select_type 'smallest' does not apply to strategy {strategy} ({hint}); use 'largest'")
+
+
+def _eligible_groups(scores: np.ndarray, include_zero: bool) -> np.ndarray:
+    """(G,) bool: the groups selection may keep (all, or those with a non-zero score)."""
+    return np.ones(scores.size, dtype=bool) if include_zero else np.abs(scores) > ZERO_TOL
 
 
 def _descending_order(scores: np.ndarray) -> np.ndarray:
@@ -206,11 +238,16 @@ def select_groups(
     """Boolean keep-mask over groups (shape (G,)) for the given per-group scores (shape (G,)).
 
     See the module docstring for the meaning of every argument. With ``top_p`` and ``value >= 1`` (or strategy
-    ``none``) every group is kept, zero-variance ones included.
+    ``none``) every group is kept, zero-variance ones included. Strategy ``trajectory`` selects trajectories, not
+    groups: use :func:`filter_groups` or :func:`select_trajectories`.
     """
-    _check_choice("filter strategy", strategy, STRATEGIES)
+    if strategy == "trajectory":
+        raise ValueError("strategy trajectory keeps trajectories, not whole groups: use filter_groups or "
+                         "select_trajectories")
+    _check_choice("filter strategy", strategy, GROUP_STRATEGIES)
     _check_choice("prob_mode", prob_mode, PROB_MODES)
     _check_choice("select_type", select_type, SELECT_TYPES)
+    _check_select_type(strategy, select_type)
     scores = _as_numpy(scores, "scores").astype(np.float64)
     if scores.size == 0:
         raise ValueError("no groups to select from: scores is empty")
@@ -222,7 +259,7 @@ def select_groups(
     if strategy == "top_p" and value >= 1.0:
         return np.ones(scores.size, dtype=bool)
 
-    eligible = np.ones(scores.size, dtype=bool) if include_zero else np.abs(scores) > ZERO_TOL
+    eligible = _eligible_groups(scores, include_zero)
     keep = np.zeros(scores.size, dtype=bool)
     if not eligible.any():
         return keep
@@ -236,6 +273,8 @@ def select_groups(
         chosen = _top_count(candidates, max(1, int(value * candidates.size)))
     elif strategy == "top_k_abs":
         chosen = _top_count(candidates, int(value))
+    elif strategy == "quartile":
+        chosen = select_quartile(candidates, int(value))
     else:  # min_p
         chosen = candidates >= value * candidates.max()
     keep[np.flatnonzero(eligible)[chosen]] = True
@@ -253,8 +292,12 @@ class FilterConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    strategy: Literal["top_p", "top_k", "top_k_abs", "min_p", "none"] = "top_p"
-    value: float = Field(0.9, description="rho (top_p), fraction (top_k), count (top_k_abs), ratio (min_p)")
+    strategy: Literal["top_p", "top_k", "top_k_abs", "min_p", "quartile", "trajectory", "none"] = "top_p"
+    value: float = Field(
+        0.9,
+        description="rho (top_p), fraction (top_k), count (top_k_abs), ratio (min_p), quartile 1-4 (quartile), "
+        "trajectories kept per end of each group (trajectory)",
+    )
     prob_mode: Literal["linear", "softmax"] = "linear"
     select_type: Literal["largest", "smallest"] = "largest"
     metric: Literal["std", "var"] = "std"
@@ -268,16 +311,24 @@ class FilterConfig(BaseModel):
             _check_value(self.strategy, self.value)
         return self
 
+    @field_validator("select_type")
+    @classmethod
+    def _select_type_fits_strategy(cls, select_type: str, info: ValidationInfo) -> str:
+        if "strategy" in info.data:  # else strategy failed validation itself
+            _check_select_type(info.data["strategy"], select_type)
+        return select_type
+
 
 @dataclass(frozen=True)
 class FilterResult:
     """Outcome of filtering one rollout batch of T trajectories in G groups.
 
     stats: the per-group reward statistics the decision was based on.
-    keep_groups: (G,) bool, groups in order of first appearance (``group_keys``).
-    keep_samples: (T,) bool, trajectories of kept groups (whole groups are kept or dropped).
+    keep_groups: (G,) bool, groups in order of first appearance (``group_keys``) with at least one kept trajectory.
+    keep_samples: (T,) bool, the trajectories the update uses: every trajectory of a kept group, except with
+        strategy ``trajectory``, which keeps the top-n and bottom-n trajectories of each group.
     loss_scale: factor for the advantages / loss of the kept batch (1.0 unless ``loss_scaling`` says otherwise).
-    metrics: reference-code-named statistics, ready to log.
+    metrics: reference-code-named statistics, ready to log (see :func:`filter_metrics`).
     """
 
     stats: GroupStats
@@ -305,10 +356,21 @@ def loss_scale(kept_ratio: float, mode: str) -> float:
     return 1.0
 
 
-def filter_metrics(stats: GroupStats, keep_groups: np.ndarray) -> dict[str, float]:
-    """Filter statistics named as in the reference code (``rollout/`` prefix)."""
+def filter_metrics(
+    stats: GroupStats, keep_groups: np.ndarray, keep_samples: np.ndarray | None = None
+) -> dict[str, float]:
+    """Filter statistics named as in the reference code (``rollout/`` prefix).
+
+    Args:
+        stats: the batch's per-group statistics (G groups, T trajectories).
+        keep_groups: (G,) bool, groups with at least one kept trajectory.
+        keep_samples: (T,) bool, kept trajectories; default: every trajectory of the kept groups.
+
+    ``kept_samples`` and ``kept_ratio`` count trajectories (``kept_ratio`` = kept / T, in [0, 1]); the
+    ``chosen_in_group_reward_std_mean`` is the mean reward std of the kept groups, each over all its trajectories.
+    """
     kept = stats.std[keep_groups]
-    kept_samples = int(stats.size[keep_groups].sum())
+    kept_samples = int((keep_groups[stats.inverse] if keep_samples is None else keep_samples).sum())
     return {
         "rollout/in_group_reward_std_mean": float(stats.std.mean()),
         "rollout/in_group_reward_std_max": float(stats.std.max()),
@@ -322,8 +384,26 @@ def filter_metrics(stats: GroupStats, keep_groups: np.ndarray) -> dict[str, floa
     }
 
 
+def _select_samples(rewards: Any, stats: GroupStats, config: FilterConfig) -> np.ndarray:
+    """(T,) keep-mask of ``config``'s selection: whole groups, or (strategy ``trajectory``) each group's extremes."""
+    scores = stats.score(config.metric)
+    if config.strategy != "trajectory":
+        keep_groups = select_groups(
+            scores,
+            config.strategy,
+            config.value,
+            prob_mode=config.prob_mode,
+            select_type=config.select_type,
+            include_zero=config.include_zero,
+            eps=config.eps,
+        )
+        return keep_groups[stats.inverse]
+    extremes = _group_extremes(_as_numpy(rewards, "rewards").astype(np.float64), stats, int(config.value))
+    return extremes & _eligible_groups(scores, config.include_zero)[stats.inverse]
+
+
 def filter_groups(rewards: Any, group_ids: Any, config: FilterConfig | None = None) -> FilterResult:
-    """Apply SNR-Aware Filtering to one rollout batch.
+    """Apply SNR-Aware Filtering (or one of its ablations) to one rollout batch.
 
     Args:
         rewards: (T,) episode returns.
@@ -332,20 +412,13 @@ def filter_groups(rewards: Any, group_ids: Any, config: FilterConfig | None = No
     """
     config = config or FilterConfig()
     stats = group_stats(rewards, group_ids)
-    keep_groups = select_groups(
-        stats.score(config.metric),
-        config.strategy,
-        config.value,
-        prob_mode=config.prob_mode,
-        select_type=config.select_type,
-        include_zero=config.include_zero,
-        eps=config.eps,
-    )
-    metrics = filter_metrics(stats, keep_groups)
+    keep_samples = _select_samples(rewards, stats, config)
+    keep_groups = np.bincount(stats.inverse, weights=keep_samples, minlength=stats.num_groups) > 0
+    metrics = filter_metrics(stats, keep_groups, keep_samples)
     return FilterResult(
         stats=stats,
         keep_groups=keep_groups,
-        keep_samples=keep_groups[stats.inverse],
+        keep_samples=keep_samples,
         loss_scale=loss_scale(metrics["rollout/kept_ratio"], config.loss_scaling),
         metrics=metrics,
     )
@@ -362,7 +435,7 @@ def select_quartile(scores: Any, quartile: int) -> np.ndarray:
     Groups are ranked by descending score (stable) and split into four near-equal parts (sizes differ by at most
     one, larger parts first). Returns a (G,) keep-mask.
     """
-    if quartile not in (1, 2, 3, 4):
+    if quartile not in QUARTILES:
         raise ValueError(f"quartile must be 1, 2, 3 or 4 (1 = highest reward variance), got {quartile!r}")
     scores = _as_numpy(scores, "scores").astype(np.float64)
     if scores.size == 0:
@@ -373,16 +446,8 @@ def select_quartile(scores: Any, quartile: int) -> np.ndarray:
     return keep
 
 
-def select_trajectories(rewards: Any, group_ids: Any, n: int) -> np.ndarray:
-    """Trajectory-level selection (Table 7): keep the top-``n`` and bottom-``n`` trajectories of every group.
-
-    Within a group, trajectories are ranked by reward (stable: earlier trajectories first among ties). A group with
-    at most ``2 * n`` trajectories is kept whole. Returns a (T,) keep-mask.
-    """
-    if n < 1:
-        raise ValueError(f"trajectory-level selection needs n >= 1 per side, got {n}")
-    stats = group_stats(rewards, group_ids)
-    rewards = _as_numpy(rewards, "rewards").astype(np.float64)
+def _group_extremes(rewards: np.ndarray, stats: GroupStats, n: int) -> np.ndarray:
+    """(T,) keep-mask of the top-``n`` and bottom-``n`` trajectories by reward (shape (T,)) of every group."""
     keep = np.zeros(rewards.size, dtype=bool)
     for group in range(stats.num_groups):
         members = np.flatnonzero(stats.inverse == group)
@@ -390,3 +455,16 @@ def select_trajectories(rewards: Any, group_ids: Any, n: int) -> np.ndarray:
         keep[ranked[:n]] = True
         keep[ranked[-n:]] = True
     return keep
+
+
+def select_trajectories(rewards: Any, group_ids: Any, n: int) -> np.ndarray:
+    """Trajectory-level selection (Table 7): keep the top-``n`` and bottom-``n`` trajectories of every group.
+
+    Within a group, trajectories are ranked by reward (stable: earlier trajectories first among ties). A group with
+    at most ``2 * n`` trajectories is kept whole. Returns a (T,) keep-mask. (The paper's "top-8 and bottom-8" row
+    updates on 64 of 8 x 16 trajectories, i.e. 8 per prompt: n = 4 here; n = 8 would keep all 16.)
+    """
+    if n < 1:
+        raise ValueError(f"trajectory-level selection needs n >= 1 per side, got {n}")
+    stats = group_stats(rewards, group_ids)
+    return _group_extremes(_as_numpy(rewards, "rewards").astype(np.float64), stats, n)

@@ -9,15 +9,15 @@ A hook is a class registered by name with `@register_hook("name")` and enabled b
   place for gradient decompositions.
 
 Each returns metrics to log at that step. A hook may set `ctx.stop_reason` to stop the run after the step
-(e.g. a collapse alarm with `stop_on_collapse`). `state_dict`/`load_state_dict` carry running state (EMA trackers)
-through checkpoints.
+(e.g. a collapse alarm with `stop_on_collapse`) and add MLflow tags to `ctx.tags`. `state_dict`/`load_state_dict`
+carry running state (EMA trackers) through checkpoints. Registered hooks: `collapse` (recipes/collapse_hook.py).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,8 +38,12 @@ class StepContext:
     generated: reply text -> sampled token ids (to rebuild exact sequences via `encoder.encode`).
     metrics: the step's metrics computed so far (rollout, filter, ...); read them, return yours.
     validation: the latest `val/*` metrics (from step 0 on; empty when validation is off).
+    reference: the frozen reference policy (None unless `algorithm.use_kl`).
+    critic: the value model (None unless the algorithm uses one, e.g. PPO).
+    actor_config: the veRL ActorConfig of the actor loss (clip ranges, aggregation, entropy / KL coefficients).
     batch: the kept trajectories as a `recipes.batch.TrainBatch` with advantages (only in `on_batch`).
     stop_reason: set to stop the run after this step.
+    tags: MLflow tags to set on the run after this step (e.g. `collapse_alert_step`).
     """
 
     step: int
@@ -51,8 +55,12 @@ class StepContext:
     generated: dict[str, list[int]]
     metrics: dict[str, float]
     validation: dict[str, float]
+    reference: Any = None
+    critic: Any = None
+    actor_config: Any = None
     batch: Any = None
     stop_reason: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 class StepHook:
@@ -76,7 +84,7 @@ class StepHook:
 
 _HOOKS: dict[str, type[StepHook]] = {}
 # Hook name -> module that registers it, imported on first use (so the trainer need not import every hook).
-HOOK_MODULES: dict[str, str] = {}
+HOOK_MODULES: dict[str, str] = {"collapse": "recipes.collapse_hook"}
 
 
 def register_hook(name: str) -> Callable[[type[StepHook]], type[StepHook]]:

@@ -96,10 +96,10 @@ class MIProxies:
     mean_gap: float = field(repr=False)  # mean_i (matched_i - marginal_i) on L
 
     def to_metrics(self, prefix: str) -> dict[str, float]:
-        """Flat metric dict, e.g. ``prefix/retrieval_acc``, ``prefix/recall@2``."""
+        """Flat metric dict, e.g. ``prefix/retrieval_acc``, ``prefix/recall_at_2`` (MLflow-valid names: no ``@``)."""
         flat = {k: v for k, v in asdict(self).items() if not isinstance(v, dict) and k != "mean_gap"}
-        flat.update({f"recall@{k}": v for k, v in self.recall_at.items()})
-        flat.update({f"recall@{k}_chance": v for k, v in self.recall_chance_at.items()})
+        flat.update({f"recall_at_{k}": v for k, v in self.recall_at.items()})
+        flat.update({f"recall_at_{k}_chance": v for k, v in self.recall_chance_at.items()})
         return {f"{prefix}/{name}": float(value) for name, value in flat.items()}
 
 

@@ -1,8 +1,16 @@
-"""A live progress bar for training: step, success, kept ratio and step time (rich, on stderr)."""
+"""How training reports progress: a live bar (rich, on stderr) in a terminal, log lines in batch jobs."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging() -> None:
+    """INFO log lines on stderr (the trainer's one line per step when the bar is off); no-op if already set up."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
 
 
 class TrainProgress:

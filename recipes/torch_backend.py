@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -235,6 +236,15 @@ class Models:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def available_cpus() -> int:
+    """CPU cores this run may use: `$ORCH_CPUS` (set by the local sweep executor to the cell's share), else
+    `$SLURM_CPUS_PER_TASK`, else every core this process may run on."""
+    for name in ("ORCH_CPUS", "SLURM_CPUS_PER_TASK"):
+        if os.environ.get(name, "").isdigit():
+            return max(1, int(os.environ[name]))
+    return len(os.sched_getaffinity(0))
+
+
 @register_backend("torch")
 def run(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
     """Train `cfg` (see the module docstring). `should_stop` is polled at step boundaries: when it returns True the
@@ -242,8 +252,7 @@ def run(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> Train
     check_config(cfg)
     should_stop = should_stop or (lambda: False)
     trainer = cfg.trainer
-    if trainer.threads:
-        torch.set_num_threads(int(trainer.threads))
+    torch.set_num_threads(int(trainer.threads or available_cpus()))
 
     checkpoint_dir = Path(trainer.checkpoint_dir) if trainer.checkpoint_dir else None
     latest = latest_checkpoint(checkpoint_dir) if checkpoint_dir and trainer.resume == "auto" else None
@@ -348,7 +357,8 @@ def train(
             # 2 step hooks (diagnostics) on the unfiltered batch
             context = StepContext(step=step, cfg=cfg, policy=models.policy, encoder=models.encoder,
                                   trajectories=trajectories, group_ids=group_ids, generated=sampler.generated,
-                                  metrics=metrics, validation=validation)
+                                  metrics=metrics, validation=validation, reference=models.reference,
+                                  critic=models.critic, actor_config=policy_config)
             with timed(metrics, "diagnostics"):
                 for hook in hooks.values():
                     metrics.update(hook.on_rollout(context))
@@ -429,9 +439,12 @@ def train(
                     validation = validate(cfg, models.policy, models.encoder, step)
                 metrics.update(validation)
             metrics["timing_s/step"] = time.perf_counter() - step_start
+            metrics["timing_s/diagnostics_share"] = metrics["timing_s/diagnostics"] / metrics["timing_s/step"]
 
             # 9 log, checkpoint, stop conditions
             tracker.log_metrics(metrics, step=step)
+            if context.tags:
+                tracker.set_tags(context.tags)
             progress.update(step, metrics)
             if not trainer.progress:  # batch logs (SLURM) get one line per step instead of the live bar
                 log.info("step %d/%d: success %.3f, kept %.2f, %.1fs", step, trainer.total_steps,

@@ -24,8 +24,6 @@ def train_command(
     print_config: Annotated[bool, typer.Option("--print-config", help="Print the composed config and exit.")] = False,
 ) -> None:
     """Train one agent with RL (rollouts, SNR-Aware Filtering, update, validation; metrics to MLflow)."""
-    import logging
-
     from orchestrator.errors import OrchError
     from recipes.config import compose_train_config
 
@@ -43,8 +41,9 @@ def train_command(
 
     from recipes.backends import run_training
     from recipes.checkpoint import REQUEUE_EXIT_CODE, StopRequest
+    from recipes.progress import setup_logging
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     try:
         with StopRequest() as stop_requested:
             result = run_training(cfg, should_stop=stop_requested)

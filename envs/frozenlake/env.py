@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from envs.base import EnvConfig, reject_options
+from envs.base import reject_options
 from envs.frozenlake.lake import (
     ACTIONS,
     FROZEN,
@@ -22,7 +22,7 @@ from envs.frozenlake.lake import (
     sample_direction,
 )
 from envs.frozenlake.teach import explain
-from envs.grid import GridEnv, Tile
+from envs.grid import GridConfig, GridEnv, Tile
 from envs.registry import register_env
 
 GOAL_REWARD = 1.0
@@ -33,7 +33,7 @@ _TEXT = {START: ICE, FROZEN: ICE, HOLE: HOLE_SYMBOL, GOAL: GOAL_SYMBOL}
 _ON = {START: PLAYER, FROZEN: PLAYER, HOLE: PLAYER_IN_HOLE, GOAL: PLAYER_ON_GOAL}
 
 
-class FrozenLakeConfig(EnvConfig):
+class FrozenLakeConfig(GridConfig):
     size: int = Field(4, ge=2, le=12, description="Map side in cells.")
     p_frozen: float = Field(
         0.9, gt=0.0, le=1.0, description="Probability that a cell is frozen (not a hole)."

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from envs.base import EnvConfig, reject_options
-from envs.grid import GridEnv, Tile
+from envs.base import reject_options
+from envs.grid import GridConfig, GridEnv, Tile
 from envs.registry import register_env
 from envs.sokoban import room as sym
 from envs.sokoban.generate import generate_room
@@ -22,7 +22,7 @@ BOX_OFF_TARGET_REWARD = -1.0
 SOLVED_REWARD = 10.0
 
 
-class SokobanConfig(EnvConfig):
+class SokobanConfig(GridConfig):
     size: int = Field(6, ge=4, le=12, description="Room side in cells, border wall included.")
     num_boxes: int = Field(1, ge=1, le=4, description="Boxes (and targets) in the room.")
     search_depth: int = Field(30, ge=1, le=1000, description="Reverse-play moves when generating a room.")

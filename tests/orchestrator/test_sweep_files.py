@@ -1,25 +1,31 @@
-"""The shipped sweep files validate against conf/ (or fail only for the conf key they are known to wait for),
-and the `cpu` profile turns every paper sweep into a torch-backend rehearsal."""
+"""The shipped sweep files validate against conf/, and the `cpu` profile turns every paper sweep into a
+torch-backend rehearsal."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from orchestrator.cli import app
 from orchestrator.errors import OrchError
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 FILES = sorted(path.name for path in SWEEPS.glob("*.yaml") if path.name != "profiles.yaml")
-# Sweep files that need a config key conf/ does not have yet, and the error that says so. When conf/ gains the
-# key, the test below fails: delete the entry.
-WAITING_FOR_CONF = {
-    "table6.yaml": "unknown filter option 'quartile'",
-    "table7.yaml": "unknown filter option 'trajectory'",
+# From the paper's tables: Table 4 has 9 text rows x 4 tasks + 2 Qwen2.5-VL rows x 2 grid tasks, x 2 filters x 3
+# seeds; Table 6 has 4 quartiles and Table 7 3 levels, x 3 seeds.
+EXPECTED_CELLS = {
+    "demo.yaml": 4,
+    "table4.yaml": (9 * 4 + 2 * 2) * 2 * 3,
+    "table5.yaml": 21,
+    "table6.yaml": 4 * 3,
+    "table7.yaml": 3 * 3,
+    "topp.yaml": 84,
+    "slip.yaml": 42,
 }
-EXPECTED_CELLS = {"demo.yaml": 4, "table4.yaml": 216, "table5.yaml": 21, "topp.yaml": 84, "slip.yaml": 42}
 
 
 def test_every_required_sweep_file_is_shipped() -> None:
@@ -29,13 +35,6 @@ def test_every_required_sweep_file_is_shipped() -> None:
 
 @pytest.mark.parametrize("name", FILES)
 def test_sweep_file_validates(name: str, workdir: Path) -> None:
-    if name in WAITING_FOR_CONF:
-        with pytest.raises(OrchError) as info:
-            build_plan(load_sweep(SWEEPS / name))
-        assert WAITING_FOR_CONF[name] in str(info.value), (
-            f"{name} no longer fails for the conf key it waited for; remove it from WAITING_FOR_CONF: {info.value}"
-        )
-        return
     plan = build_plan(load_sweep(SWEEPS / name))
     if name in EXPECTED_CELLS:
         assert len(plan.cells) == EXPECTED_CELLS[name]
@@ -48,7 +47,7 @@ def test_sweep_file_validates(name: str, workdir: Path) -> None:
     assert not (workdir / ".orch").exists()
 
 
-@pytest.mark.parametrize("name", [name for name in FILES if name not in WAITING_FOR_CONF and name != "demo.yaml"])
+@pytest.mark.parametrize("name", [name for name in FILES if name != "demo.yaml"])
 def test_cpu_profile_rehearses_a_paper_sweep(name: str) -> None:
     plan = build_plan(load_sweep(SWEEPS / name, profile="cpu"))
     plan.check_submittable()
@@ -59,7 +58,36 @@ def test_cpu_profile_rehearses_a_paper_sweep(name: str) -> None:
 
 def test_table4_rows_match_the_paper() -> None:
     plan = build_plan(load_sweep(SWEEPS / "table4.yaml"))
-    rows = {(cell.axis, cell.settings.get("algorithm"), cell.settings.get("model.path")) for cell in plan.cells}
-    assert len(rows) == 9  # PPO/3B base + 3 algorithms + 3 sizes + 2 model types (the 2 VL rows wait for conf)
+    rows = {
+        (cell.axis, cell.settings.get("algorithm"), cell.settings.get("model.path"),
+         cell.settings.get("task.env.observation"))
+        for cell in plan.cells
+    }
+    assert len(rows) == 11  # PPO/3B base + 3 algorithms + 3 sizes + 2 model types + 2 modalities
     assert {cell.settings["task"] for cell in plan.cells} == {"sokoban", "frozenlake", "metamathqa", "countdown"}
     assert {cell.seed for cell in plan.cells} == {1, 2, 3}
+    modality = [cell for cell in plan.cells if cell.axis == "modality"]
+    assert {cell.settings["task"] for cell in modality} == {"sokoban", "frozenlake"}
+    assert {cell.settings["task.env.observation"] for cell in modality} == {"text", "image"}
+    assert {cell.settings["model.path"] for cell in modality} == {"models/Qwen2.5-VL-3B-Instruct"}
+
+
+def test_table4_dry_run_lists_the_modality_rows(workdir: Path) -> None:
+    result = CliRunner().invoke(app, ["sweep", str(SWEEPS / "table4.yaml"), "--dry-run", "--limit", "0"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines() if "Qwen2.5-VL" in line]
+    assert len(rows) == 2 * 2 * 2 * 3  # 2 modalities x 2 grid tasks x 2 filters x 3 seeds
+    assert sum("image" in row for row in rows) == sum("text" in row for row in rows) == 12
+    assert not (workdir / ".orch").exists()
+
+
+def test_table4_cpu_rehearsal_plays_the_image_rows_as_text() -> None:
+    plan = build_plan(load_sweep(SWEEPS / "table4.yaml", profile="cpu"))
+    assert {cell.settings["task.env.observation"] for cell in plan.cells} == {"text"}
+    assert len(plan.cells) == 4 * 4 * 2  # PPO + 3 algorithms (model rows merge) x 4 tasks x 2 filters, one seed
+
+
+def test_image_observations_are_refused_on_the_torch_backend() -> None:
+    definition = load_sweep(SWEEPS / "table6.yaml", profile="cpu", sets=["task.env.observation=image"])
+    with pytest.raises(OrchError, match="task.env.observation: image observations need a vision-language model"):
+        build_plan(definition)

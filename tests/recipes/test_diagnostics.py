@@ -88,7 +88,7 @@ def test_monitor_metrics_and_state_roundtrip():
     monitor = CollapseMonitor(config, seed=7)
     first = monitor.compute(1, model, ENCODER, batch(), success=None, pad_id=0)
     for name in ("first_turn", "trajectory"):
-        for proxy in ("retrieval_acc", "retrieval_chance", "mi_est", "mi_zscore", "mi_zscore_ema", "recall@2"):
+        for proxy in ("retrieval_acc", "retrieval_chance", "mi_est", "mi_zscore", "mi_zscore_ema", "recall_at_2"):
             assert f"collapse/{name}/{proxy}" in first
     assert first["collapse/first_turn/retrieval_chance"] == pytest.approx(1 / 4)
     assert first["collapse/alert"] == 0.0
@@ -103,3 +103,65 @@ def test_monitor_metrics_and_state_roundtrip():
 def test_config_rejects_unknown_sets():
     with pytest.raises(ValueError, match="valid choices: first_turn, trajectory"):
         DiagnosticsConfig(sets=("all",))
+
+
+# A brief warm start of the micro model on 8 Countdown demonstrations (their reasoning cites the prompt's numbers).
+WARM = ["task=countdown", "model.warm_start.demos=8", "model.warm_start.epochs=60", "model.warm_start.eval_every=60",
+        "model.warm_start.lr=1e-2", "model.warm_start.batch_size=4", "model.warm_start.eval_episodes=2",
+        "model.warm_start.max_response_tokens=16"]
+
+
+@pytest.fixture(scope="session")
+def warm_countdown(micro_folder, session_dir):
+    """(warm-started micro policy, its chat encoder, the demonstrated episodes as trajectories); cached per session."""
+    from envs import demonstrations
+    from recipes.chat import ChatEncoder
+    from recipes.config import compose_train_config
+    from recipes.models import load_policy, load_tokenizer
+    from recipes.warmstart import warm_start_folder
+    from tests.recipes.conftest import MICRO
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ORCH_CACHE_DIR", str(session_dir / "cache"))
+        cfg = compose_train_config([*MICRO, *WARM])
+        env = dict(cfg.task.env)
+        folder, _ = warm_start_folder(cfg.model, micro_folder, "countdown", env, "cpu")
+    demos = demonstrations("countdown", cfg.model.warm_start.demos, seed=0, env_config=env)
+    trajectories = [
+        Trajectory("countdown", seed, demo, [Turn(demo[:2], demo[2]["content"], "", [], 0.0, True)], success=True)
+        for seed, demo in enumerate(demos)
+    ]
+    return load_policy(folder, "float32", "cpu"), ChatEncoder(load_tokenizer(folder)), trajectories
+
+
+def first_turn_metrics(model, encoder, trajectories) -> dict[str, float]:
+    from recipes.collapse_hook import turn_encoder
+
+    config = DiagnosticsConfig(sets=("first_turn",), num_samples=len(trajectories), batch_size=8)
+    return CollapseMonitor(config, seed=0).compute(1, model, turn_encoder(encoder, {}), trajectories, None,
+                                                   encoder.tokenizer.pad_token_id)
+
+
+def test_first_turn_retrieval_is_above_chance_on_a_warm_started_policy(warm_countdown):
+    """The warm-started policy's first-turn reasoning depends on its prompt (on the demonstrated prompts: a brief
+    warm start of a micro model does not generalise the copying to new numbers)."""
+    model, encoder, trajectories = warm_countdown
+    metrics = first_turn_metrics(model, encoder, trajectories)
+    chance = metrics["collapse/first_turn/retrieval_chance"]
+    assert chance == pytest.approx(1 / len(trajectories))  # every demonstration has its own prompt
+    assert metrics["collapse/first_turn/retrieval_acc"] >= 3 * chance
+    assert metrics["collapse/first_turn/mi_est"] > 0.05
+
+
+def test_first_turn_retrieval_is_at_chance_on_a_policy_that_ignores_its_input(warm_countdown):
+    """The same policy without its transformer layers predicts each token from the previous one only: every
+    prompt ends with <think>, so every sample scores the same under every column."""
+    import copy
+
+    model, encoder, trajectories = warm_countdown
+    blind = copy.deepcopy(model)
+    blind.model.layers = torch.nn.ModuleList()
+    blind.config.num_hidden_layers = 0
+    metrics = first_turn_metrics(blind, encoder, trajectories)
+    assert metrics["collapse/first_turn/retrieval_acc"] == pytest.approx(metrics["collapse/first_turn/retrieval_chance"])
+    assert metrics["collapse/first_turn/mi_est"] == pytest.approx(0.0, abs=1e-9)

@@ -148,7 +148,11 @@ def test_rho_one_and_none_keep_everything_including_zero_variance():
 @pytest.mark.parametrize(
     ("strategy", "value", "message"),
     [
-        ("top_q", 0.9, "valid choices: top_p, top_k, top_k_abs, min_p, none"),
+        ("top_q", 0.9, "valid choices: top_p, top_k, top_k_abs, min_p, quartile, none"),
+        ("trajectory", 1, "keeps trajectories, not whole groups"),
+        ("quartile", 0, "1, 2, 3 or 4"),
+        ("quartile", 5, "1, 2, 3 or 4"),
+        ("quartile", 1.5, "1, 2, 3 or 4"),
         ("top_p", 0.0, r"rho must be in \(0, 1\]"),
         ("top_p", 1.5, r"rho must be in \(0, 1\]"),
         ("top_k", 0.0, r"kept fraction must be in \(0, 1\]"),
@@ -285,3 +289,115 @@ def test_trajectory_level_selection_keeps_extremes_of_each_group():
     assert select_trajectories(rewards, groups, 3).sum() == 6 + 3
     with pytest.raises(ValueError, match="n >= 1"):
         select_trajectories(rewards, groups, 0)
+
+
+# --- the ablations as filter strategies (Tables 6 and 7) ------------------------------------------------------
+
+
+def quartile_sizes(count: int) -> list[int]:
+    """Four near-equal parts of `count` groups, sizes differing by at most one, larger parts first."""
+    return [count // 4 + (1 if part < count % 4 else 0) for part in range(4)]
+
+
+def make_batch(group_rewards: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(rewards, group_ids) with the groups' trajectories interleaved, so groups are not contiguous."""
+    width = max(len(rewards) for rewards in group_rewards)
+    pairs = [(rewards[k], g) for k in range(width) for g, rewards in enumerate(group_rewards) if k < len(rewards)]
+    return np.array([r for r, _ in pairs]), np.array([g for _, g in pairs])
+
+
+group_batches = st.lists(st.lists(st.integers(-3, 3).map(float), min_size=2, max_size=6), min_size=1, max_size=23)
+
+
+@pytest.mark.parametrize("num_groups", [1, 3, 4, 5, 8, 10, 17])
+def test_quartile_keeps_exactly_one_quartile_by_descending_std(num_groups):
+    # group g: rewards 0 and g, so its std (g / sqrt 2) grows with g; the ranking is the reverse group order
+    rewards, groups = make_batch([[0.0, float(g + 1)] for g in range(num_groups)])
+    descending = list(range(num_groups))[::-1]
+    start = 0
+    for quartile, size in enumerate(quartile_sizes(num_groups), start=1):
+        result = filter_groups(rewards, groups, FilterConfig(strategy="quartile", value=quartile))
+        assert np.flatnonzero(result.keep_groups).tolist() == sorted(descending[start : start + size])
+        assert result.keep_samples.tolist() == result.keep_groups[groups].tolist()  # whole groups
+        assert result.metrics["rollout/kept_ratio"] == pytest.approx(size / num_groups)
+        start += size
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch=group_batches, include_zero=st.booleans())
+def test_quartiles_partition_the_eligible_groups(batch, include_zero):
+    rewards, groups = make_batch(batch)
+    stds = np.array([np.std(r, ddof=1) for r in batch])
+    results = [
+        filter_groups(rewards, groups, FilterConfig(strategy="quartile", value=q, include_zero=include_zero))
+        for q in (1, 2, 3, 4)
+    ]
+    eligible = np.ones(len(batch), dtype=bool) if include_zero else stds > 1e-10
+    masks = np.array([result.keep_groups for result in results])
+    assert (masks.sum(axis=0) == eligible).all()  # every eligible group in exactly one quartile
+    assert masks.sum(axis=1).tolist() == quartile_sizes(int(eligible.sum()))
+    kept = [stds[mask] for mask in masks]
+    for upper, lower in zip(kept, kept[1:], strict=False):
+        if upper.size and lower.size:
+            assert upper.min() >= lower.max() - 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch=group_batches, n=st.integers(1, 4))
+def test_trajectory_mode_keeps_top_n_and_bottom_n_of_every_group(batch, n):
+    rewards, groups = make_batch(batch)
+    result = filter_groups(rewards, groups, FilterConfig(strategy="trajectory", value=n, include_zero=True))
+    for g, group_rewards in enumerate(batch):
+        members = np.flatnonzero(groups == g)  # in trajectory order
+        # rank by reward, earlier trajectories first among ties; keep both ends of the ranking
+        ranking = sorted(members, key=lambda i: (-rewards[i], i))
+        expected = set(ranking[:n]) | set(ranking[-n:])
+        assert set(np.flatnonzero(result.keep_samples & (groups == g))) == expected
+        assert len(expected) == min(len(group_rewards), 2 * n)
+    assert result.keep_groups.all()
+    total_kept = sum(min(len(r), 2 * n) for r in batch)
+    assert result.metrics["rollout/kept_samples"] == total_kept
+    assert result.metrics["rollout/kept_ratio"] == pytest.approx(total_kept / len(rewards))
+    assert result.metrics["rollout/kept_groups"] == len(batch)
+
+
+def test_trajectory_mode_reproduces_the_papers_batch_shape():
+    # Table 7: 8 prompts x 16 trajectories; top-4 + bottom-4 of each prompt -> 8/8 prompts, 64 trajectories
+    rng = np.random.default_rng(0)
+    rewards, groups = rng.normal(size=128), np.repeat(np.arange(8), 16)
+    config = FilterConfig(strategy="trajectory", value=4, include_zero=True, loss_scaling="linear")
+    result = filter_groups(rewards, groups, config)
+    assert result.metrics["rollout/kept_groups"] == 8 and result.metrics["rollout/kept_samples"] == 64
+    assert result.loss_scale == pytest.approx(0.5)
+    for g in range(8):
+        kept, dropped = rewards[(groups == g) & result.keep_samples], rewards[(groups == g) & ~result.keep_samples]
+        middle = np.sort(rewards[groups == g])[4:12]
+        assert sorted(dropped) == pytest.approx(middle)
+        assert kept.size == 8
+
+
+def test_trajectory_mode_drops_zero_variance_groups_unless_include_zero():
+    rewards = np.array([1.0, 1.0, 1.0, 0.0, 5.0, 2.0])
+    groups = np.array([0, 0, 0, 1, 1, 1])
+    dropped = filter_groups(rewards, groups, FilterConfig(strategy="trajectory", value=1))
+    assert dropped.keep_samples.tolist() == [False, False, False, True, True, False]
+    assert dropped.keep_groups.tolist() == [False, True]
+    assert dropped.metrics["rollout/kept_ratio"] == pytest.approx(2 / 6)
+    kept = filter_groups(rewards, groups, FilterConfig(strategy="trajectory", value=1, include_zero=True))
+    assert kept.keep_samples.tolist() == [True, False, True, True, True, False]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"strategy": "quartile", "value": 5}, "1, 2, 3 or 4"),
+        ({"strategy": "quartile", "value": 0.5}, "1, 2, 3 or 4"),
+        ({"strategy": "trajectory", "value": 0}, "whole number >= 1"),
+        ({"strategy": "trajectory", "value": 2.5}, "whole number >= 1"),
+        ({"strategy": "quartile", "value": 1, "select_type": "smallest"}, "value 4 keeps the lowest-RV quartile"),
+        ({"strategy": "trajectory", "value": 1, "select_type": "smallest"}, "does not apply to strategy trajectory"),
+    ],
+)
+def test_filter_config_validates_the_ablation_values(fields, message):
+    with pytest.raises(ValueError, match=message):
+        FilterConfig(**fields)

@@ -1,0 +1,131 @@
+"""The `collapse` step hook: template-collapse diagnostics inside training (enable with `hooks=[collapse]`).
+
+Configured by the `diagnostics:` section of the training config (`recipes.diagnostics.DiagnosticsConfig`). Runs in
+`on_rollout`, on the step's **unfiltered** batch, before the update:
+
+* every `mi_every` steps (and at step 1): the MI proxies of `CollapseMonitor` (`collapse/<set>/*`) and the early
+  warning (`collapse/alert`, `collapse/mi_drop`). When the alert first fires it sets the MLflow tag
+  `collapse_alert_step`, warns (log and terminal), and with `stop_on_collapse` stops the run after the step;
+* every `grad_every` steps (0 = never): the gradient split by reward-variance bucket (PAPER.md section 3): the
+  prompt groups are split into `grad_buckets` buckets by within-prompt reward std and, per bucket, the L2 norms of
+  the gradients of the task part and of the regularisation part of the actor loss are logged
+  (`grad_norm/bucket_<k>/{task, reg, rv_min, rv_max}`, bucket 0 the lowest reward variance). Advantages come from
+  the run's own estimator on all groups; nothing is applied to the policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from recipes.actor import (
+    batched_forward,
+    global_batch_info,
+    gradient_norm,
+    loss_part_gradients,
+    state_values,
+    token_log_probs,
+)
+from recipes.algorithms import get_algorithm
+from recipes.batch import TrainBatch, build_batch
+from recipes.chat import ChatEncoder
+from recipes.collapse import CollapseStatus
+from recipes.diagnostics import CollapseMonitor, DiagnosticsConfig, TurnEncoder, reward_variance_buckets
+from recipes.hooks import StepContext, StepHook, register_hook
+
+log = logging.getLogger(__name__)
+
+
+def diagnostics_config(cfg: Any) -> DiagnosticsConfig:
+    """The `DiagnosticsConfig` of a composed training config (its `diagnostics` section)."""
+    return DiagnosticsConfig.from_section(OmegaConf.to_container(cfg.diagnostics, resolve=True))
+
+
+def turn_encoder(encoder: ChatEncoder, generated: dict[str, list[int]]) -> TurnEncoder:
+    """Prompts rendered exactly as the sampler saw them (earlier replies as their sampled ids), reasoning as text."""
+    return TurnEncoder(
+        lambda messages: encoder.encode(messages, generated, add_generation_prompt=True).input_ids,
+        lambda text: list(encoder.tokenizer(text, add_special_tokens=False)["input_ids"]),
+    )
+
+
+def rollout_batch(ctx: StepContext) -> TrainBatch:
+    """All the step's trajectories as tensors with the run's advantages (reference log-probs and values when the
+    run has them), as the trainer builds its update batch but without filtering."""
+    trainer = ctx.cfg.trainer
+    batch = build_batch(
+        [t.messages for t in ctx.trajectories], [[turn.reward for turn in t.turns] for t in ctx.trajectories],
+        ctx.group_ids, ctx.encoder, ctx.generated,
+    ).to(trainer.device)
+    if ctx.reference is not None:
+        batch.ref_log_probs = batched_forward(
+            lambda model, micro: token_log_probs(model, micro)[0], ctx.reference, batch, trainer.micro_batch_size)
+    if ctx.critic is not None:
+        batch.values = batched_forward(state_values, ctx.critic, batch, trainer.micro_batch_size)
+    batch.advantages, batch.returns = get_algorithm(ctx.cfg.algorithm.name).advantages(batch, ctx.cfg.algorithm)
+    return batch
+
+
+def gradient_split(ctx: StepContext, num_buckets: int) -> dict[str, float]:
+    """Per reward-variance bucket, the L2 norms of the task and regularisation gradients of the actor loss (each
+    bucket's rows normalised as part of the whole batch, so the bucket gradients sum to the batch gradient)."""
+    batch = rollout_batch(ctx)
+    returns = np.array([t.episode_return for t in ctx.trajectories])
+    info = global_batch_info(batch, ctx.actor_config.loss_scale_factor)
+    metrics = {}
+    for index, bucket in enumerate(reward_variance_buckets(returns, ctx.group_ids, num_buckets)):
+        task, regularisation = loss_part_gradients(
+            ctx.policy, batch.select(bucket.rows), ctx.actor_config, info, ctx.cfg.trainer.micro_batch_size)
+        prefix = f"grad_norm/bucket_{index}"
+        metrics.update({f"{prefix}/task": gradient_norm(task), f"{prefix}/reg": gradient_norm(regularisation),
+                        f"{prefix}/rv_min": bucket.rv_min, f"{prefix}/rv_max": bucket.rv_max})
+    return metrics
+
+
+@register_hook("collapse")
+class CollapseHook(StepHook):
+    """MI proxies, the collapse early warning and the gradient split (see the module docstring)."""
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self.config = diagnostics_config(cfg)
+        self.monitor = CollapseMonitor(self.config, seed=int(cfg.seed))
+
+    def on_rollout(self, ctx: StepContext) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if self.config.due(ctx.step):
+            metrics.update(self.mutual_information(ctx))
+        if self.config.grad_due(ctx.step):
+            metrics.update(gradient_split(ctx, self.config.grad_buckets))
+        return metrics
+
+    def mutual_information(self, ctx: StepContext) -> dict[str, float]:
+        """The monitor's metrics for this step; raises the alert when it first fires."""
+        success = ctx.validation.get("val/success_rate", ctx.metrics.get("rollout/success_rate"))
+        metrics = self.monitor.compute(ctx.step, ctx.policy, turn_encoder(ctx.encoder, ctx.generated),
+                                       ctx.trajectories, success, ctx.encoder.tokenizer.pad_token_id)
+        status = self.monitor.last_status
+        if "collapse/alert" in metrics and status is not None and status.new_alert:
+            self.alert(ctx, status)
+        return metrics
+
+    def alert(self, ctx: StepContext, status: CollapseStatus) -> None:
+        """Tag the run, warn in the log and on the terminal, and stop the run when configured to."""
+        ctx.tags["collapse_alert_step"] = str(ctx.step)
+        log.warning("step %d: %s", ctx.step, status.reason)
+        action = "stopping the run (diagnostics.stop_on_collapse)" if self.config.stop_on_collapse else "training goes on"
+        print(f"WARNING step {ctx.step}: template collapse suspected; {action}. {status.reason}", file=sys.stderr,
+              flush=True)
+        if self.config.stop_on_collapse:
+            ctx.stop_reason = f"diagnostics.stop_on_collapse at step {ctx.step}: {status.reason}"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"monitor": self.monitor.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            self.monitor.load_state_dict(state["monitor"])
