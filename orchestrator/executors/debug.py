@@ -36,12 +36,12 @@ class DebugExecutor(Executor):
         return f"debug-{os.getpid()}"
 
     def vanished(self, attempts: list[dict[str, Any]]) -> dict[int, str]:
-        """Attempts left open by an `orch` process that is gone."""
+        """Attempts left open by an `orch` process that is gone (the `debug-PID` job id, else the pid the job
+        reported when it started; an attempt with neither has no process that could still end it)."""
         return {
             attempt["id"]: "the orch process running this cell (debug) exited without reporting an end"
             for attempt in attempts
-            if (attempt["job_id"] or "").startswith("debug-")
-            and not process_alive(int(attempt["job_id"].removeprefix("debug-")), attempt["host"])
+            if not process_alive(_orch_pid(attempt), attempt["host"])
         }
 
     def cancel(self, attempts: list[dict[str, Any]]) -> None:
@@ -50,3 +50,8 @@ class DebugExecutor(Executor):
     @staticmethod
     def requeue_current_job(job_id: str | None) -> None:
         """`submit` runs the cell again when it returns `requeued`."""
+
+
+def _orch_pid(attempt: dict[str, Any]) -> int | None:
+    job_id = attempt["job_id"] or ""
+    return int(job_id.removeprefix("debug-")) if job_id.startswith("debug-") else attempt["pid"]

@@ -86,6 +86,17 @@ def test_debug_executor_runs_in_process_and_a_rerun_submits_nothing(make_sweep, 
     assert (again.new, again.submitted, again.not_submitted) == (0, 0, {"finished": 4})
 
 
+def test_an_orphaned_debug_attempt_is_marked_lost_so_wait_returns(make_sweep, tracking: str) -> None:
+    """An attempt no process will ever end (its `orch` died before the job reported a pid) must not keep
+    `orch sweep --wait` / `orch status` waiting forever."""
+    _, store, _ = submit(make_sweep(name="orphan", seeds="[1]"), "debug", tracking)
+    sweep = store.require_sweep("orphan")
+    cell = store.cell_rows(sweep.id)[0]
+    store.record_submissions("debug", [cell.id])  # queued, no job id, never started
+    assert store.counts(sweep.id) == {"finished": 1, "queued": 1}
+    assert wait(store, "orphan", timeout_s=30) == {"finished": 1, "lost": 1}
+
+
 def test_local_executor_gives_the_same_cells_and_results(make_sweep, tracking: str) -> None:
     plan, store, report = submit(make_sweep(name="loc"), "local", tracking)
     assert report.submitted == 4
