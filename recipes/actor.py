@@ -9,7 +9,9 @@ gradient equals the gradient of the mini-batch loss. Fewer trajectories (after f
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,6 +227,44 @@ def gradient_norm(grads: list[torch.Tensor]) -> float:
 
 SUMMED = ("actor/pg_loss", "actor/entropy_loss", "actor/kl_loss")  # micro-batch shares of the mini-batch loss
 
+MicroLoss = Callable[[TrainBatch, dict[str, Any]], tuple[torch.Tensor, dict[str, float]]]
+
+
+def minibatch_steps(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch, settings: UpdateSettings,
+    prefix: str, micro_loss: MicroLoss,
+) -> dict[str, float]:
+    """`settings.epochs` passes over `batch`, one optimiser step per mini-batch with gradients accumulated over its
+    micro-batches. `micro_loss(micro, info)` returns the micro-batch's share of the mini-batch loss and its metric
+    shares (summed over the mini-batch); `info` is the mini-batch's normaliser (`global_batch_info`).
+
+    Returns the metrics averaged over mini-batches, plus `<prefix>/grad_norm` (before clipping) and `<prefix>/lr`.
+    """
+    history: dict[str, list[float]] = defaultdict(list)
+    for _ in range(settings.epochs):
+        for mini in _mini_batches(batch, settings.mini_batch_size):
+            optimizer.zero_grad(set_to_none=True)
+            info = global_batch_info(mini, settings.loss_scale_factor)
+            sums: dict[str, float] = defaultdict(float)
+            for micro in micro_batches(mini, settings.micro_batch_size):
+                loss, shares = micro_loss(micro, info)
+                loss.backward()
+                for key, value in shares.items():
+                    sums[key] += value
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+            optimizer.step()
+            history[f"{prefix}/grad_norm"].append(float(grad_norm))
+            for key, value in sums.items():
+                history[key].append(value)
+    metrics = {key: float(np.mean(values)) for key, values in history.items()}
+    metrics[f"{prefix}/lr"] = float(optimizer.param_groups[0]["lr"])
+    return metrics
+
+
+def token_share(micro: TrainBatch, info: dict[str, Any]) -> float:
+    """The micro-batch's share of its mini-batch's loss tokens."""
+    return float(micro.loss_mask.sum() / info["batch_num_tokens"])
+
 
 def update_actor(
     model: torch.nn.Module,
@@ -237,29 +277,17 @@ def update_actor(
 
     Returns `actor/*` metrics averaged over mini-batches (`actor/entropy` is the token-mean policy entropy).
     """
-    history: dict[str, list[float]] = defaultdict(list)
-    for _ in range(settings.epochs):
-        for mini in _mini_batches(batch, settings.mini_batch_size):
-            optimizer.zero_grad(set_to_none=True)
-            info = global_batch_info(mini, settings.loss_scale_factor)
-            set_batch_info(config, info)
-            sums: dict[str, float] = defaultdict(float)
-            for micro in micro_batches(mini, settings.micro_batch_size):
-                log_probs, entropy = token_log_probs(model, micro, with_entropy=True)
-                loss, parts = actor_loss(log_probs, entropy, micro, config, info)
-                loss.backward()
-                weight = float(micro.loss_mask.sum() / info["batch_num_tokens"])  # token share of the mini-batch
-                parts["actor/entropy"] = float((entropy.detach() * micro.loss_mask).sum() / micro.loss_mask.sum())
-                for key, value in parts.items():
-                    sums[key] += float(value) if key in SUMMED else weight * float(value)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-            optimizer.step()
-            history["actor/grad_norm"].append(float(grad_norm))
-            for key, value in sums.items():
-                history[key].append(value)
-    metrics = {key: float(np.mean(values)) for key, values in history.items()}
-    metrics["actor/lr"] = float(optimizer.param_groups[0]["lr"])
-    metrics["actor/optimizer_steps"] = float(len(history["actor/grad_norm"]))
+
+    def micro_loss(micro: TrainBatch, info: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        set_batch_info(config, info)
+        log_probs, entropy = token_log_probs(model, micro, with_entropy=True)
+        loss, parts = actor_loss(log_probs, entropy, micro, config, info)
+        parts["actor/entropy"] = float((entropy.detach() * micro.loss_mask).sum() / micro.loss_mask.sum())
+        weight = token_share(micro, info)
+        return loss, {key: float(value) if key in SUMMED else weight * float(value) for key, value in parts.items()}
+
+    metrics = minibatch_steps(model, optimizer, batch, settings, "actor", micro_loss)
+    metrics["actor/optimizer_steps"] = float(settings.epochs * math.ceil(len(batch) / settings.mini_batch_size))
     return metrics
 
 
@@ -276,31 +304,16 @@ def update_critic(
     """
     from verl.trainer.ppo.core_algos import compute_value_loss
 
-    history: dict[str, list[float]] = defaultdict(list)
-    for _ in range(settings.epochs):
-        for mini in _mini_batches(batch, settings.mini_batch_size):
-            optimizer.zero_grad(set_to_none=True)
-            info = global_batch_info(mini, settings.loss_scale_factor)
-            sums: dict[str, float] = defaultdict(float)
-            for micro in micro_batches(mini, settings.micro_batch_size):
-                vpreds = state_values(critic, micro)
-                vf_loss, vf_clipfrac = compute_value_loss(
-                    vpreds=vpreds, returns=micro.returns, values=micro.values, response_mask=micro.loss_mask,
-                    cliprange_value=cliprange_value, loss_agg_mode="token-mean",
-                    dp_size=1, batch_num_tokens=info["batch_num_tokens"],
-                )
-                vf_loss.backward()
-                weight = float(micro.loss_mask.sum() / info["batch_num_tokens"])
-                sums["critic/vf_loss"] += vf_loss.item()
-                sums["critic/vf_clipfrac"] += weight * float(vf_clipfrac)
-                sums["critic/vpred_mean"] += weight * float(
-                    (vpreds.detach() * micro.loss_mask).sum() / micro.loss_mask.sum().clamp(min=1)
-                )
-            grad_norm = torch.nn.utils.clip_grad_norm_(critic.parameters(), settings.grad_clip)
-            optimizer.step()
-            history["critic/grad_norm"].append(float(grad_norm))
-            for key, value in sums.items():
-                history[key].append(value)
-    metrics = {key: float(np.mean(values)) for key, values in history.items()}
-    metrics["critic/lr"] = float(optimizer.param_groups[0]["lr"])
-    return metrics
+    def micro_loss(micro: TrainBatch, info: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        vpreds = state_values(critic, micro)
+        vf_loss, vf_clipfrac = compute_value_loss(
+            vpreds=vpreds, returns=micro.returns, values=micro.values, response_mask=micro.loss_mask,
+            cliprange_value=cliprange_value, loss_agg_mode="token-mean",
+            dp_size=1, batch_num_tokens=info["batch_num_tokens"],
+        )
+        weight = token_share(micro, info)
+        vpred_mean = float((vpreds.detach() * micro.loss_mask).sum() / micro.loss_mask.sum().clamp(min=1))
+        return vf_loss, {"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": weight * float(vf_clipfrac),
+                         "critic/vpred_mean": weight * vpred_mean}
+
+    return minibatch_steps(critic, optimizer, batch, settings, "critic", micro_loss)

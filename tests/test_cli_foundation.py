@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-HEAVY = ("torch", "mlflow", "verl", "transformers", "pandas", "numpy")
+HEAVY = ("torch", "mlflow", "verl", "transformers", "pandas", "numpy", "plotly", "sqlalchemy", "scipy")
 
 
 def orch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -22,7 +22,10 @@ def orch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["predict-filter-gain", "--help"], ["filter", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["predict-filter-gain", "--help"], ["filter", "--help"], ["runs", "--help"], ["report", "--help"]],
+)
 def test_help_imports_nothing_heavy(argv):
     code = (
         "import sys\n"
@@ -34,6 +37,8 @@ def test_help_imports_nothing_heavy(argv):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
     assert "Usage" in out
     assert out.strip().splitlines()[-1] == "HEAVY="
+    if argv == ["--help"]:
+        assert " runs " in out and " report " in out
 
 
 def test_shipped_examples_reproduce_from_the_script(tmp_path):

@@ -1,10 +1,13 @@
-"""Shared fixtures of the trainer tests: a micro model preset, a session cache and a session MLflow store."""
+"""Shared fixtures of the trainer tests: a micro model preset, a session cache and a session MLflow store, and a
+step hook that records which trajectories reached the update."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+from recipes import hooks
 
 # The smallest Qwen2 that exercises every code path (and the test trainer profile: 2 prompts x 2 samples, 2 steps).
 MICRO = [
@@ -52,3 +55,24 @@ def encoder(micro_folder: Path):
     from recipes.models import load_tokenizer
 
     return ChatEncoder(load_tokenizer(micro_folder))
+
+
+class Recorder(hooks.StepHook):
+    """Records, per step, every trajectory's (group, return) and those of the trajectories that reached the update."""
+
+    seen: list[dict] = []
+
+    def on_batch(self, ctx: hooks.StepContext) -> dict[str, float]:
+        Recorder.seen.append({
+            "all": [(g, t.episode_return) for g, t in zip(ctx.group_ids, ctx.trajectories, strict=True)],
+            "update": list(zip(ctx.batch.group_ids, ctx.batch.episode_returns.tolist(), strict=True)),
+        })
+        return {}
+
+
+@pytest.fixture()
+def recorder(monkeypatch: pytest.MonkeyPatch) -> type[Recorder]:
+    """The `Recorder` registered as step hook `recorder` (enable it with `hooks=[recorder]`), emptied."""
+    monkeypatch.setattr(hooks, "_HOOKS", {**hooks._HOOKS, "recorder": Recorder})
+    Recorder.seen = []
+    return Recorder

@@ -9,29 +9,8 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from recipes import hooks
 from recipes.backends import run_training
 from recipes.config import compose_train_config
-
-
-class Recorder(hooks.StepHook):
-    """Records every trajectory's (group, return) and those that reached the update."""
-
-    seen: list[dict] = []
-
-    def on_batch(self, ctx: hooks.StepContext) -> dict[str, float]:
-        Recorder.seen.append({
-            "all": [(g, t.episode_return) for g, t in zip(ctx.group_ids, ctx.trajectories, strict=True)],
-            "update": list(zip(ctx.batch.group_ids, ctx.batch.episode_returns.tolist(), strict=True)),
-        })
-        return {}
-
-
-@pytest.fixture()
-def recorder(monkeypatch):
-    monkeypatch.setattr(hooks, "_HOOKS", {**hooks._HOOKS, "recorder": Recorder})
-    Recorder.seen = []
-    return Recorder
 
 
 def train_one_step(train_overrides: list[str], extra: list[str]) -> dict[str, float]:
