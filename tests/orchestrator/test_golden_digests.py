@@ -1,0 +1,42 @@
+"""The identity of every shipped sweep's cells is pinned: a refactoring that changed how a config is hashed would
+make users' stores see new cells (and rerun finished work). `golden_digests.json` was captured before the typed
+`TrainConfig` replaced the dict hashing; regenerate it only for a deliberate change of identity, with a note in the
+changelog, by running this file with `ORCH_REGENERATE_GOLDEN=1`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.plan import build_plan
+from orchestrator.spec import load_sweep
+
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+GOLDEN = Path(__file__).with_name("golden_digests.json")
+PROFILES = ["default", *sorted(yaml.safe_load((SWEEPS / "profiles.yaml").read_text()))]
+CASES = [f"{path.name}:{profile}" for path in sorted(SWEEPS.glob("*.yaml")) if path.name != "profiles.yaml"
+         for profile in PROFILES]
+
+
+def _digests(case: str) -> list[str]:
+    name, profile = case.split(":")
+    plan = build_plan(load_sweep(SWEEPS / name, profile=None if profile == "default" else profile))
+    return [cell.digest for cell in plan.cells]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cell_digests_are_unchanged(case: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path))  # no conf-tree cache from another version
+    if os.environ.get("ORCH_REGENERATE_GOLDEN"):
+        golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+        golden[case] = _digests(case)
+        GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+    assert _digests(case) == json.loads(GOLDEN.read_text())[case]
+
+
+def test_every_shipped_sweep_is_pinned() -> None:
+    assert sorted(json.loads(GOLDEN.read_text())) == sorted(CASES)
