@@ -138,7 +138,7 @@ def runs(
     reader: Annotated[str, typer.Option(help="auto (bulk SQL where possible) | sql | client.")] = "auto",
 ) -> None:
     """Query MLflow runs as a table (params, tags, status, metric values)."""
-    from orchestrator.errors import OrchError, choices_error
+    from orchlib.errors import OrchError, choices_error
 
     try:
         if fmt not in RUN_FORMATS:
@@ -177,7 +177,7 @@ def report(
     ] = None,
 ) -> None:
     """Write a sweep's report: tables, training curves, correlations, predictor verdicts (offline HTML)."""
-    from orchestrator.errors import OrchError
+    from orchlib.errors import OrchError
 
     try:
         from analysis.report import FORMATS, build_report, kaleido_available, write_report

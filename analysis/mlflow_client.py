@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from analysis.mlflow_store import Progress, RawRuns, RunQuery, select_metric_keys
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analysis.mlflow_store import Progress, RawRuns, RunQuery, select_metric_keys, uri_scheme
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     import sqlalchemy as sa

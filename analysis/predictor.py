@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 from recipes.filtering import GroupStats, group_stats, select_groups
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from analysis import names
 from analysis.mlflow_store import Progress
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -211,7 +211,7 @@ def metric_summary(data: RunData, keys: list[str] | tuple[str, ...], how: str = 
     no run logged are left out."""
     import pandas as pd
 
-    from orchestrator.errors import choices_error
+    from orchlib.errors import choices_error
 
     if how not in SUMMARY_HOWS:
         raise choices_error("summary statistic", how, SUMMARY_HOWS)

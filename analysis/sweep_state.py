@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     import pandas as pd

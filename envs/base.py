@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     import numpy as np

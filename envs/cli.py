@@ -27,7 +27,7 @@ SetOpt = Annotated[
 
 
 def _overrides(pairs: list[str] | None) -> dict[str, Any]:
-    from orchestrator.errors import OrchError
+    from orchlib.errors import OrchError
 
     config: dict[str, Any] = {}
     for pair in pairs or []:
@@ -43,7 +43,7 @@ def _overrides(pairs: list[str] | None) -> dict[str, Any]:
 
 def _run(command: Callable[[], None]) -> None:
     """Run `command`, turning OrchError into one line on stderr and exit code 2."""
-    from orchestrator.errors import OrchError
+    from orchlib.errors import OrchError
 
     try:
         command()
@@ -94,7 +94,7 @@ def show_command(
         from envs.episode import Episode
         from envs.grid import GridEnv
         from envs.registry import env_class, list_envs, make_env
-        from orchestrator.errors import OrchError
+        from orchlib.errors import OrchError
 
         env = make_env(task, **_overrides(overrides))
         if image is not None and not isinstance(env, GridEnv):

@@ -8,7 +8,7 @@ from typing import Any
 from envs.episode import Episode
 from envs.registry import build_config, env_class
 from envs.trajectory import Message, Trajectory
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 Policy = Callable[[list[list[Message]]], list[str]]
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from envs.base import Env
 from envs.protocol import parse_response, user_turn
 from envs.trajectory import Message, Trajectory, Turn
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -2,51 +2,29 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
 from envs.base import Env, EnvConfig
-from orchestrator.errors import OrchError, choices_error
+from orchlib.errors import choices_error, validation_error
+from orchlib.registry import Registry
 
 # Modules whose import registers the built-in tasks (imported on first lookup, so that `import envs` stays light).
 BUILTIN_MODULES = ("envs.sokoban", "envs.frozenlake", "envs.countdown", "envs.metamathqa")
 
-_REGISTRY: dict[str, type[Env]] = {}
-
-
-def register_env(name: str) -> Callable[[type[Env]], type[Env]]:
-    """Class decorator: register an `Env` subclass under `name` (which also becomes its `name` attribute)."""
-
-    def decorate(cls: type[Env]) -> type[Env]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise OrchError(f"environment {name!r} is already registered by {_REGISTRY[name].__qualname__}")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorate
-
-
-def _load_builtins() -> None:
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
+ENVS: Registry[type[Env]] = Registry("environment", modules=BUILTIN_MODULES, name_attr="name")
+register_env = ENVS.register  # class decorator: `@register_env("sokoban")` (the name becomes `cls.name`)
 
 
 def list_envs() -> list[str]:
     """Names of all registered environments, sorted."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return ENVS.names()
 
 
 def env_class(name: str) -> type[Env]:
     """The `Env` subclass registered under `name`; OrchError listing the valid names otherwise."""
-    _load_builtins()
-    if name not in _REGISTRY:
-        raise choices_error("environment", name, list(_REGISTRY))
-    return _REGISTRY[name]
+    return ENVS.get(name)
 
 
 def env_config_class(name: str) -> type[EnvConfig]:
@@ -64,9 +42,7 @@ def build_config(name: str, values: dict[str, Any]) -> EnvConfig:
     try:
         return config_class(**values)
     except ValidationError as err:
-        first = err.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "config"
-        raise OrchError(f"env {name}: {key}={first.get('input')!r}: {first['msg']}") from None
+        raise validation_error(err, f"env {name}", model=config_class) from None
 
 
 def make_env(name: str, **config: Any) -> Env:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from envs.grid import Tile
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 TILE = 32  # pixels per grid cell (square)
 

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.errors import OrchError, validation_error_line
+from orchlib.errors import OrchError, validation_error
 
 app = typer.Typer(
     name="orch",
@@ -104,7 +104,7 @@ def filter_batch(
                 eps=eps,
             )
         except ValidationError as err:
-            raise validation_error_line(err, "filter options") from None
+            raise validation_error(err, "filter options") from None
         reports = filter_batch_file(batch, config, step=step)
     except OrchError as err:
         _fail(str(err))

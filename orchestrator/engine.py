@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.errors import OrchError
 from orchestrator.executors import get_executor
 from orchestrator.executors.base import CellTask, SubmitError, SweepContext
 from orchestrator.states import ACTIVE, MISSING, State
 from orchestrator.store import DEFAULT_DIR, CellRow, Store, SweepRow
+from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     from orchestrator.plan import Plan

@@ -17,11 +17,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.errors import OrchError
 from orchestrator.resolve import frozen
 from orchestrator.rules import MISSING, matches
 from orchestrator.spec import SweepDefinition, check_key, describe_loc
 from orchestrator.yamlsource import Loc, YamlSource
+from orchlib.errors import OrchError
 
 BASE_AXIS = "base"
 INCLUDE_AXIS = "include"

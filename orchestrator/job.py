@@ -28,9 +28,9 @@ from typing import Any
 
 import submitit
 
-from orchestrator.errors import OrchError
 from orchestrator.states import FROM_TRAIN_STATUS, State
 from orchestrator.store import JobContext, Store
+from orchlib.errors import OrchError
 
 HEARTBEAT_ENV = "ORCH_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 30.0

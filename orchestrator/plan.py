@@ -11,13 +11,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import OrchError
 from orchestrator.expand import RawCell, describe_origin, expand
 from orchestrator.resolve import PLANNED_BACKENDS, ConfigResolver, frozen
 from orchestrator.resources import Resources
 from orchestrator.rules import MISSING
 from orchestrator.spec import SweepDefinition
 from orchestrator.yamlsource import Loc
+from orchlib.errors import OrchError
 
 
 @dataclass

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import OrchError, choices_error
+from orchlib.errors import OrchError, choices_error
 
 # Keys the orchestrator sets per cell, or that change how a run is hosted but not what it computes.
 INFRA_KEYS = ("mlflow", "trainer.checkpoint_dir", "trainer.progress", "trainer.resume", "trainer.threads")

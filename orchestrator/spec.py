@@ -24,16 +24,15 @@ a `SweepDefinition`; nothing is written anywhere before that succeeds.
 from __future__ import annotations
 
 import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.errors import OrchError, choices_error
 from orchestrator.resources import ResourcesSpec
 from orchestrator.yamlsource import Loc, YamlSource, format_loc, load_yaml
+from orchlib.errors import OrchError, choices_error, validation_issues
 
 KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -135,45 +134,9 @@ def validate_model(model: type[BaseModel], data: Any, source: YamlSource, loc: L
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        errors = err.errors()
-        first = errors[0]
-        error_loc = (*loc, *first["loc"])
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        if first["type"] == "extra_forbidden":
-            parent = _model_at(model, tuple(first["loc"][:-1]))
-            valid = sorted(parent.model_fields) if parent else []
-            raise source.error(error_loc, str(choices_error("key", first["loc"][-1], valid)) + more) from None
-        if first["type"] == "missing":
-            raise source.error(error_loc, f"required key missing{more}") from None
-        raise source.error(error_loc, f"{first['msg']} (got {first.get('input')!r}){more}") from None
-
-
-def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model found at `loc` inside `model` (through lists, dicts and optionals)."""
-    current: Any = model
-    parts = list(loc)
-    while parts:
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            name = parts.pop(0)
-            if name not in current.model_fields:
-                return None
-            current = current.model_fields[name].annotation
-            continue
-        args = [arg for arg in typing.get_args(current) if arg is not type(None)]
-        origin = typing.get_origin(current)
-        if origin in (list, dict):
-            parts.pop(0)
-            current = args[-1]
-        elif args:
-            current = args[0]
-        else:
-            return None
-    while not (isinstance(current, type) and issubclass(current, BaseModel)):
-        args = [arg for arg in typing.get_args(current) if arg is not type(None)]
-        if not args:
-            return None
-        current = args[0]
-    return current
+        issues = validation_issues(err, model)
+        more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
+        raise source.error((*loc, *issues[0].loc), issues[0].message + more) from None
 
 
 def check_key(key: Any, source: YamlSource, loc: Loc) -> None:

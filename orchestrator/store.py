@@ -40,8 +40,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from orchestrator.errors import OrchError
 from orchestrator.states import ACTIVE, ORDER, State
+from orchlib.errors import OrchError
 
 SCHEMA_VERSION = 1
 STORE_ENV = "ORCH_STORE"
@@ -236,7 +236,7 @@ class Store:
         """The sweep called `name`; `OrchError` listing the known sweeps otherwise."""
         row = self.sweep(name)
         if row is None:
-            from orchestrator.errors import choices_error
+            from orchlib.errors import choices_error
 
             raise choices_error("sweep", name, self.sweep_names(), where=f"store {self.display_url()}")
         return row

@@ -51,7 +51,7 @@ def sweep_command(
     store_url: StoreOpt = None,
 ) -> None:
     """Expand a sweep file into cells and submit the ones not done yet (only what is missing)."""
-    from orchestrator.errors import OrchError
+    from orchlib.errors import OrchError
 
     try:
         from orchestrator.executors import get_executor
@@ -104,7 +104,7 @@ def status_command(
     store_url: StoreOpt = None,
 ) -> None:
     """Counts per state and one row per cell, from the store (reconciled with squeue where jobs run on SLURM)."""
-    from orchestrator.errors import OrchError
+    from orchlib.errors import OrchError
 
     try:
         store = _open_store(store_url)
@@ -173,7 +173,7 @@ def cancel_command(
 ) -> None:
     """Cancel the queued, running and pending cells of a sweep (running ones checkpoint and stop)."""
     from orchestrator.engine import cancel
-    from orchestrator.errors import OrchError
+    from orchlib.errors import OrchError
 
     try:
         count = cancel(_open_store(store_url), sweep, cells or [])
@@ -192,7 +192,7 @@ def resume_command(
 ) -> None:
     """Submit again the cells of a stored sweep that are pending, cancelled or lost (no sweep file needed)."""
     from orchestrator.engine import resume
-    from orchestrator.errors import OrchError
+    from orchlib.errors import OrchError
 
     try:
         store = _open_store(store_url)
@@ -215,7 +215,7 @@ def logs_command(
     store_url: StoreOpt = None,
 ) -> None:
     """Print the log files of a cell's job (stdout and stderr of the latest attempt)."""
-    from orchestrator.errors import OrchError, choices_error
+    from orchlib.errors import OrchError, choices_error
 
     try:
         if stream not in ("out", "err", "both"):

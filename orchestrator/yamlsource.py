@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 Loc = tuple[str | int, ...]
 

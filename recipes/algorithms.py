@@ -11,37 +11,26 @@ non-loss positions (prompt, observations, padding) are skipped by veRL's masked 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from orchlib.registry import Registry
 
-from orchestrator.errors import choices_error
-from recipes.batch import TrainBatch
+if TYPE_CHECKING:
+    import torch
 
-_ALGORITHMS: dict[str, Algorithm] = {}
+    from recipes.batch import TrainBatch
 
-
-def register_algorithm(*names: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
-    """Class decorator: register an `Algorithm` subclass under one or more names."""
-
-    def decorate(cls: type[Algorithm]) -> type[Algorithm]:
-        for name in names:
-            _ALGORITHMS[name] = cls()
-        return cls
-
-    return decorate
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", where="config key algorithm.name")
+register_algorithm = ALGORITHMS.register  # class decorator, one or more names: `@register_algorithm("grpo", ...)`
 
 
 def algorithm_names() -> list[str]:
-    return sorted(_ALGORITHMS)
+    return ALGORITHMS.names()
 
 
 def get_algorithm(name: str) -> Algorithm:
     """The algorithm registered as `name`; OrchError listing the valid names otherwise."""
-    if name not in _ALGORITHMS:
-        raise choices_error("algorithm", name, algorithm_names(), where="config key algorithm.name")
-    return _ALGORITHMS[name]
+    return ALGORITHMS.get(name)()
 
 
 class Algorithm:

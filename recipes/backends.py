@@ -1,25 +1,21 @@
 """Trainer backends: a registry from name to a `run(cfg, should_stop) -> TrainResult` callable.
 
 A backend module registers itself with `@register_backend("name")` when imported. `get_backend(name)` imports the
-module named in `BACKEND_MODULES` first, so listing and validating names stays light (no torch at import).
+module registered lazily for that name first, so listing and validating names stays light (no torch at import).
 
     result = get_backend(cfg.backend)(cfg, should_stop=lambda: preempted)
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from orchestrator.errors import choices_error
+from orchlib.registry import Registry
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
-
-# Backend name -> module that registers it (imported on first use).
-BACKEND_MODULES: dict[str, str] = {"torch": "recipes.torch_backend"}
 
 Status = Literal["finished", "preempted", "stopped", "failed"]
 
@@ -42,31 +38,21 @@ class TrainResult:
 
 
 Backend = Callable[..., TrainResult]
-_BACKENDS: dict[str, Backend] = {}
-
-
-def register_backend(name: str) -> Callable[[Backend], Backend]:
-    """Decorator: register `run(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult`."""
-
-    def decorate(run: Backend) -> Backend:
-        _BACKENDS[name] = run
-        return run
-
-    return decorate
+# Backend name -> the module that registers it, imported on first use.
+BACKENDS: Registry[Backend] = Registry("trainer backend", where="config key backend",
+                                      lazy={"torch": "recipes.torch_backend"})
+# Decorator: register `run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult`.
+register_backend = BACKENDS.register
 
 
 def backend_names() -> list[str]:
     """Every backend name that can be requested (registered or importable on demand)."""
-    return sorted(set(_BACKENDS) | set(BACKEND_MODULES))
+    return BACKENDS.names()
 
 
 def get_backend(name: str) -> Backend:
     """The registered backend `name`, importing its module on first use. Raises OrchError for unknown names."""
-    if name not in _BACKENDS and name in BACKEND_MODULES:
-        importlib.import_module(BACKEND_MODULES[name])
-    if name not in _BACKENDS:
-        raise choices_error("trainer backend", name, backend_names(), where="config key backend")
-    return _BACKENDS[name]
+    return BACKENDS.get(name)
 
 
 def run_training(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:

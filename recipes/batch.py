@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 from recipes.chat import ChatEncoder
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 _PROBE_USER, _PROBE_REPLY = "orch-probe-user", "orch-probe-reply"
 

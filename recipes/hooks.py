@@ -15,14 +15,12 @@ carry running state (EMA trackers) through checkpoints. Registered hooks: `colla
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from orchestrator.errors import choices_error
+from orchlib.registry import Registry
 
 
 @dataclass
@@ -82,27 +80,12 @@ class StepHook:
         """Restore what `state_dict` returned."""
 
 
-_HOOKS: dict[str, type[StepHook]] = {}
 # Hook name -> module that registers it, imported on first use (so the trainer need not import every hook).
-HOOK_MODULES: dict[str, str] = {"collapse": "recipes.collapse_hook"}
-
-
-def register_hook(name: str) -> Callable[[type[StepHook]], type[StepHook]]:
-    def decorate(cls: type[StepHook]) -> type[StepHook]:
-        _HOOKS[name] = cls
-        return cls
-
-    return decorate
+HOOKS: Registry[type[StepHook]] = Registry("step hook", where="config key hooks",
+                                           lazy={"collapse": "recipes.collapse_hook"})
+register_hook = HOOKS.register  # class decorator: `@register_hook("collapse")`
 
 
 def build_hooks(names: list[str], cfg: Any) -> dict[str, StepHook]:
     """One instance per enabled name, in order; OrchError for unknown names."""
-    built = {}
-    for name in names:
-        if name not in _HOOKS and name in HOOK_MODULES:
-            importlib.import_module(HOOK_MODULES[name])
-        if name not in _HOOKS:
-            raise choices_error("step hook", name, sorted(set(_HOOKS) | set(HOOK_MODULES)) or ["(none registered)"],
-                                where="config key hooks")
-        built[name] = _HOOKS[name](cfg)
-    return built
+    return {name: HOOKS.get(name)(cfg) for name in names}

@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 from recipes.cache import cache_root, cached_folder
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 from recipes.chat import ChatEncoder
 
 LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (1, heads, tokens, head_dim)

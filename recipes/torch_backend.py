@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 from recipes.actor import (
     UpdateSettings,
     actor_config,

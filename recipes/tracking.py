@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value

@@ -24,7 +24,7 @@ def train_command(
     print_config: Annotated[bool, typer.Option("--print-config", help="Print the composed config and exit.")] = False,
 ) -> None:
     """Train one agent with RL (rollouts, SNR-Aware Filtering, update, validation; metrics to MLflow)."""
-    from orchestrator.errors import OrchError
+    from orchlib.errors import OrchError
     from recipes.config import compose_train_config
 
     arguments = [*(overrides or []), *ctx.args]

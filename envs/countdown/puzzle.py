@@ -10,7 +10,7 @@ from fractions import Fraction
 from itertools import combinations
 
 from envs.countdown.expression import ExpressionError, evaluate, numbers_used, parse_expression
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 CORRECT_REWARD = 1.0
 WRONG_VALUE_REWARD = 0.1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 Pos = tuple[int, int]
 Lake = tuple[str, ...]

@@ -9,7 +9,7 @@ from typing import Any
 
 from envs.metamathqa.answers import split_response
 from envs.metamathqa.problem import MathProblem
-from orchestrator.errors import OrchError, choices_error
+from orchlib.errors import OrchError, choices_error
 
 SUFFIXES = (".json", ".jsonl", ".parquet")
 

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable
 
 from envs.sokoban.room import DIRECTIONS, Pos, Room, distance, shift
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 FLOOR_FRACTION = 0.6  # share of the interior (inside the border wall) carved into floor
 TURN_PROBABILITY = 0.35  # chance that the carving walk changes direction at each step

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 Pos = tuple[int, int]
 

@@ -10,43 +10,26 @@ registers its class with `@register_executor`.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from orchestrator.errors import choices_error
+from orchlib.registry import Registry
 
 if TYPE_CHECKING:
     from orchestrator.executors.base import Executor
 
-EXECUTOR_MODULES: dict[str, str] = {
+EXECUTORS: Registry[type[Executor]] = Registry("cluster", where="--cluster", name_attr="name", lazy={
     "debug": "orchestrator.executors.debug",
     "local": "orchestrator.executors.local",
     "slurm": "orchestrator.executors.slurm",
-}
-_EXECUTORS: dict[str, type[Executor]] = {}
-
-
-def register_executor(name: str) -> Callable[[type[Executor]], type[Executor]]:
-    """Class decorator: make an `Executor` subclass available as `name`."""
-
-    def decorate(cls: type[Executor]) -> type[Executor]:
-        cls.name = name
-        _EXECUTORS[name] = cls
-        return cls
-
-    return decorate
+})
+register_executor = EXECUTORS.register  # class decorator: `@register_executor("slurm")` (sets `cls.name`)
 
 
 def executor_names() -> list[str]:
     """Every executor name (registered or importable on demand)."""
-    return sorted(set(_EXECUTORS) | set(EXECUTOR_MODULES))
+    return EXECUTORS.names()
 
 
 def get_executor(name: str) -> type[Executor]:
     """The executor class registered as `name`. Raises `OrchError` listing the valid names."""
-    if name not in _EXECUTORS and name in EXECUTOR_MODULES:
-        importlib.import_module(EXECUTOR_MODULES[name])
-    if name not in _EXECUTORS:
-        raise choices_error("cluster", name, executor_names(), where="--cluster")
-    return _EXECUTORS[name]
+    return EXECUTORS.get(name)

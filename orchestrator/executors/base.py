@@ -10,8 +10,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orchestrator.errors import OrchError
 from orchestrator.store import Submission
+from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     from orchestrator.resources import Resources

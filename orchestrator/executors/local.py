@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.errors import OrchError
 from orchestrator.executors import register_executor
 from orchestrator.executors.base import CellTask, Executor, SweepContext, process_alive
 from orchestrator.store import Submission
+from orchlib.errors import OrchError
 
 RUNNER_LOCK = "runner.lock"
 RUNNER_LOG = "runner.log"

@@ -12,10 +12,10 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.errors import OrchError
 from orchestrator.executors import register_executor
 from orchestrator.executors.base import CellTask, Executor, SubmitError
 from orchestrator.store import Submission
+from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     import submitit

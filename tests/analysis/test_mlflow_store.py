@@ -20,7 +20,7 @@ import pytest
 
 from analysis import mlflow_sql
 from analysis.mlflow_store import RunQuery, load_runs, select_metric_keys, uri_scheme
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 
 def both(query: RunQuery, uri: str):

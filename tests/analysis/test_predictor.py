@@ -16,7 +16,7 @@ from analysis.predictor import (
     predict_frame,
     rv_ratio,
 )
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 
 def batch_from_success_rates(rates: list[float], samples: int = 16) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from analysis.report import build_report, export_figures, kaleido_available, render_html, write_report
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
 

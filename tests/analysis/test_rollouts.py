@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from analysis.rollouts import iter_steps, load_rollout_batch, write_rollout_batch
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 FRAME = pd.DataFrame(
     {

@@ -10,7 +10,7 @@ import pytest
 from envs import Trajectory, make_env, run_episodes
 from envs.protocol import format_response
 from envs.sokoban.solver import solve
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 SEEDS = list(range(12))
 

@@ -12,7 +12,7 @@ import pytest
 
 from envs import make_env
 from envs.frozenlake.lake import ACTIONS, GOAL, HOLE, generate_lake, move, shortest_path, transition_probs
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 LAKE = ("SFFF", "FHFH", "FFFH", "HFFG")  # gymnasium's classic 4x4 map
 

@@ -14,7 +14,7 @@ from envs import make_env
 from envs.metamathqa.answers import answers_match, as_number, format_number, split_response
 from envs.metamathqa.dataset import load_problems
 from envs.metamathqa.wordproblems import TEMPLATES, generate_problem
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 RECORDS = [
     {"query": "What is 2 + 3?", "response": "2 + 3 = 5.\nThe answer is: 5", "type": "GSM_Rephrased"},

@@ -8,7 +8,7 @@ import pytest
 
 from envs import make_env, run_episodes
 from envs.protocol import IMAGE_PLACEHOLDER, format_response
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 GRID_TASKS = [("sokoban", 6), ("sokoban_8x8", 8), ("frozenlake", 4)]
 
@@ -65,7 +65,7 @@ def test_text_observation_is_the_default_and_carries_no_image(task):
 
 
 def test_the_environment_validates_the_observation_key():
-    with pytest.raises(OrchError, match=r"observation='image'.*valid choices: text$"):
+    with pytest.raises(OrchError, match=r"observation: 'image'.*valid choices: text$"):
         make_env("countdown", observation="image")
     with pytest.raises(OrchError, match="valid choices: text, image"):
         make_env("sokoban", observation="video")

@@ -8,7 +8,7 @@ import pytest
 
 import envs.registry as registry
 from envs import Env, EnvConfig, env_config_class, list_envs, make_env, register_env
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 TASKS = ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa"]
 
@@ -103,9 +103,7 @@ def test_unknown_reset_option_is_rejected():
 
 
 def test_register_env_adds_a_custom_task(monkeypatch):
-    monkeypatch.setattr(
-        registry, "_REGISTRY", dict(registry._REGISTRY)
-    )  # keep the test task out of the others
+    monkeypatch.setattr(registry.ENVS, "entries", dict(registry.ENVS.entries))  # keep the test task out of the others
 
     class CoinConfig(EnvConfig):
         max_turns: int = 1

@@ -10,7 +10,7 @@ import pytest
 from envs import make_env
 from envs.sokoban.room import Room
 from envs.sokoban.solver import solve
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 
 MOVES = ("Up", "Down", "Left", "Right")
 

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.errors import OrchError
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
+from orchlib.errors import OrchError
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 FILES = sorted(path.name for path in SWEEPS.glob("*.yaml") if path.name != "profiles.yaml")

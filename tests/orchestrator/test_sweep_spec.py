@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import OrchError
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
+from orchlib.errors import OrchError
 
 
 def plan_of(path: Path, **kwargs):

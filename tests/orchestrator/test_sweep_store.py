@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from orchestrator.errors import OrchError
 from orchestrator.states import State
 from orchestrator.store import Store, Submission
+from orchlib.errors import OrchError
 
 POSTGRES_ENV = "ORCH_TEST_POSTGRES_URL"
 

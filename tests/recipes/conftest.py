@@ -73,6 +73,6 @@ class Recorder(hooks.StepHook):
 @pytest.fixture()
 def recorder(monkeypatch: pytest.MonkeyPatch) -> type[Recorder]:
     """The `Recorder` registered as step hook `recorder` (enable it with `hooks=[recorder]`), emptied."""
-    monkeypatch.setattr(hooks, "_HOOKS", {**hooks._HOOKS, "recorder": Recorder})
+    monkeypatch.setattr(hooks.HOOKS, "entries", {**hooks.HOOKS.entries, "recorder": Recorder})
     Recorder.seen = []
     return Recorder

@@ -121,7 +121,7 @@ def test_log_probs_on_loss_positions_equal_the_full_forward(encoder, micro_folde
 
 
 def test_a_template_that_rewrites_history_is_refused(micro_folder, chat) -> None:
-    from orchestrator.errors import OrchError
+    from orchlib.errors import OrchError
     from recipes.chat import ChatEncoder
     from recipes.models import load_tokenizer
 

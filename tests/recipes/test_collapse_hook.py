@@ -11,7 +11,7 @@ import torch
 from mlflow import MlflowClient
 
 import recipes.diagnostics
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 from recipes.actor import UpdateSettings, actor_config, global_batch_info, loss_part_gradients
 from recipes.backends import run_training
 from recipes.batch import build_batch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 from recipes import backends
 from recipes.backends import TrainResult, backend_names, get_backend, register_backend
 from recipes.config import compose_train_config, config_groups, filter_config_from, flatten_config
@@ -61,7 +61,7 @@ def test_overrides_apply() -> None:
         (["trainer.samples_per_prompt=1"], "needs >= 2 samples per prompt; use filter=none"),
         (["trainer.total_steps=0"], "config key trainer.total_steps: must be >= 1"),
         (["model=hf"], "config key model.path: required value not set"),
-        (["task=frozenlake", "task.env.slip=2"], "env frozenlake: slip=2"),
+        (["task=frozenlake", "task.env.slip=2"], "env frozenlake: slip: Input should be less than or equal to 1 (got 2)"),
         (["task.name=chess"], "unknown environment 'chess'; valid choices: countdown"),
         (["model=hf", "model.path=/no/such/folder"], "is not a local Hugging Face checkpoint folder"),
     ],
@@ -76,7 +76,7 @@ def test_backend_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "torch" in backend_names()
     with pytest.raises(OrchError, match="unknown trainer backend 'jax'; valid choices: .*torch"):
         get_backend("jax")
-    monkeypatch.setattr(backends, "_BACKENDS", dict(backends._BACKENDS))  # undo the registration below
+    monkeypatch.setattr(backends.BACKENDS, "entries", dict(backends.BACKENDS.entries))  # undo the registration below
 
     @register_backend("unit-test")
     def fake(cfg, should_stop=None) -> TrainResult:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from envs import demonstrations
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 from recipes.models import load_policy
 from recipes.sampler import Sampler
 

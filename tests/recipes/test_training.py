@@ -12,7 +12,7 @@ from mlflow import MlflowClient
 
 import recipes.filtering
 from analysis.rollouts import load_rollout_batch
-from orchestrator.errors import OrchError
+from orchlib.errors import OrchError
 from recipes import hooks
 from recipes.backends import run_training
 from recipes.checkpoint import latest_checkpoint
@@ -92,7 +92,7 @@ class Counting(hooks.StepHook):
 
 
 def test_hook_metrics_and_state_travel_through_checkpoints(train_overrides, monkeypatch) -> None:
-    monkeypatch.setattr(hooks, "_HOOKS", {**hooks._HOOKS, "counting": Counting})
+    monkeypatch.setattr(hooks.HOOKS, "entries", {**hooks.HOOKS.entries, "counting": Counting})
     overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "hooks=[counting]"]
     first = run_training(compose_train_config([*overrides, "trainer.total_steps=1"]))
     second = run_training(compose_train_config([*overrides, "trainer.total_steps=2"]))
@@ -217,7 +217,7 @@ def test_a_local_hugging_face_checkpoint_is_a_model(train_overrides, micro_folde
     ("extra", "message"),
     [
         (["algorithm.name=reinforce"], "unknown algorithm 'reinforce'; valid choices: dapo, drgrpo, grpo, ppo"),
-        (["task.env.max_turns=0"], "env sokoban: max_turns=0"),
+        (["task.env.max_turns=0"], "env sokoban: max_turns: Input should be greater than or equal to 1 (got 0)"),
         (["hooks=[nosuch]"], "unknown step hook 'nosuch'"),
         (["mlflow.run_id=doesnotexist"], "config key mlflow.run_id: no run 'doesnotexist'"),
     ],

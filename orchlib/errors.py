@@ -1,0 +1,100 @@
+"""The exception type for bad input, and the one place where errors become one line for the user.
+
+Every layer raises `OrchError` (or a plain `ValueError` from pure functions) with a single-line message naming
+the file, the key and the valid choices. Only the CLI and the job turn an error into exit code 2 and one line.
+Pydantic errors are turned into that line by `validation_issues` / `validation_error`, nowhere else.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+
+class OrchError(Exception):
+    """Bad input or a failed precondition, with a one-line message meant for the user."""
+
+
+def choices_error(what: str, got: object, valid: list[str] | tuple[str, ...], where: str = "") -> OrchError:
+    """The standard 'unknown X' error: ``[where: ]unknown what 'got'; valid choices: a, b, c``."""
+    prefix = f"{where}: " if where else ""
+    return OrchError(f"{prefix}unknown {what} {got!r}; valid choices: {', '.join(sorted(map(str, valid)))}")
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem of a pydantic validation: where (`loc`, as pydantic gives it) and what (one line)."""
+
+    loc: tuple[Any, ...]
+    message: str
+
+    def key(self, prefix: str = "") -> str:
+        """The location as a dotted key (`filter.value`, `seeds[0]`), after `prefix`."""
+        text = prefix
+        for part in self.loc:
+            text += f"[{part}]" if isinstance(part, int) else f"{'.' if text else ''}{part}"
+        return text or "(root)"
+
+
+def validation_issues(err: Any, model: Any = None) -> list[Issue]:
+    """The problems of a pydantic `ValidationError`, each as one line: an unknown key lists the valid keys (when
+    `model`, the validated pydantic class, is given), a missing key says so, any other problem gives pydantic's
+    message and the value it got."""
+    issues = []
+    for item in err.errors():
+        loc = tuple(item.get("loc", ()))
+        kind = item.get("type", "")
+        if kind == "extra_forbidden" and loc:
+            parent = _model_at(model, loc[:-1]) if model is not None else None
+            valid = sorted(parent.model_fields) if parent is not None else []
+            message = str(choices_error("key", loc[-1], valid)) if valid else f"unknown key {loc[-1]!r}"
+        elif kind == "missing":
+            message = "required key missing"
+        else:
+            message = str(item.get("msg", "invalid value")).removeprefix("Value error, ")
+            got = item.get("input")
+            if "input" in item and not isinstance(got, dict | list) and repr(got) not in message:
+                message += f" (got {got!r})"
+        issues.append(Issue(loc, message))
+    return issues
+
+
+def validation_error(err: Any, where: str = "", key_prefix: str = "", model: Any = None) -> OrchError:
+    """A pydantic `ValidationError` as one `OrchError` line: ``where: key: message; key2: message2``."""
+    parts = [f"{issue.key(key_prefix)}: {issue.message}" for issue in validation_issues(err, model)]
+    return OrchError((f"{where}: " if where else "") + "; ".join(parts))
+
+
+def one_line(err: BaseException) -> str:
+    """The first line of an error's message (its class name when it has none)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else err.__class__.__name__
+
+
+def _model_at(model: Any, loc: tuple[Any, ...]) -> Any:
+    """The pydantic model class found at `loc` inside `model` (through lists, dicts and optionals), or None."""
+    current: Any = model
+    parts = list(loc)
+    while True:
+        if _is_model(current):
+            if not parts:
+                return current
+            name = parts.pop(0)
+            if name not in current.model_fields:
+                return None
+            current = current.model_fields[name].annotation
+            continue
+        args = [arg for arg in typing.get_args(current) if arg is not type(None)]
+        if not args:
+            return None
+        if typing.get_origin(current) in (list, dict) and parts:
+            parts.pop(0)
+            current = args[-1]
+        else:
+            current = args[0]
+
+
+def _is_model(value: Any) -> bool:
+    return isinstance(value, type) and hasattr(value, "model_fields")
+
