@@ -105,7 +105,10 @@ def _filter_columns(runs: pd.DataFrame) -> pd.DataFrame:
     option = config_value(runs, names.PARAM_FILTER_NAME)
     strategy = strategy.where(strategy.notna(), option.where(option == "none"))  # conf/filter/none.yaml
     value = _number(config_value(runs, names.PARAM_FILTER_VALUE))
-    off = (strategy == "none") | ((strategy == "top_p") & (value >= 1.0))
+    from recipes.filtering import FilterConfig
+
+    off = pd.Series([isinstance(name, str) and FilterConfig.model_construct(strategy=name, value=rho).is_off
+                     for name, rho in zip(strategy, value, strict=True)], index=runs.index)
     filtered = pd.Series((~off).to_numpy(), index=runs.index, dtype="boolean").mask(strategy.isna())
     rho = pd.Series(np.where(strategy == "top_p", value, np.where(off, 1.0, np.nan)), index=runs.index)
 

@@ -7,10 +7,14 @@ registered below; their modules must obey the same rule (only `typer` at module 
 
 from __future__ import annotations
 
+import functools
+import typing
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperCommand
 
 from orchlib.errors import OrchError, validation_error
 
@@ -73,20 +77,54 @@ def predict_filter_gain(
     print_reports(reports, metric=metric, as_json=as_json)
 
 
-@app.command("filter")
+class ModelOptionsCommand(TyperCommand):
+    """A command that also takes one option per field of a pydantic model (`model`, as "module:Class"): the
+    field's name, default and description become the option's. The options are built only when the command parses
+    its arguments or prints its help, so `orch --help` imports nothing heavy. The values the user gave are in
+    `ctx.meta["model_options"]`; the model itself supplies every default and validates."""
+
+    model = ""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        return [*params[:-1], *_model_options(self.model), params[-1]]  # --help stays last
+
+
+@functools.cache
+def _model_options(model: str) -> tuple[click.Option, ...]:
+    import importlib
+
+    module, _, name = model.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+
+    def given(ctx: click.Context, param: click.Parameter, value: object) -> None:
+        if ctx.get_parameter_source(param.name) != click.core.ParameterSource.DEFAULT:
+            ctx.meta.setdefault("model_options", {})[param.name] = value
+
+    options = []
+    for field, info in cls.model_fields.items():
+        flag = "--" + field.replace("_", "-")
+        numeric = set(typing.get_args(info.annotation) or (info.annotation,)) <= {int, float}
+        extra = dict(is_flag=True) if info.annotation is bool else dict(type=float if numeric else str)
+        declaration = f"{flag}/--no-{flag[2:]}" if info.annotation is bool else flag
+        options.append(click.Option([declaration, field], default=info.default, show_default=True,
+                                    help=info.description or "", expose_value=False, callback=given, **extra))
+    return tuple(options)
+
+
+class FilterCommand(ModelOptionsCommand):
+    model = "recipes.filtering:FilterConfig"
+
+
+@app.command("filter", cls=FilterCommand)
 def filter_batch(
+    ctx: typer.Context,
     batch: BatchArg,
-    strategy: Annotated[str, typer.Option(help="top_p | top_k | top_k_abs | min_p | quartile | trajectory | none.")] = "top_p",
-    value: Annotated[float, typer.Option(help="rho for top_p, fraction for top_k, count for top_k_abs, ratio for min_p, quartile 1-4 for quartile, trajectories per end of each group for trajectory.")] = 0.9,
-    prob_mode: Annotated[str, typer.Option(help="top_p mass: 'linear' (score mass) or 'softmax'.")] = "linear",
-    select_type: Annotated[str, typer.Option(help="'largest' (the paper) or 'smallest' (ablation).")] = "largest",
-    metric: MetricOpt = "std",
-    include_zero: Annotated[bool, typer.Option("--include-zero/--no-include-zero", help="Keep zero-variance groups eligible.")] = False,
-    eps: Annotated[float, typer.Option(help="Slack subtracted from the linear top_p threshold.")] = 0.01,
     step: StepOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show which prompt groups SNR-Aware Filtering keeps on a rollout batch (the trainers' own function)."""
+    """Show which prompt groups SNR-Aware Filtering keeps on a rollout batch (the trainers' own function); every
+    option of the filter (`filter.*` of the training config) is an option here."""
     try:
         from pydantic import ValidationError
 
@@ -94,17 +132,9 @@ def filter_batch(
         from recipes.filtering import FilterConfig
 
         try:
-            config = FilterConfig(
-                strategy=strategy,
-                value=value,
-                prob_mode=prob_mode,
-                select_type=select_type,
-                metric=metric,
-                include_zero=include_zero,
-                eps=eps,
-            )
+            config = FilterConfig(**ctx.meta.get("model_options", {}))
         except ValidationError as err:
-            raise validation_error(err, "filter options") from None
+            raise validation_error(err, "filter options", model=FilterConfig) from None
         reports = filter_batch_file(batch, config, step=step)
     except OrchError as err:
         _fail(str(err))

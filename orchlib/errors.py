@@ -30,11 +30,16 @@ class Issue:
     message: str
 
     def key(self, prefix: str = "") -> str:
-        """The location as a dotted key (`filter.value`, `seeds[0]`), after `prefix`."""
+        """The location as a dotted key (`filter.value`, `seeds[0]`), after `prefix`; '' for the whole value."""
         text = prefix
         for part in self.loc:
             text += f"[{part}]" if isinstance(part, int) else f"{'.' if text else ''}{part}"
-        return text or "(root)"
+        return text
+
+    def line(self, prefix: str = "") -> str:
+        """``key: message``, or the message alone when it is about the whole value."""
+        key = self.key(prefix)
+        return f"{key}: {self.message}" if key else self.message
 
 
 def validation_issues(err: Any, model: Any = None) -> list[Issue]:
@@ -62,7 +67,7 @@ def validation_issues(err: Any, model: Any = None) -> list[Issue]:
 
 def validation_error(err: Any, where: str = "", key_prefix: str = "", model: Any = None) -> OrchError:
     """A pydantic `ValidationError` as one `OrchError` line: ``where: key: message; key2: message2``."""
-    parts = [f"{issue.key(key_prefix)}: {issue.message}" for issue in validation_issues(err, model)]
+    parts = [issue.line(key_prefix) for issue in validation_issues(err, model)]
     return OrchError((f"{where}: " if where else "") + "; ".join(parts))
 
 

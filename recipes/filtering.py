@@ -44,15 +44,22 @@ Ties are broken deterministically: a stable sort by score, earlier groups first.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from orchlib.errors import validation_issues
+from orchlib.lazy import lazy_module
+from orchlib.registry import Registry
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_module("numpy")  # `orch filter --help` builds its options from FilterConfig without numpy
 
 ZERO_TOL = 1e-10
-# select_groups' strategies (whole groups); filter_groups also takes "trajectory" (trajectories within groups)
-GROUP_STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p", "quartile", "none")
 QUARTILES = (1, 2, 3, 4)
 PROB_MODES = ("linear", "softmax")
 SELECT_TYPES = ("largest", "smallest")
@@ -70,7 +77,7 @@ def _as_numpy(values: Any, name: str) -> np.ndarray:
     return array
 
 
-def _check_choice(name: str, value: str, valid: tuple[str, ...]) -> None:
+def _check_choice(name: str, value: str, valid: tuple[str, ...] | list[str]) -> None:
     if value not in valid:
         raise ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(valid)}")
 
@@ -153,39 +160,65 @@ def group_stats(rewards: Any, group_ids: Any) -> GroupStats:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Group selection
+# The strategies: what `value` means, which values are valid, and what each keeps -- one class per strategy
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _check_value(strategy: str, value: float) -> None:
-    if not math.isfinite(value):
-        raise ValueError(f"filter value must be a finite number, got {value}")
-    if strategy in ("top_p", "top_k") and not 0.0 < value <= 1.0:
-        what = "rho" if strategy == "top_p" else "the kept fraction"
-        raise ValueError(f"{strategy}: {what} must be in (0, 1], got {value}")
-    if strategy == "top_k_abs" and int(value) < 1:
-        raise ValueError(f"top_k_abs: k = int(value) must be >= 1, got {value}")
-    if strategy == "min_p" and not 0.0 <= value <= 1.0:
-        raise ValueError(f"min_p: the ratio to the max score must be in [0, 1], got {value}")
-    if strategy == "quartile" and value not in QUARTILES:
-        raise ValueError(f"quartile: value must be 1, 2, 3 or 4 (1 = highest reward variance), got {value}")
-    if strategy == "trajectory" and (value < 1 or not float(value).is_integer()):
-        raise ValueError(
-            f"trajectory: value = n, the trajectories kept at each end of every group, must be a whole number >= 1, "
-            f"got {value}"
-        )
+class Strategy:
+    """One filter strategy, registered by name with ``@register_strategy``.
+
+    A strategy checks its ``value`` and chooses groups among the *candidates*: the scores (shape (C,)) of the
+    groups eligible for selection (all groups, or the non-zero ones without ``include_zero``), already mirrored
+    for ``select_type='smallest'``. ``total_groups`` is the batch's group count G (some strategies size their
+    choice on it). A strategy that keeps trajectories within groups instead overrides :meth:`keep_samples`.
+    """
+
+    name: str = ""  # set by the registry
+    value_meaning: str = ""  # what `value` is, for docs and `--help`
+    takes_value = True  # False: `value` is ignored (none)
+    takes_smallest = True  # whether select_type 'smallest' applies
+    whole_groups = True  # False: selects trajectories within groups (use filter_groups)
+
+    def check_value(self, value: float) -> None:
+        """Raise ValueError when `value` is not valid for this strategy."""
+
+    def is_off(self, value: float) -> bool:
+        """Whether this strategy with this value keeps every trajectory, zero-variance groups included."""
+        return False
+
+    def keep_candidates(self, scores: np.ndarray, value: float, total_groups: int,
+                        config: FilterConfig) -> np.ndarray:
+        """(C,) keep-mask over the candidates' scores (shape (C,), finite, non-empty)."""
+        raise NotImplementedError
+
+    def keep_samples(self, rewards: np.ndarray, stats: GroupStats, config: FilterConfig) -> np.ndarray:
+        """(T,) keep-mask of the trajectories: every trajectory of each kept group."""
+        return keep_groups(stats.score(config.metric), config)[stats.inverse]
 
 
-def _check_select_type(strategy: str, select_type: str) -> None:
-    """The ablation strategies rank one way only: reject ``smallest`` for them."""
-    if select_type == "smallest" and strategy in ("quartile", "trajectory"):
-        hint = "value 4 keeps the lowest-RV quartile" if strategy == "quartile" else "it keeps both ends already"
-        raise ValueError(f"select_type 'smallest' does not apply to strategy {strategy} ({hint}); use 'largest'")
+STRATEGIES: Registry[Strategy] = Registry("filter strategy", where="config key filter.strategy")
 
 
-def _eligible_groups(scores: np.ndarray, include_zero: bool) -> np.ndarray:
-    """(G,) bool: the groups selection may keep (all, or those with a non-zero score)."""
-    return np.ones(scores.size, dtype=bool) if include_zero else np.abs(scores) > ZERO_TOL
+def register_strategy(name: str) -> Callable[[type[Strategy]], type[Strategy]]:
+    """Class decorator: register one instance of a `Strategy` subclass as `name`."""
+
+    def decorate(cls: type[Strategy]) -> type[Strategy]:
+        STRATEGIES.register(name)(cls())
+        STRATEGIES.entries[name].name = name
+        return cls
+
+    return decorate
+
+
+def strategy_names(whole_groups_only: bool = False) -> list[str]:
+    """Registered strategy names, in registration order."""
+    return [name for name, strategy in STRATEGIES.entries.items() if strategy.whole_groups or not whole_groups_only]
+
+
+def get_strategy(name: str) -> Strategy:
+    """The strategy registered as `name`; ValueError listing the valid names otherwise."""
+    _check_choice("filter strategy", name, strategy_names())
+    return STRATEGIES.entries[name]
 
 
 def _descending_order(scores: np.ndarray) -> np.ndarray:
@@ -193,35 +226,266 @@ def _descending_order(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-scores, kind="stable")
 
 
-def _top_p_linear(scores: np.ndarray, rho: float, eps: float) -> np.ndarray:
-    """Smallest descending prefix whose score mass reaches ``rho * sum - eps``; empty if it never does."""
-    keep = np.zeros(scores.size, dtype=bool)
-    threshold = rho * scores.sum() - eps
-    running = 0.0
-    for index in _descending_order(scores):
-        if running >= threshold or scores[index] <= 0.0:
-            break
-        keep[index] = True
-        running += scores[index]
-    if running < threshold:
-        keep[:] = False
-    return keep
-
-
-def _top_p_softmax(scores: np.ndarray, rho: float) -> np.ndarray:
-    """Keep ``searchsorted(cumsum(sorted softmax), rho) + 1`` groups (at least one)."""
-    order = _descending_order(scores)
-    shifted = scores[order] - scores.max()
-    probs = np.exp(shifted) / np.exp(shifted).sum()
-    count = min(int(np.searchsorted(np.cumsum(probs), rho)) + 1, scores.size)
-    keep = np.zeros(scores.size, dtype=bool)
-    keep[order[:count]] = True
-    return keep
-
-
 def _top_count(scores: np.ndarray, count: int) -> np.ndarray:
     keep = np.zeros(scores.size, dtype=bool)
     keep[_descending_order(scores)[:count]] = True
+    return keep
+
+
+def _in_unit_interval(strategy: str, what: str, value: float) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{strategy}: {what} must be in (0, 1], got {value}")
+
+
+@register_strategy("top_p")
+class TopP(Strategy):
+    """Nucleus over groups: the smallest descending prefix holding ``rho`` of the score mass (``prob_mode``
+    linear: of the scores, threshold ``rho * sum - eps``, stopping at any score <= 0 and keeping nothing if the
+    threshold is never reached; softmax: of softmax(scores), ``searchsorted(cumsum, rho) + 1`` groups, >= 1).
+    ``rho >= 1`` keeps every group, zero-variance ones included."""
+
+    value_meaning = "rho, in (0, 1]"
+
+    def check_value(self, value: float) -> None:
+        _in_unit_interval("top_p", "rho", value)
+
+    def is_off(self, value: float) -> bool:
+        return value >= 1.0
+
+    def keep_candidates(self, scores: np.ndarray, value: float, total_groups: int,
+                        config: FilterConfig) -> np.ndarray:
+        order = _descending_order(scores)
+        keep = np.zeros(scores.size, dtype=bool)
+        if config.prob_mode == "softmax":
+            shifted = scores[order] - scores.max()
+            probs = np.exp(shifted) / np.exp(shifted).sum()
+            keep[order[: min(int(np.searchsorted(np.cumsum(probs), value)) + 1, scores.size)]] = True
+            return keep
+        threshold = value * scores.sum() - config.eps
+        running = 0.0
+        for index in order:
+            if running >= threshold or scores[index] <= 0.0:
+                break
+            keep[index] = True
+            running += scores[index]
+        if running < threshold:
+            keep[:] = False
+        return keep
+
+
+@register_strategy("top_k")
+class TopK(Strategy):
+    """A fraction of the groups: ``k = int(value * G)`` over all G groups (the reference code's rule), capped at
+    the eligible groups, at least one."""
+
+    value_meaning = "the kept fraction of groups, in (0, 1]"
+
+    def check_value(self, value: float) -> None:
+        _in_unit_interval("top_k", "the kept fraction", value)
+
+    def keep_candidates(self, scores: np.ndarray, value: float, total_groups: int,
+                        config: FilterConfig) -> np.ndarray:
+        return _top_count(scores, max(1, min(int(value * total_groups), scores.size)))
+
+
+@register_strategy("top_k_abs")
+class TopKAbs(Strategy):
+    """A count of groups: ``k = int(value)``, capped at the eligible groups."""
+
+    value_meaning = "the kept count of groups, >= 1"
+
+    def check_value(self, value: float) -> None:
+        if int(value) < 1:
+            raise ValueError(f"top_k_abs: k = int(value) must be >= 1, got {value}")
+
+    def keep_candidates(self, scores: np.ndarray, value: float, total_groups: int,
+                        config: FilterConfig) -> np.ndarray:
+        return _top_count(scores, int(value))
+
+
+@register_strategy("min_p")
+class MinP(Strategy):
+    """Groups whose score is at least ``value`` times the largest score."""
+
+    value_meaning = "the ratio to the largest score, in [0, 1]"
+
+    def check_value(self, value: float) -> None:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"min_p: the ratio to the max score must be in [0, 1], got {value}")
+
+    def keep_candidates(self, scores: np.ndarray, value: float, total_groups: int,
+                        config: FilterConfig) -> np.ndarray:
+        return scores >= value * scores.max()
+
+
+@register_strategy("quartile")
+class Quartile(Strategy):
+    """Table 6 ablation: only the groups of one reward-variance quartile (1 = highest, 4 = lowest)."""
+
+    value_meaning = "the quartile, 1 (highest reward variance) to 4"
+    takes_smallest = False
+
+    def check_value(self, value: float) -> None:
+        if value not in QUARTILES:
+            raise ValueError(f"quartile: value must be 1, 2, 3 or 4 (1 = highest reward variance), got {value}")
+
+    def keep_candidates(self, scores: np.ndarray, value: float, total_groups: int,
+                        config: FilterConfig) -> np.ndarray:
+        return select_quartile(scores, int(value))
+
+
+@register_strategy("none")
+class NoFilter(Strategy):
+    """No filtering: every group is kept (equivalent to top_p with rho = 1)."""
+
+    value_meaning = "ignored"
+    takes_value = False
+
+    def is_off(self, value: float) -> bool:
+        return True
+
+    def keep_candidates(self, scores: np.ndarray, value: float, total_groups: int,
+                        config: FilterConfig) -> np.ndarray:
+        return np.ones(scores.size, dtype=bool)
+
+
+@register_strategy("trajectory")
+class TrajectoryLevel(Strategy):
+    """Table 7 ablation: the top-``n`` and bottom-``n`` trajectories by reward *within* every group (groups with
+    at most 2n trajectories are kept whole), instead of whole groups."""
+
+    value_meaning = "n, the trajectories kept at each end of every group, a whole number >= 1"
+    takes_smallest = False
+    whole_groups = False
+
+    def check_value(self, value: float) -> None:
+        if value < 1 or not float(value).is_integer():
+            raise ValueError(
+                f"trajectory: value = n, the trajectories kept at each end of every group, must be a whole number "
+                f">= 1, got {value}"
+            )
+
+    def keep_samples(self, rewards: np.ndarray, stats: GroupStats, config: FilterConfig) -> np.ndarray:
+        extremes = _group_extremes(rewards, stats, int(config.value))
+        return extremes & _eligible_groups(stats.score(config.metric), config.include_zero)[stats.inverse]
+
+
+def _check_value(strategy: Strategy, value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"filter value must be a finite number, got {value}")
+    strategy.check_value(value)
+
+
+def _check_select_type(strategy: Strategy, select_type: str) -> None:
+    """The ablation strategies rank one way only: reject ``smallest`` for them."""
+    if select_type == "smallest" and not strategy.takes_smallest:
+        hint = "value 4 keeps the lowest-RV quartile" if strategy.name == "quartile" else "it keeps both ends already"
+        raise ValueError(f"select_type 'smallest' does not apply to strategy {strategy.name} ({hint}); use 'largest'")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The filter's settings
+# --------------------------------------------------------------------------------------------------------------
+
+
+class FilterConfig(BaseModel):
+    """Settings of SNR-Aware Filtering (see the module docstring). Defaults: the reference README's recommendation
+    (linear top-p with rho = 0.9 over the unbiased reward std, zero-variance groups dropped)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: str = Field("top_p", description="top_p | top_k | top_k_abs | min_p | none; ablations: quartile | "
+                                               "trajectory.")
+    value: float | int = Field(
+        0.9,
+        description="rho (top_p), fraction (top_k), count (top_k_abs), ratio to the max score (min_p), quartile "
+        "1-4 (quartile), trajectories kept per end of each group (trajectory).",
+    )
+    prob_mode: Literal["linear", "softmax"] = Field("linear", description="top_p mass: linear (score mass) | "
+                                                                          "softmax.")
+    select_type: Literal["largest", "smallest"] = Field("largest", description="largest (the paper) | smallest "
+                                                                               "(ablation).")
+    metric: Literal["std", "var"] = Field("std", description="Per-group score: std (reference code) | var (paper "
+                                                             "text).")
+    include_zero: bool = Field(False, description="Keep zero-variance groups eligible.")
+    eps: float = Field(0.01, ge=0.0, description="Slack subtracted from the linear top_p threshold.")
+    loss_scaling: Literal["none", "linear", "sqrt"] = Field(
+        "none", description="Multiply advantages by 1, the kept ratio or its square root after filtering.")
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, strategy: str) -> str:
+        get_strategy(strategy)
+        return strategy
+
+    @field_validator("prob_mode", "select_type", "metric", "loss_scaling", mode="before")
+    @classmethod
+    def _known_choice(cls, value: Any, info: ValidationInfo) -> Any:
+        valid = {"prob_mode": PROB_MODES, "select_type": SELECT_TYPES, "metric": METRICS,
+                 "loss_scaling": LOSS_SCALINGS}[info.field_name]
+        _check_choice(info.field_name, value, valid)
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _value_fits_the_strategy(cls, value: float, info: ValidationInfo) -> float:
+        strategy = STRATEGIES.entries.get(info.data.get("strategy", ""))
+        if strategy is not None and strategy.takes_value:  # else the strategy failed validation itself
+            _check_value(strategy, value)
+        return value
+
+    @field_validator("select_type")
+    @classmethod
+    def _select_type_fits_the_strategy(cls, select_type: str, info: ValidationInfo) -> str:
+        strategy = STRATEGIES.entries.get(info.data.get("strategy", ""))
+        if strategy is not None:
+            _check_select_type(strategy, select_type)
+        return select_type
+
+    @property
+    def is_off(self) -> bool:
+        """Whether this filter keeps every trajectory, zero-variance groups included (strategy none, or top_p with
+        rho >= 1): the single definition of "no filtering"."""
+        strategy = STRATEGIES.entries.get(self.strategy)  # (always registered, unless built by model_construct)
+        return strategy is not None and strategy.is_off(self.value)
+
+
+def filter_config(**fields: Any) -> FilterConfig:
+    """`FilterConfig(**fields)`, with a validation error as one ValueError line naming the field."""
+    try:
+        return FilterConfig(**fields)
+    except ValidationError as err:
+        raise ValueError(validation_issues(err, FilterConfig)[0].line()) from None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Group selection
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _eligible_groups(scores: np.ndarray, include_zero: bool) -> np.ndarray:
+    """(G,) bool: the groups selection may keep (all, or those with a non-zero score)."""
+    return np.ones(scores.size, dtype=bool) if include_zero else np.abs(scores) > ZERO_TOL
+
+
+def keep_groups(scores: Any, config: FilterConfig) -> np.ndarray:
+    """(G,) keep-mask of a whole-group strategy for per-group scores (shape (G,)), under a validated config."""
+    scores = _as_numpy(scores, "scores").astype(np.float64)
+    if scores.size == 0:
+        raise ValueError("no groups to select from: scores is empty")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("group scores contain NaN or infinite values")
+    if config.is_off:
+        return np.ones(scores.size, dtype=bool)
+    eligible = _eligible_groups(scores, config.include_zero)
+    keep = np.zeros(scores.size, dtype=bool)
+    if not eligible.any():
+        return keep
+    candidates = scores[eligible]
+    if config.select_type == "smallest":
+        candidates = candidates.max() + candidates.min() - candidates
+    strategy = STRATEGIES.entries[config.strategy]
+    keep[np.flatnonzero(eligible)[strategy.keep_candidates(candidates, config.value, scores.size, config)]] = True
     return keep
 
 
@@ -241,82 +505,18 @@ def select_groups(
     ``none``) every group is kept, zero-variance ones included. Strategy ``trajectory`` selects trajectories, not
     groups: use :func:`filter_groups` or :func:`select_trajectories`.
     """
-    if strategy == "trajectory":
-        raise ValueError("strategy trajectory keeps trajectories, not whole groups: use filter_groups or "
+    if strategy in STRATEGIES.entries and not STRATEGIES.entries[strategy].whole_groups:
+        raise ValueError(f"strategy {strategy} keeps trajectories, not whole groups: use filter_groups or "
                          "select_trajectories")
-    _check_choice("filter strategy", strategy, GROUP_STRATEGIES)
+    _check_choice("filter strategy", strategy, strategy_names(whole_groups_only=True))
     _check_choice("prob_mode", prob_mode, PROB_MODES)
     _check_choice("select_type", select_type, SELECT_TYPES)
-    _check_select_type(strategy, select_type)
-    scores = _as_numpy(scores, "scores").astype(np.float64)
+    scores = _as_numpy(scores, "scores")
     if scores.size == 0:
         raise ValueError("no groups to select from: scores is empty")
-    if not np.all(np.isfinite(scores)):
-        raise ValueError("group scores contain NaN or infinite values")
-    if strategy == "none":
-        return np.ones(scores.size, dtype=bool)
-    _check_value(strategy, value)
-    if strategy == "top_p" and value >= 1.0:
-        return np.ones(scores.size, dtype=bool)
-
-    eligible = _eligible_groups(scores, include_zero)
-    keep = np.zeros(scores.size, dtype=bool)
-    if not eligible.any():
-        return keep
-    candidates = scores[eligible]
-    if select_type == "smallest":
-        candidates = candidates.max() + candidates.min() - candidates
-
-    if strategy == "top_p":
-        chosen = _top_p_linear(candidates, value, eps) if prob_mode == "linear" else _top_p_softmax(candidates, value)
-    elif strategy == "top_k":
-        chosen = _top_count(candidates, max(1, int(value * candidates.size)))
-    elif strategy == "top_k_abs":
-        chosen = _top_count(candidates, int(value))
-    elif strategy == "quartile":
-        chosen = select_quartile(candidates, int(value))
-    else:  # min_p
-        chosen = candidates >= value * candidates.max()
-    keep[np.flatnonzero(eligible)[chosen]] = True
-    return keep
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The filter as the trainers call it
-# --------------------------------------------------------------------------------------------------------------
-
-
-class FilterConfig(BaseModel):
-    """Settings of SNR-Aware Filtering (see the module docstring). Defaults: the reference README's recommendation
-    (linear top-p with rho = 0.9 over the unbiased reward std, zero-variance groups dropped)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    strategy: Literal["top_p", "top_k", "top_k_abs", "min_p", "quartile", "trajectory", "none"] = "top_p"
-    value: float = Field(
-        0.9,
-        description="rho (top_p), fraction (top_k), count (top_k_abs), ratio (min_p), quartile 1-4 (quartile), "
-        "trajectories kept per end of each group (trajectory)",
-    )
-    prob_mode: Literal["linear", "softmax"] = "linear"
-    select_type: Literal["largest", "smallest"] = "largest"
-    metric: Literal["std", "var"] = "std"
-    include_zero: bool = False
-    eps: float = Field(0.01, ge=0.0)
-    loss_scaling: Literal["none", "linear", "sqrt"] = "none"
-
-    @model_validator(mode="after")
-    def _value_fits_strategy(self) -> FilterConfig:
-        if self.strategy != "none":
-            _check_value(self.strategy, self.value)
-        return self
-
-    @field_validator("select_type")
-    @classmethod
-    def _select_type_fits_strategy(cls, select_type: str, info: ValidationInfo) -> str:
-        if "strategy" in info.data:  # else strategy failed validation itself
-            _check_select_type(info.data["strategy"], select_type)
-        return select_type
+    config = filter_config(strategy=strategy, value=value, prob_mode=prob_mode, select_type=select_type,
+                           include_zero=include_zero, eps=eps)
+    return keep_groups(scores, config)
 
 
 @dataclass(frozen=True)
@@ -384,24 +584,6 @@ def filter_metrics(
     }
 
 
-def _select_samples(rewards: Any, stats: GroupStats, config: FilterConfig) -> np.ndarray:
-    """(T,) keep-mask of ``config``'s selection: whole groups, or (strategy ``trajectory``) each group's extremes."""
-    scores = stats.score(config.metric)
-    if config.strategy != "trajectory":
-        keep_groups = select_groups(
-            scores,
-            config.strategy,
-            config.value,
-            prob_mode=config.prob_mode,
-            select_type=config.select_type,
-            include_zero=config.include_zero,
-            eps=config.eps,
-        )
-        return keep_groups[stats.inverse]
-    extremes = _group_extremes(_as_numpy(rewards, "rewards").astype(np.float64), stats, int(config.value))
-    return extremes & _eligible_groups(scores, config.include_zero)[stats.inverse]
-
-
 def filter_groups(rewards: Any, group_ids: Any, config: FilterConfig | None = None) -> FilterResult:
     """Apply SNR-Aware Filtering (or one of its ablations) to one rollout batch.
 
@@ -412,7 +594,8 @@ def filter_groups(rewards: Any, group_ids: Any, config: FilterConfig | None = No
     """
     config = config or FilterConfig()
     stats = group_stats(rewards, group_ids)
-    keep_samples = _select_samples(rewards, stats, config)
+    rewards = _as_numpy(rewards, "rewards").astype(np.float64)
+    keep_samples = STRATEGIES.entries[config.strategy].keep_samples(rewards, stats, config)
     keep_groups = np.bincount(stats.inverse, weights=keep_samples, minlength=stats.num_groups) > 0
     metrics = filter_metrics(stats, keep_groups, keep_samples)
     return FilterResult(

@@ -128,3 +128,18 @@ def test_filter_json_uses_the_trainers_function(tmp_path):
     assert report["metrics"]["rollout/zero_variance_groups"] == 1
     table = orch("filter", str(path), "--strategy", "top_p", "--value", "0.9")
     assert table.returncode == 0 and "kept" in table.stdout
+
+
+def test_filter_options_are_the_filter_configs_fields(tmp_path):
+    from recipes.filtering import FilterConfig
+
+    help_text = orch("filter", "--help").stdout
+    for field in FilterConfig.model_fields:
+        assert "--" + field.replace("_", "-") in help_text
+    batch = str(EXAMPLES / "sokoban_bimodal.parquet")
+    result = orch("filter", batch, "--strategy", "top_k", "--value", "0.5", "--loss-scaling", "sqrt", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["reports"][0]
+    assert report["loss_scale"] == pytest.approx(report["metrics"]["rollout/kept_ratio"] ** 0.5)
+    result = orch("filter", batch, "--loss-scaling", "cubic")
+    assert result.returncode == 2 and "valid choices: none, linear, sqrt" in result.stderr

@@ -401,3 +401,48 @@ def test_trajectory_mode_drops_zero_variance_groups_unless_include_zero():
 def test_filter_config_validates_the_ablation_values(fields, message):
     with pytest.raises(ValueError, match=message):
         FilterConfig(**fields)
+
+
+# --- the strategy registry and the reference code's top_k rule ------------------------------------------------
+
+
+def test_top_k_sizes_k_on_all_groups_like_the_reference_code():
+    # RAGEN's RolloutFilter._select_top_groups: k = int(value * num_groups) over ALL groups, capped at the eligible
+    # (non-zero) groups, at least 1. 11 groups of which 5 have reward variance, value 0.5: k = int(5.5) = 5, so
+    # all 5 non-zero groups are kept (sizing k on the eligible groups would keep int(2.5) = 2).
+    scores = np.array([0.0, 3.0, 0.0, 1.0, 0.0, 2.0, 0.0, 5.0, 0.0, 4.0, 0.0])
+    keep = select_groups(scores, "top_k", 0.5, include_zero=False)
+    assert np.flatnonzero(keep).tolist() == [1, 3, 5, 7, 9]
+    # capped at the eligible groups: value 1.0 would ask for 11
+    assert select_groups(scores, "top_k", 1.0, include_zero=False).sum() == 5
+    # at least one: int(0.05 * 11) = 0 -> 1, the largest
+    assert np.flatnonzero(select_groups(scores, "top_k", 0.05, include_zero=False)).tolist() == [7]
+    # zero-variance groups kept eligible: int(0.5 * 11) = 5 of all 11
+    assert select_groups(scores, "top_k", 0.5, include_zero=True).sum() == 5
+
+
+def test_is_off_is_the_one_definition_of_no_filtering():
+    assert FilterConfig(strategy="none").is_off
+    assert FilterConfig(strategy="top_p", value=1.0).is_off
+    assert not FilterConfig(strategy="top_p", value=0.9).is_off
+    assert not FilterConfig(strategy="top_k", value=1.0).is_off  # top_k keeps >= 1 group, drops zero variance
+
+
+def test_a_registered_strategy_is_a_valid_filter_setting(monkeypatch):
+    from recipes import filtering
+
+    monkeypatch.setattr(filtering.STRATEGIES, "entries", dict(filtering.STRATEGIES.entries))
+
+    @filtering.register_strategy("first_half")
+    class FirstHalf(filtering.Strategy):
+        value_meaning = "ignored"
+        takes_value = False
+
+        def keep_candidates(self, scores, value, total_groups, config):
+            return np.arange(scores.size) < scores.size // 2
+
+    config = FilterConfig(strategy="first_half", include_zero=True)
+    result = filter_groups(np.array([0.0, 1.0, 2.0, 2.0, 5.0, 9.0, 1.0, 1.0]), [0, 0, 1, 1, 2, 2, 3, 3], config)
+    assert result.keep_groups.tolist() == [True, True, False, False]
+    with pytest.raises(ValueError, match="valid choices: top_p, .*first_half"):
+        FilterConfig(strategy="second_half")
