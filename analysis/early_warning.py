@@ -1,4 +1,5 @@
-"""Early warning: per run, how many steps MI's decline preceded the decline of task success (PAPER.md section 1).
+"""Early warning: per run, how many steps MI's decline preceded the decline of task success (RAGEN-2, arXiv
+2604.06268: MI falls before success).
 
 Both series go through the same rule, :func:`decline_onset`: a series has *declined* once it sits at or below
 ``(1 - drop_fraction)`` times its running peak (a positive peak) for ``patience`` consecutive logged points; the

@@ -39,8 +39,8 @@ def _json_key(value: Any) -> Any:
 
 def filter_batch_file(path: str | Path, config: FilterConfig, *, step: int | None = None) -> list[FilterReport]:
     """Apply the filter to every step (or one step) of a rollout-batch file."""
-    from analysis.rollouts import iter_steps, load_rollout_batch
     from orchlib.errors import OrchError
+    from recipes.rollouts import iter_steps, load_rollout_batch
 
     source = str(path)
     reports = []

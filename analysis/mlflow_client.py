@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from analysis.mlflow_store import Progress, RawRuns, RunQuery, select_metric_keys
+from analysis.mlflow_query import Progress, RawRuns, RunQuery, select_metric_keys
 from orchlib.errors import OrchError
 
 if TYPE_CHECKING:

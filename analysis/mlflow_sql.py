@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analysis.mlflow_store import Progress, RawRuns, RunQuery, select_metric_keys, uri_scheme
+from analysis.mlflow_query import Progress, RawRuns, RunQuery, select_metric_keys, uri_scheme
 from orchlib.errors import OrchError
 
 if TYPE_CHECKING:

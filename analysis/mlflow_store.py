@@ -20,69 +20,23 @@ store (an ``http(s)://`` tracking server, a file store) and any unknown schema g
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
-import re
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from analysis.mlflow_query import (
+    METRIC_COLUMNS,
+    RUN_COLUMNS,
+    SQL_SCHEMES,
+    Progress,
+    RawRuns,
+    RunQuery,
+    uri_scheme,
+)
 from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     import pandas as pd
-
-SQL_SCHEMES = ("sqlite", "postgresql")
-RUN_COLUMNS = (
-    "run_id",
-    "experiment_id",
-    "experiment",
-    "run_name",
-    "status",
-    "start_time",
-    "end_time",
-    "artifact_uri",
-)
-METRIC_COLUMNS = ("run_id", "key", "step", "timestamp", "value")
-SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-Progress = Callable[[str, int, int], None]  # (stage description, done, total)
-
-
-@dataclass(frozen=True)
-class RunQuery:
-    """Which runs and metrics to load.
-
-    experiments: experiment names (empty: every active experiment).
-    sweep: a sweep name: the runs of the experiment of that name and every run tagged ``sweep=<name>``.
-    filter_string: MLflow search syntax, e.g. ``params.filter.value = '0.9' and metrics.`val/success_rate` > 0.2``.
-    metrics: metric names or shell-style globs (``collapse/*``) to load; None loads all, () none.
-    """
-
-    experiments: tuple[str, ...] = ()
-    sweep: str | None = None
-    filter_string: str | None = None
-    metrics: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if self.sweep is not None and not SWEEP_NAME.match(self.sweep):
-            raise OrchError(f"sweep name {self.sweep!r} is not valid; names use letters, digits, '_', '.', '-'")
-
-
-@dataclass(frozen=True)
-class RawRuns:
-    """What a reader returns: plain records, assembled into frames by :func:`assemble`.
-
-    runs: one tuple per run in :data:`RUN_COLUMNS` order (times as ms since the epoch or None; ids as str).
-    params, tags: (run_id, key, value) triples.
-    metrics: run_id -> (key, step, timestamp, value) tuples of that run, value None where NaN was logged.
-    """
-
-    runs: list[tuple]
-    params: list[tuple[str, str, str]]
-    tags: list[tuple[str, str, str]]
-    metrics: dict[str, list[tuple]]
-
 
 @dataclass(frozen=True)
 class RunData:
@@ -103,23 +57,9 @@ class RunData:
 def resolve_tracking_uri(uri: str | None) -> str:
     """The tracking URI to read, as the sweep engine resolves it: ``uri``, else ``$MLFLOW_TRACKING_URI``, else
     ``mlflow.db`` in the current directory."""
-    from orchestrator.tracking import default_tracking_uri
+    from recipes.tracking import default_tracking_uri
 
     return default_tracking_uri(uri)
-
-
-def uri_scheme(uri: str) -> str:
-    """``sqlite``, ``postgresql``, ``http``, ... (a driver suffix such as ``+psycopg`` dropped; '' for a path)."""
-    head, sep, _ = uri.partition("://")
-    return head.split("+", 1)[0].lower() if sep else ""
-
-
-def select_metric_keys(available: Iterable[str], patterns: tuple[str, ...] | None) -> list[str]:
-    """The available metric keys matching any pattern (exact names or case-sensitive globs), sorted."""
-    keys = sorted(set(available))
-    if patterns is None:
-        return keys
-    return [key for key in keys if any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)]
 
 
 def load_runs(

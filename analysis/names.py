@@ -7,6 +7,8 @@ there fails a test here instead of silently emptying a table.
 
 from __future__ import annotations
 
+from recipes.config import INFRA_KEYS
+
 # --- validation (every `trainer.val_every` steps) -------------------------------------------------------------
 VAL_SUCCESS = "val/success_rate"  # success rate in [0, 1]
 VAL_MEAN_RETURN = "val/reward_mean"
@@ -85,8 +87,14 @@ PARAM_PROMPTS = "trainer.prompts_per_step"
 PARAM_SAMPLES = "trainer.samples_per_prompt"
 PARAM_SLIP = "task.env.slip"  # FrozenLake slip probability
 FILTER_PREFIX = "filter."
-# Keys that never distinguish experimental settings (hosting, bookkeeping).
-INFRA_PREFIXES = ("mlflow.", "trainer.checkpoint_dir", "trainer.progress", "trainer.resume", "trainer.threads")
+
+
+def is_infra_key(key: str) -> bool:
+    """Whether a param never distinguishes experimental settings: one of the training config's infra keys
+    (hosting and bookkeeping: `recipes.config.INFRA_KEYS`) or a key inside one."""
+    return any(key == infra or key.startswith(f"{infra}.") for infra in INFRA_KEYS)
+
+
 # Keys tried first when naming a variant (then the others, alphabetically).
 VARIANT_KEY_PRIORITY = (PARAM_ALGORITHM, PARAM_MODEL_PATH, PARAM_MODEL, "backend")
 

@@ -1,4 +1,5 @@
-"""The Std(RV)/Mean(RV) predictor: will SNR-Aware Filtering help? (PAPER.md section 5), the single implementation.
+"""The Std(RV)/Mean(RV) predictor of RAGEN-2 (arXiv 2604.06268): will SNR-Aware Filtering help? The single
+implementation (the reference code does not implement it).
 
 From ONE rollout batch: compute every prompt's reward variance (RV), then ``ratio = std(RV) / mean(RV)`` across
 prompts (population std). A high ratio means RV is spread out or bimodal -- some prompts carry clear signal and
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 RHO_GRID = (0.6, 0.8, 0.9, 0.95, 0.98)
-# Each prob mode with the zero-variance convention it was used with (PAPER.md section 4).
+# Each prob mode with the zero-variance convention it was used with (RAGEN-2 and its reference code).
 PROB_MODE_INCLUDE_ZERO = {"linear": False, "softmax": True}
 VERDICT_HELPS = "likely helps"
 VERDICT_HURTS = "unlikely to help"
@@ -213,7 +214,7 @@ def predict_frame(
     thresholds: PredictorThresholds | None = None,
 ) -> list[PredictorReport]:
     """One report per training step of a validated rollout-batch frame (or only ``step``)."""
-    from analysis.rollouts import iter_steps
+    from recipes.rollouts import iter_steps
 
     return [
         predict(
@@ -236,6 +237,6 @@ def predict_batch_file(
     thresholds: PredictorThresholds | None = None,
 ) -> list[PredictorReport]:
     """Load a rollout-batch file and run the predictor on each of its steps."""
-    from analysis.rollouts import load_rollout_batch
+    from recipes.rollouts import load_rollout_batch
 
     return predict_frame(load_rollout_batch(path), str(path), step=step, metric=metric, thresholds=thresholds)

@@ -90,12 +90,11 @@ def cell_notes(summary: pd.DataFrame, store: pd.DataFrame | None = None) -> list
     import pandas as pd
 
     from analysis.sweep_state import store_notes
-    from orchestrator.states import DONE
 
     notes = []
     if store is not None:
         notes = store_notes(store)
-        undone = store.loc[~store["state"].isin([str(s) for s in DONE]), "mlflow_run_id"].dropna()
+        undone = store.loc[~store["done"].astype(bool), "mlflow_run_id"].dropna()
         summary = summary[~summary["run_id"].isin(undone)]
     for _, row in summary.iterrows():
         where = f"{row['run_name']} ({row['task']}, {row['variant']}, filter {row['filter']}, seed {row['seed']})"

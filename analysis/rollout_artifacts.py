@@ -1,7 +1,7 @@
 """Rollout batches dumped by the trainers as MLflow artifacts (``rollouts/step_NNNN.parquet``), read back for the
 predictor (Table 8) and for reward-variance histograms.
 
-Files are read with :func:`analysis.rollouts.load_rollout_batch`, the predictor is
+Files are read with :func:`recipes.rollouts.load_rollout_batch`, the predictor is
 :func:`analysis.predictor.predict_frame` and per-prompt reward variance is :func:`recipes.filtering.group_stats`:
 nothing here recomputes a statistic.
 """
@@ -74,7 +74,7 @@ def load_batches(
     import pandas as pd
     from mlflow import MlflowClient
 
-    from analysis.rollouts import load_rollout_batch
+    from recipes.rollouts import load_rollout_batch
 
     client = MlflowClient(tracking_uri=tracking_uri)
     batches = {}
@@ -117,8 +117,8 @@ def prompt_rv(batches: dict[str, pd.DataFrame], metric: str = "var") -> pd.DataF
     :data:`RV_COLUMNS`. Steps whose groups cannot have a variance (one trajectory per prompt) are left out."""
     import pandas as pd
 
-    from analysis.rollouts import iter_steps
     from recipes.filtering import group_stats
+    from recipes.rollouts import iter_steps
 
     parts = []
     for run_id, frame in batches.items():

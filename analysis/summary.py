@@ -165,7 +165,7 @@ def settings(runs: pd.DataFrame) -> pd.DataFrame:
     skip = (names.PARAM_TASK, names.PARAM_SEED)
     candidates = [
         k for k in keys
-        if k not in skip and not k.startswith(names.FILTER_PREFIX) and not k.startswith(names.INFRA_PREFIXES)
+        if k not in skip and not k.startswith(names.FILTER_PREFIX) and not names.is_infra_key(k)
     ]
     config = pd.DataFrame({k: config_value(runs, k) for k in [names.PARAM_TASK, *candidates]}, index=runs.index)
     chosen = distinguishing_keys(config, [names.PARAM_TASK], _ordered(candidates, names.VARIANT_KEY_PRIORITY))

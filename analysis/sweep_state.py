@@ -5,48 +5,40 @@ reason a cell failed. :func:`store_cells` returns one row per cell, or None when
 does not know the sweep (the report then relies on MLflow alone):
 
     digest, state (pending | queued | running | requeued | finished | stopped | failed | cancelled | lost),
-    attempts, steps_done, reason (first line), mlflow_run_id, setting (the cell's varied keys, "k=v, ...")
+    done (finished or stopped), attempts, steps_done, reason (first line), mlflow_run_id,
+    setting (the cell's varied keys, "k=v, ...")
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
-
-from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-COLUMNS = ("digest", "state", "attempts", "steps_done", "reason", "mlflow_run_id", "setting")
+COLUMNS = ("digest", "state", "done", "attempts", "steps_done", "reason", "mlflow_run_id", "setting")
 
 
 def store_cells(sweep: str, store_url: str | None = None) -> pd.DataFrame | None:
-    """The sweep's cells in the orch store at ``store_url`` (default: ``$ORCH_STORE`` or ``.orch/orch.db``)."""
+    """The sweep's cells in the orch store at ``store_url`` (default: ``$ORCH_STORE`` or ``.orch/orch.db``), through
+    the orchestrator's published :func:`orchestrator.api.sweep_cells`."""
     import pandas as pd
 
-    from orchestrator.store import Store
+    from orchestrator.api import sweep_cells
 
-    try:
-        store = Store.open(store_url, create=False)
-    except OrchError:
+    cells = sweep_cells(sweep, store_url)
+    if cells is None:
         return None
-    try:
-        row = store.sweep(sweep)
-        if row is None:
-            return None
-        cells = store.status_rows(row.id)
-    finally:
-        store.dispose()
     records = [
         {
-            "digest": cell["digest"],
-            "state": str(cell["state"]),
-            "attempts": cell["attempts"],
-            "steps_done": cell["steps_done"],
-            "reason": (cell["reason"] or "").strip().splitlines()[0] if cell["reason"] else None,
-            "mlflow_run_id": cell["mlflow_run_id"],
-            "setting": ", ".join(f"{k}={v}" for k, v in json.loads(cell["varied_json"] or "{}").items()),
+            "digest": cell.digest,
+            "state": cell.state,
+            "done": cell.done,
+            "attempts": cell.attempts,
+            "steps_done": cell.steps_done,
+            "reason": cell.reason.strip().splitlines()[0] if cell.reason else None,
+            "mlflow_run_id": cell.mlflow_run_id,
+            "setting": ", ".join(f"{k}={v}" for k, v in cell.varied.items()),
         }
         for cell in cells
     ]
@@ -57,11 +49,9 @@ def store_notes(cells: pd.DataFrame) -> list[str]:
     """One line per cell that is not done (finished or stopped), with the store's reason."""
     import pandas as pd
 
-    from orchestrator.states import DONE
-
     notes = []
     for cell in cells.itertuples(index=False):
-        if cell.state in DONE:
+        if cell.done:
             continue
         line = f"cell {cell.digest[:10]} ({cell.setting or 'base'}): {cell.state}"
         if not pd.isna(cell.reason):

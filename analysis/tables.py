@@ -1,4 +1,4 @@
-"""The paper's tables (PAPER.md section 7) from per-run summaries, seeds aggregated as mean ± std.
+"""The paper's tables (RAGEN-2 (arXiv 2604.06268)) from per-run summaries, seeds aggregated as mean ± std.
 
 Every builder takes the frame of :func:`analysis.summary.summarize` (or any frame with the columns it names) and
 returns a long frame; :func:`format_table4` turns Table 4 into the paper's layout. Aggregates over seeds use the

@@ -82,10 +82,10 @@ def bench_status(store_url: str, cells: int) -> dict[str, float]:
     store = Store.open(store_url)
     sweep = store.require_sweep("bench")
     rows = store.cell_rows(sweep.id)
-    running = [row.id for row in rows[: cells // 10]]
-    store.record_submissions("local", [row.id for row in rows[: cells // 2]])
-    store.mark(running, State.RUNNING, "", only_states=[State.QUEUED])
-    store.mark([row.id for row in rows[cells // 10: cells // 2]], State.FINISHED, "", only_states=[State.QUEUED])
+    submitted = [row.id for row in rows[: cells // 2]]
+    store.record_submissions("local", submitted)
+    store.mark(submitted, State.RUNNING, "", only_states=[State.QUEUED])  # the first tenth stays running
+    store.mark(submitted[cells // 10:], State.FINISHED, "", only_states=[State.RUNNING])
     start = time.perf_counter()
     table = status_table(sweep, store.counts(sweep.id), store.status_rows(sweep.id, 50), 160)
     from rich.console import Console

@@ -51,7 +51,7 @@ def main() -> None:
           f"{cpu:.1f} s CPU ({cpu / 60:.2f} min; about the wall time on a core of its own) -- {result.reason}")
     print(f"machine load average (1/5/15 min) at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
-    client = MlflowClient(cfg.mlflow.tracking_uri)
+    client = MlflowClient(cfg.infra.mlflow.tracking_uri)
     run = client.get_run(result.mlflow_run_id)
     steps = max(1, result.steps_done)
     print("\nper-phase time (mean s per step; val and setup as totals):")

@@ -58,7 +58,7 @@ def main() -> None:
     batch.old_log_probs = batched_forward(lambda m, b: token_log_probs(m, b)[0], policy, batch, 1)
     batch.values = torch.zeros_like(batch.returns)
     settings = UpdateSettings(trainer.mini_batch_size, trainer.micro_batch_size, trainer.ppo_epochs,
-                              cfg.model.grad_clip, trainer.max_response_tokens * cfg.task.env.max_turns)
+                              cfg.model.grad_clip, trainer.max_response_tokens * cfg.task.env["max_turns"])
     print(f"task {args.task}, model {args.model}, {args.prompts} prompts x {args.samples} samples, "
           f"mini-batch {settings.mini_batch_size}, micro-batch {settings.micro_batch_size}, "
           f"threads {torch.get_num_threads()}, best of {args.repeats}")

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from envs.base import Env, EnvConfig
+from envs.palette import Tile
 from envs.protocol import IMAGE_PLACEHOLDER
 
 if TYPE_CHECKING:
     import numpy as np
-
-RGB = tuple[int, int, int]
 
 
 class GridConfig(EnvConfig):
@@ -21,19 +19,10 @@ class GridConfig(EnvConfig):
     observations: ClassVar[tuple[str, ...]] = ("text", "image")
 
 
-@dataclass(frozen=True)
-class Tile:
-    """How one grid symbol is drawn: a background colour, then glyphs (shape name, colour) in order.
-    Shapes: square, circle, ring, cross."""
-
-    background: RGB
-    glyphs: tuple[tuple[str, RGB], ...] = ()
-
-
 class GridEnv(Env):
     """An `Env` whose `render_text()` is rows of single-character symbols, each drawn by `palette`."""
 
-    palette: ClassVar[dict[str, Tile]] = {}
+    palette: ClassVar[dict[str, Tile]] = {}  # symbol -> how it is drawn
 
     def render_image(self) -> np.ndarray:
         """The current grid as an RGB image: shape (rows * TILE, cols * TILE, 3), uint8; TILE = 32 px."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.grid import Tile
+from envs.palette import Tile
 from orchlib.errors import OrchError
 
 TILE = 32  # pixels per grid cell (square)

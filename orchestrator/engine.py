@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from orchestrator.executors import get_executor
 from orchestrator.executors.base import CellTask, SubmitError, SweepContext
 from orchestrator.states import ACTIVE, MISSING, State
-from orchestrator.store import DEFAULT_DIR, CellRow, Store, SweepRow
+from orchestrator.store import DEFAULT_DIR, Store
+from orchestrator.store_schema import CellRow, SweepRow
 from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def submit_plan(plan: Plan, store: Store, executor: str, *, tracking_uri: str | 
                 retry_failed: bool = False, sets: Sequence[str] = ()) -> SubmitReport:
     """Record the plan's sweep and cells, then submit the cells that are missing. Nothing is written if the
     plan cannot be submitted (a planned backend) or the executor is unavailable."""
-    from orchestrator.tracking import default_tracking_uri
+    from recipes.tracking import default_tracking_uri
 
     plan.check_submittable()
     get_executor(executor).check_available()

@@ -17,24 +17,26 @@ handlers is handled by submitit itself, which requeues the same callable.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import submitit
 
 from orchestrator.states import FROM_TRAIN_STATUS, State
 from orchestrator.store import JobContext, Store
 from orchlib.errors import OrchError
+from recipes.stop import StopRequest
+
+if TYPE_CHECKING:
+    from recipes.config import TrainConfig
 
 HEARTBEAT_ENV = "ORCH_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 30.0
-STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
 REASON_LINES = 20
 
 
@@ -50,23 +52,6 @@ class CellJob(submitit.helpers.Checkpointable):
         return run_cell(self.store_url, self.cell_id, self.executor)
 
 
-class StopFlag:
-    """Set by a stop signal; the trainer polls `is_set` between steps."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.signal_name: str | None = None
-
-    def is_set(self) -> bool:
-        """Whether a stop was requested."""
-        return self._event.is_set()
-
-    def set(self, signal_name: str) -> None:
-        """Request a stop."""
-        self.signal_name = signal_name
-        self._event.set()
-
-
 def run_cell(store_url: str, cell_id: int, executor: str) -> str:
     """Run one cell to an outcome and report it; returns the state recorded for the cell."""
     from orchestrator.executors import get_executor
@@ -80,16 +65,15 @@ def run_cell(store_url: str, cell_id: int, executor: str) -> str:
         return State.CANCELLED
     print(f"orch: cell {context.digest} of sweep {context.sweep} starts on {socket.gethostname()} "
           f"(job {job_id}, attempt id {attempt_id})", file=sys.stderr, flush=True)
-    stop = StopFlag()
     try:
-        with _heartbeat(store, attempt_id), _stop_signals(stop):
+        with _heartbeat(store, attempt_id), StopRequest() as stop:
             cfg = compose_cell_config(context)
             from recipes.backends import get_backend
             from recipes.progress import setup_logging
 
             setup_logging()  # the trainer's step lines go to the job's log (`orch logs`)
 
-            result = get_backend(str(cfg.backend))(cfg, should_stop=stop.is_set)
+            result = get_backend(cfg.backend)(cfg, should_stop=stop)
     except BaseException as err:
         reason = _failure_reason(err)
         store.job_ended(attempt_id, State.FAILED, reason=reason, exit_code=1)
@@ -111,11 +95,9 @@ def run_cell(store_url: str, cell_id: int, executor: str) -> str:
     return recorded
 
 
-def compose_cell_config(context: JobContext) -> Any:
+def compose_cell_config(context: JobContext) -> TrainConfig:
     """The cell's training config, with the per-cell infra keys; `OrchError` if `conf/` changed its identity."""
-    from omegaconf import OmegaConf
-
-    from orchestrator.resolve import config_digest, hydra_overrides
+    from recipes.compose import hydra_overrides
     from recipes.config import compose_train_config
 
     infra = {
@@ -128,11 +110,10 @@ def compose_cell_config(context: JobContext) -> Any:
     if context.mlflow_run_id:
         infra["mlflow.run_id"] = context.mlflow_run_id
     cfg = compose_train_config(context.overrides + hydra_overrides(infra, ()))
-    digest = config_digest(OmegaConf.to_container(cfg, resolve=True))
-    if digest != context.digest:
+    if cfg.digest() != context.digest:
         raise OrchError(
             f"cell {context.digest} of sweep {context.sweep}: conf/ changed since the sweep was planned (the config "
-            f"now hashes to {digest}); run `orch sweep FILE` again to plan the new config as a new cell"
+            f"now hashes to {cfg.digest()}); run `orch sweep FILE` again to plan the new config as a new cell"
         )
     return cfg
 
@@ -167,27 +148,6 @@ def _heartbeat(store: Store, attempt_id: int) -> Iterator[None]:
     finally:
         done.set()
         thread.join(timeout=5)
-
-
-@contextmanager
-def _stop_signals(stop: StopFlag) -> Iterator[None]:
-    """Route SIGUSR2 and SIGTERM to `stop` (only possible in the main thread; elsewhere signals keep their
-    handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: Any) -> None:
-        name = signal.Signals(signum).name
-        print(f"orch: received {name}: the trainer will checkpoint and stop at the next step", file=sys.stderr)
-        stop.set(name)
-
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def _failure_reason(err: BaseException) -> str:

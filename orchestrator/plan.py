@@ -7,9 +7,10 @@ ever see a `Plan`.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.expand import RawCell, describe_origin, expand
 from orchestrator.resolve import PLANNED_BACKENDS, ConfigResolver, frozen
@@ -17,6 +18,9 @@ from orchestrator.resources import Resources
 from orchestrator.rules import MISSING
 from orchestrator.spec import SweepDefinition
 from orchestrator.yamlsource import Loc
+
+if TYPE_CHECKING:
+    from recipes.config import TrainConfig
 from orchlib.errors import OrchError
 
 
@@ -141,15 +145,17 @@ def _varied_keys(cells: list[PlannedCell]) -> list[str]:
     return varied
 
 
-def _resource_lookup(settings: dict[str, Any], config: dict[str, Any], axis: str | None):
-    """Rules match a cell's settings first, then any key of its resolved config, and `axis`."""
+def _resource_lookup(settings: dict[str, Any], config: TrainConfig, axis: str | None):
+    """Rules match a cell's settings first, then any key of its resolved config (as `conf/` names it), and
+    `axis`."""
+    tree = functools.cache(config.to_tree)
 
     def lookup(key: str) -> Any:
         if key == "axis":
             return axis if axis is not None else MISSING
         if key in settings:
             return settings[key]
-        node: Any = config
+        node: Any = tree()
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
                 return MISSING

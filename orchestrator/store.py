@@ -1,12 +1,15 @@
-"""The state store: sweeps, cells and attempts in SQL (SQLAlchemy; SQLite by default, PostgreSQL by URL).
+"""The state store: reads and writes sweeps, cells and attempts in SQL (SQLAlchemy; SQLite by default,
+PostgreSQL by URL).
 
 The store records intent and state; MLflow records results. Everyone writes here: `orch sweep` (cells,
 submissions), the jobs themselves (start, heartbeat, end: state stays right where `sacct` is unavailable) and the
 reconciler (`lost` jobs). The default is `sqlite:///<cwd>/.orch/orch.db` in WAL mode; set `ORCH_STORE` or
 `--store` to a `postgresql://` URL for clusters whose jobs run on many nodes.
 
-Times are UNIX seconds (floats). The schema is versioned in table `orch_meta`; `Store.open` creates it or checks
-that it is one this code understands.
+The tables, their version and the engine are `orchestrator.store_schema`; which state changes are legal is
+`orchestrator.states.TRANSITIONS`. Every state this module writes goes through that table: a change of one row is
+checked with `check_transition` before it is written (a `TransitionError` rolls the whole call back), and the
+bulk updates (`mark`, `end_attempts`) select their rows by the sources the table allows for the new state.
 """
 
 from __future__ import annotations
@@ -19,31 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    String,
-    Text,
-    UniqueConstraint,
-    case,
-    create_engine,
-    event,
-    func,
-    insert,
-    inspect,
-    select,
-    update,
-)
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy import case, func, insert, select, update
+from sqlalchemy.orm import Session
 
-from orchestrator.states import ACTIVE, ORDER, State
+from orchestrator.states import (
+    ACTIVE,
+    ORDER,
+    State,
+    TransitionError,
+    check_sources,
+    check_transition,
+    reported_state,
+    sources,
+)
+from orchestrator.store_schema import AttemptRow, CellRow, SweepRow, display_url, ensure_schema, make_engine
 from orchlib.errors import OrchError
 
-SCHEMA_VERSION = 1
 STORE_ENV = "ORCH_STORE"
 DEFAULT_DIR = ".orch"
 
@@ -54,93 +48,6 @@ def default_store_url(workdir: Path | None = None) -> str:
         return os.environ[STORE_ENV]
     path = (workdir or Path.cwd()).resolve() / DEFAULT_DIR / "orch.db"
     return f"sqlite:///{path}"
-
-
-class Base(DeclarativeBase):
-    """Declarative base of the store's tables."""
-
-
-class MetaRow(Base):
-    """Key/value facts about the store itself (`schema_version`)."""
-
-    __tablename__ = "orch_meta"
-    key: Mapped[str] = mapped_column(String(64), primary_key=True)
-    value: Mapped[str] = mapped_column(Text)
-
-
-class SweepRow(Base):
-    """One sweep: its file as submitted, where its files live, and its MLflow experiment and parent run."""
-
-    __tablename__ = "sweeps"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
-    spec_path: Mapped[str] = mapped_column(Text)
-    spec_text: Mapped[str] = mapped_column(Text)
-    profile: Mapped[str | None] = mapped_column(String(200))
-    sets_json: Mapped[str] = mapped_column(Text, default="[]")
-    executor: Mapped[str] = mapped_column(String(32))
-    cluster_json: Mapped[str] = mapped_column(Text, default="{}")
-    varied_json: Mapped[str] = mapped_column(Text, default="[]")
-    run_dir: Mapped[str] = mapped_column(Text)
-    tracking_uri: Mapped[str | None] = mapped_column(Text)
-    experiment_id: Mapped[str | None] = mapped_column(String(64))
-    parent_run_id: Mapped[str | None] = mapped_column(String(64))
-    created_at: Mapped[float] = mapped_column(Float)
-    updated_at: Mapped[float] = mapped_column(Float)
-
-
-class CellRow(Base):
-    """One cell: identity (`digest`), what to run (`overrides_json`), resources, and its current state."""
-
-    __tablename__ = "cells"
-    __table_args__ = (
-        UniqueConstraint("sweep_id", "digest", name="uq_cell_sweep_digest"),
-        Index("ix_cells_sweep_state", "sweep_id", "state"),
-    )
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
-    digest: Mapped[str] = mapped_column(String(32))
-    position: Mapped[int] = mapped_column(Integer)
-    axis: Mapped[str | None] = mapped_column(String(200))
-    seed: Mapped[int] = mapped_column(Integer)
-    backend: Mapped[str] = mapped_column(String(32))
-    settings_json: Mapped[str] = mapped_column(Text)
-    overrides_json: Mapped[str] = mapped_column(Text)
-    varied_json: Mapped[str] = mapped_column(Text)
-    resources_json: Mapped[str] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(String(16), default=State.PENDING)
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    requeues: Mapped[int] = mapped_column(Integer, default=0)
-    job_id: Mapped[str | None] = mapped_column(String(64))
-    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
-    steps_done: Mapped[int | None] = mapped_column(Integer)
-    reason: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[float] = mapped_column(Float)
-    updated_at: Mapped[float] = mapped_column(Float)
-
-
-class AttemptRow(Base):
-    """One run of a cell's job: a submission, or a restart of the same cluster job after a requeue."""
-
-    __tablename__ = "attempts"
-    __table_args__ = (Index("ix_attempts_cell", "cell_id"), Index("ix_attempts_job", "job_id"))
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"))
-    number: Mapped[int] = mapped_column(Integer)
-    executor: Mapped[str] = mapped_column(String(32))
-    job_id: Mapped[str | None] = mapped_column(String(64))
-    state: Mapped[str] = mapped_column(String(16))
-    submitted_at: Mapped[float | None] = mapped_column(Float)
-    started_at: Mapped[float | None] = mapped_column(Float)
-    heartbeat_at: Mapped[float | None] = mapped_column(Float)
-    ended_at: Mapped[float | None] = mapped_column(Float)
-    exit_code: Mapped[int | None] = mapped_column(Integer)
-    reason: Mapped[str | None] = mapped_column(Text)
-    stdout_path: Mapped[str | None] = mapped_column(Text)
-    stderr_path: Mapped[str | None] = mapped_column(Text)
-    host: Mapped[str | None] = mapped_column(String(200))
-    pid: Mapped[int | None] = mapped_column(Integer)
-    steps_done: Mapped[int | None] = mapped_column(Integer)
 
 
 @dataclass(frozen=True)
@@ -178,7 +85,7 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = _make_engine(url)
+        self.engine = make_engine(url)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -191,35 +98,11 @@ class Store:
 
     def ensure_schema(self, create: bool = True) -> None:
         """Create the tables of an empty database, or check the schema version of an existing one."""
-        database = self.engine.url.database if self.engine.url.get_backend_name() == "sqlite" else None
-        if database and database != ":memory:" and not Path(database).exists():
-            if not create:
-                raise OrchError(f"store {self.display_url()}: no orch store here (run `orch sweep` first)")
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tables = set(inspect(self.engine).get_table_names())
-            if MetaRow.__tablename__ not in tables:
-                if not create:
-                    raise OrchError(f"store {self.display_url()}: no orch store here (run `orch sweep` first)")
-                Base.metadata.create_all(self.engine)
-                with Session(self.engine) as session, session.begin():
-                    if session.get(MetaRow, "schema_version") is None:
-                        session.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
-                return
-            with Session(self.engine) as session:
-                row = session.get(MetaRow, "schema_version")
-        except SQLAlchemyError as err:
-            raise OrchError(f"store {self.display_url()}: {err.__class__.__name__}: {_first_line(err)}") from None
-        version = int(row.value) if row else 0
-        if version != SCHEMA_VERSION:
-            raise OrchError(
-                f"store {self.display_url()}: schema version {version}, this orch understands {SCHEMA_VERSION}"
-                + ("; upgrade orch" if version > SCHEMA_VERSION else "; no migration exists from it")
-            )
+        ensure_schema(self.engine, create=create)
 
     def display_url(self) -> str:
         """The URL without a password."""
-        return self.engine.url.render_as_string(hide_password=True)
+        return display_url(self.engine)
 
     def dispose(self) -> None:
         """Close pooled connections (before forking, or at exit)."""
@@ -340,12 +223,18 @@ class Store:
 
     def record_submissions(self, executor: str, cell_ids: Sequence[int], job_id: str | None = None) -> dict[int, int]:
         """Open a queued attempt per cell (before the cluster sees it, so a fast job finds it); the cells become
-        queued. `job_id` is known up front for in-process runs only. Returns {cell_id: attempt_id}."""
+        queued. `job_id` is known up front for in-process runs only. Returns {cell_id: attempt_id};
+        `TransitionError`, and nothing written, if a cell may not be submitted (see `states.TRANSITIONS`)."""
         if not cell_ids:
             return {}
         now = time.time()
         with Session(self.engine) as session, session.begin():
-            numbers = dict(session.execute(select(CellRow.id, CellRow.attempts).where(CellRow.id.in_(cell_ids))).all())
+            cells = session.execute(select(CellRow.id, CellRow.digest, CellRow.state, CellRow.attempts)
+                                    .where(CellRow.id.in_(cell_ids)).with_for_update())
+            numbers = {}
+            for cell in cells:
+                check_transition(cell.state, State.QUEUED, f"cell {cell.digest}")
+                numbers[cell.id] = cell.attempts
             created = session.execute(insert(AttemptRow).returning(AttemptRow.cell_id, AttemptRow.id), [
                 {"cell_id": cell_id, "number": numbers[cell_id] + 1, "executor": executor, "state": State.QUEUED,
                  "submitted_at": now, "job_id": job_id}
@@ -406,33 +295,28 @@ class Store:
                     stdout_path: str | None = None, stderr_path: str | None = None) -> int | None:
         """The job of `cell_id` started: reuse its queued attempt for this job id, or open a new attempt (a
         requeued job restarting). The cell becomes running. Returns the attempt id, or None when the cell was
-        cancelled meanwhile (the job must not run)."""
+        cancelled meanwhile (the job must not run); `TransitionError` if the cell may not start (finished...)."""
         now = time.time()
         with Session(self.engine) as session, session.begin():
             cell = session.get(CellRow, cell_id, with_for_update=True)
             if cell.state == State.CANCELLED:
                 return None
+            check_transition(cell.state, State.RUNNING, f"cell {cell.digest}")
             latest = session.scalars(
                 select(AttemptRow).where(AttemptRow.cell_id == cell_id).order_by(AttemptRow.number.desc()).limit(1)
             ).first()
             reusable = latest is not None and latest.state == State.QUEUED and (
                 job_id is None or latest.job_id in (None, job_id))
             if not reusable:
-                if latest is not None and latest.state in (State.QUEUED, State.RUNNING):
-                    latest.state, latest.ended_at = State.LOST, now
-                    latest.reason = "restarted by the cluster without reporting an end"
-                previous_job = latest.job_id if latest is not None else None
-                latest = AttemptRow(cell_id=cell_id, number=cell.attempts + 1, executor=executor,
-                                    job_id=job_id or previous_job, state=State.QUEUED, submitted_at=now)
-                session.add(latest)
-                cell.attempts += 1
+                latest = _restart_attempt(session, cell, latest, executor, job_id, now)
             latest.job_id = job_id = job_id or latest.job_id
-            latest.state = State.RUNNING
+            _move(latest, State.RUNNING, _attempt_name(cell, latest))
             latest.started_at = latest.heartbeat_at = now
             latest.host, latest.pid = host, pid
             latest.stdout_path = stdout_path or latest.stdout_path
             latest.stderr_path = stderr_path or latest.stderr_path
-            cell.state, cell.job_id, cell.reason, cell.updated_at = State.RUNNING, job_id, None, now
+            _move(cell, State.RUNNING, f"cell {cell.digest}")
+            cell.job_id, cell.reason, cell.updated_at = job_id, None, now
             session.flush()
             return latest.id
 
@@ -444,16 +328,21 @@ class Store:
     def job_ended(self, attempt_id: int, state: str, reason: str | None = None, exit_code: int | None = None,
                   steps_done: int | None = None, mlflow_run_id: str | None = None) -> str:
         """The job ended in `state`. A requeue request on a cancelled cell becomes `cancelled`. Returns the state
-        recorded for the cell."""
+        recorded for the cell; `TransitionError`, and nothing written, if the attempt or its cell may not take it
+        (e.g. the cell finished already, or was submitted again since)."""
         now = time.time()
         with Session(self.engine) as session, session.begin():
-            attempt = session.get(AttemptRow, attempt_id)
-            cell = session.get(CellRow, attempt.cell_id, with_for_update=True)
-            if cell.state == State.CANCELLED and state in (State.REQUEUED, State.FAILED):
-                state = State.CANCELLED
-            attempt.state, attempt.ended_at, attempt.reason = state, now, reason
+            cell_id = session.scalar(select(AttemptRow.cell_id).where(AttemptRow.id == attempt_id))
+            if cell_id is None:
+                raise OrchError(f"store {self.display_url()}: no attempt with id {attempt_id}")
+            cell = session.get(CellRow, cell_id, with_for_update=True)
+            attempt = session.get(AttemptRow, attempt_id)  # read under the cell's lock
+            state = reported_state(cell.state, state)
+            _move(attempt, state, _attempt_name(cell, attempt))
+            attempt.ended_at, attempt.reason = now, reason
             attempt.exit_code, attempt.steps_done = exit_code, steps_done
-            cell.state, cell.reason, cell.updated_at = state, reason, now
+            _move(cell, state, f"cell {cell.digest}")
+            cell.reason, cell.updated_at = reason, now
             if steps_done is not None:
                 cell.steps_done = steps_done
             if mlflow_run_id:
@@ -463,11 +352,13 @@ class Store:
             return state
 
     def mark(self, cell_ids: Sequence[int], state: str, reason: str, only_states: Iterable[str] = ACTIVE) -> int:
-        """Set cells (and their open attempts) to `state` if they are in `only_states`. Returns how many."""
+        """Set cells (and their latest attempts, in the same states) to `state` if they are in `only_states`.
+        Returns how many. `TransitionError` if one of `only_states` may not become `state` (see
+        `states.TRANSITIONS`): the table decides which rows the update may select."""
+        allowed = [str(item) for item in check_sources(only_states, state, f"cells to mark {state}")]
         if not cell_ids:
             return 0
         now = time.time()
-        allowed = [str(item) for item in only_states]
         with Session(self.engine) as session, session.begin():
             ids = list(session.scalars(select(CellRow.id).where(CellRow.id.in_(list(cell_ids)),
                                                                  CellRow.state.in_(allowed))))
@@ -484,16 +375,23 @@ class Store:
 
     def end_attempts(self, attempt_ids: Sequence[int], state: str, reason: str) -> int:
         """End attempts whose job vanished, if each is still its cell's open latest attempt (a newer submission
-        is never touched); their cells take `state`. Returns how many were ended."""
+        is never touched); their cells take `state`. Returns how many were ended. Open means active and allowed
+        to become `state` by `states.TRANSITIONS`, for the attempt and for its cell alike."""
+        open_states = ACTIVE & sources(state)
+        if not open_states:
+            raise TransitionError(f"end attempts: no open attempt may become '{state}'")
         now = time.time()
         ended = 0
         with Session(self.engine) as session, session.begin():
             for attempt in session.scalars(select(AttemptRow).where(AttemptRow.id.in_(list(attempt_ids)))):
                 cell = session.get(CellRow, attempt.cell_id, with_for_update=True)
-                if attempt.state not in ACTIVE or attempt.number != cell.attempts or cell.state not in ACTIVE:
+                if (attempt.state not in open_states or attempt.number != cell.attempts
+                        or cell.state not in open_states):
                     continue
-                attempt.state, attempt.reason, attempt.ended_at = state, reason, now
-                cell.state, cell.reason, cell.updated_at = state, reason, now
+                _move(attempt, state, _attempt_name(cell, attempt))
+                attempt.reason, attempt.ended_at = reason, now
+                _move(cell, state, f"cell {cell.digest}")
+                cell.reason, cell.updated_at = reason, now
                 ended += 1
         return ended
 
@@ -531,33 +429,24 @@ class Store:
                                         .order_by(AttemptRow.number)))
 
 
-def _make_engine(url: str) -> Engine:
-    """An engine with the settings each backend needs for many concurrent writers."""
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 60})
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-            connection.isolation_level = None  # let the "begin" hook below open transactions
-            cursor = connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=60000")
-            cursor.close()
-
-        @event.listens_for(engine, "begin")
-        def _begin_immediate(connection: Any) -> None:
-            # Take the write lock up front: a read-then-write transaction could otherwise fail with "database is
-            # locked" when another job commits in between (busy_timeout cannot wait out that case).
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-        return engine
-    try:
-        return create_engine(url, pool_pre_ping=True)
-    except Exception as err:  # bad URL or missing driver: one clear line
-        raise OrchError(f"store {url!r}: {err}") from None
+def _move(row: CellRow | AttemptRow, state: str, what: str) -> None:
+    """Set the state of a cell or attempt row, if `states.TRANSITIONS` allows it (`TransitionError` otherwise)."""
+    row.state = check_transition(row.state, state, what)
 
 
-def _first_line(err: Exception) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
+def _attempt_name(cell: CellRow, attempt: AttemptRow) -> str:
+    return f"attempt {attempt.number} of cell {cell.digest}"
+
+
+def _restart_attempt(session: Session, cell: CellRow, latest: AttemptRow | None, executor: str,
+                     job_id: str | None, now: float) -> AttemptRow:
+    """A new queued attempt for a job that restarts; the previous one becomes lost if it was left open."""
+    if latest is not None and latest.state in (State.QUEUED, State.RUNNING):
+        _move(latest, State.LOST, _attempt_name(cell, latest))
+        latest.ended_at, latest.reason = now, "restarted by the cluster without reporting an end"
+    previous_job = latest.job_id if latest is not None else None
+    attempt = AttemptRow(cell_id=cell.id, number=cell.attempts + 1, executor=executor,
+                         job_id=job_id or previous_job, state=State.QUEUED, submitted_at=now)
+    session.add(attempt)
+    cell.attempts += 1
+    return attempt

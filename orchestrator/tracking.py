@@ -4,31 +4,20 @@ The orchestrator creates every run before submitting (so jobs never race to crea
 cell's run through the config key `mlflow.run_id`, and a resumed attempt attaches to the same run again. Child
 runs start in status SCHEDULED; the trainer moves them to RUNNING and ends them.
 
-Tracking URI: `--tracking-uri`, else `$MLFLOW_TRACKING_URI`, else `sqlite:///<cwd>/mlflow.db` (absolute, so that
-jobs started in another directory write to the same file). For many concurrent jobs run `orch mlflow serve`
-and point the sweep at `http://127.0.0.1:5000` (see docs/sweeps.md).
+Tracking URI: `--tracking-uri`, else `recipes.tracking.default_tracking_uri` (`$MLFLOW_TRACKING_URI`, else
+`sqlite:///<cwd>/mlflow.db`, absolute, so that jobs started in another directory write to the same file). For many
+concurrent jobs run `orch mlflow serve` and point the sweep at `http://127.0.0.1:5000` (see docs/sweeps.md).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 PARENT_ROLE = "sweep"
 CHILD_ROLE = "cell"
 MAX_TAG = 5000
-
-
-def default_tracking_uri(explicit: str | None = None, workdir: Path | None = None) -> str:
-    """The tracking URI a sweep uses (see the module docstring)."""
-    if explicit:
-        return explicit
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{(workdir or Path.cwd()).resolve() / 'mlflow.db'}"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Checkpoints of a training run, and the requeue contract with the orchestrator.
 
-On SIGUSR2 or SIGTERM (SLURM's pre-emption / time-limit warning) `orch train` asks the trainer to stop: it saves a
-checkpoint at the next step boundary and the process exits with `REQUEUE_EXIT_CODE`, which the orchestrator reads
+On SIGUSR2 or SIGTERM (SLURM's pre-emption / time-limit warning; `recipes.stop.StopRequest`) the trainer stops: it
+saves a checkpoint at the next step boundary and the process exits with `REQUEUE_EXIT_CODE`, which the orchestrator reads
 as "requeue me". The next attempt finds the checkpoint in `trainer.checkpoint_dir` and continues the same MLflow
 run from the step after it.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -23,33 +22,8 @@ import numpy as np
 import torch
 
 REQUEUE_EXIT_CODE = 75  # EX_TEMPFAIL: "try again later"
-STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
 STATE_FILE = "state.pt"
 LATEST_FILE = "latest"
-
-
-class StopRequest:
-    """Turns SIGUSR2/SIGTERM into a flag the training loop polls at step boundaries (a context manager that
-    installs the handlers and restores the previous ones)."""
-
-    def __init__(self) -> None:
-        self.signal_name: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __call__(self) -> bool:
-        return self.signal_name is not None
-
-    def _handle(self, number: int, frame: Any) -> None:
-        self.signal_name = signal.Signals(number).name
-
-    def __enter__(self) -> StopRequest:
-        for number in STOP_SIGNALS:
-            self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
 
 
 def rng_states() -> dict[str, Any]:

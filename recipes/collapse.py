@@ -1,4 +1,4 @@
-"""Template-collapse early warning: an online rule over the MI proxies (PAPER.md section 1: MI falls before success).
+"""Template-collapse early warning: an online rule over the MI proxies (RAGEN-2 (arXiv 2604.06268): MI falls before success).
 
 The rule, evaluated every time the MI proxies are computed (step 1 and every ``mi_every`` steps):
 
@@ -15,52 +15,26 @@ The alert latches: it is raised once (``new_alert``) and stays on. Its state tra
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict
+
+from orchlib.fields import integer, number
 
 
-class SettingError(ValueError):
-    """A bad setting value: ``key`` names it within its section, ``message`` says what is valid."""
+class CollapseRule(BaseModel):
+    """Knobs of the early-warning rule (defaults: a 30% fall from the peak, seen twice in a row); the config's
+    `diagnostics.rule` section."""
 
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.message = message
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    def within(self, section: str) -> SettingError:
-        """The same error with ``key`` prefixed by ``section.``."""
-        return SettingError(f"{section}.{self.key}", self.message)
-
-
-def require_int(key: str, value: Any, minimum: int, meaning: str) -> None:
-    """SettingError unless ``value`` is an integer >= ``minimum`` (``meaning`` says what it counts)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SettingError(key, f"must be an integer >= {minimum} ({meaning}), got {value!r}")
-
-
-def require_number(key: str, value: Any, valid: Callable[[float], bool], expected: str) -> None:
-    """SettingError unless ``value`` is a number for which ``valid`` holds (``expected`` describes the range)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not valid(value):
-        raise SettingError(key, f"must be a number {expected}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class CollapseRule:
-    """Knobs of the early-warning rule (defaults: a 30% fall from the peak, seen twice in a row)."""
-
-    drop_fraction: float = 0.3
-    patience: int = 2
-    min_points: int = 3
-    success_tolerance: float = 0.05
-
-    def __post_init__(self) -> None:
-        require_number("drop_fraction", self.drop_fraction, lambda v: 0.0 < v < 1.0,
-                       "in (0, 1) (the share of its peak a collapse signal must lose)")
-        require_int("patience", self.patience, 1, "collapse computations in a row with both signals fallen")
-        require_int("min_points", self.min_points, 1, "collapse computations before the alert may fire")
-        require_number("success_tolerance", self.success_tolerance, lambda v: v >= 0.0,
-                       ">= 0 (how far success may fall below its peak before a collapse warning is moot)")
+    drop_fraction: Annotated[float, number(lambda v: 0.0 < v < 1.0,
+                                           "in (0, 1) (the share of its peak a collapse signal must lose)")] = 0.3
+    patience: Annotated[int, integer(1, "collapse computations in a row with both signals fallen")] = 2
+    min_points: Annotated[int, integer(1, "collapse computations before the alert may fire")] = 3
+    success_tolerance: Annotated[float, number(
+        lambda v: v >= 0.0, ">= 0 (how far success may fall below its peak before a collapse warning is moot)")] = 0.05
 
 
 @dataclass(frozen=True)
@@ -131,7 +105,7 @@ class CollapseDetector:
 
     def state_dict(self) -> dict:
         state = asdict(self)
-        state["rule"] = asdict(self.rule)
+        state["rule"] = self.rule.model_dump()
         return state
 
     def load_state_dict(self, state: dict) -> None:

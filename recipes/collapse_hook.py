@@ -6,11 +6,12 @@ Configured by the `diagnostics:` section of the training config (`recipes.diagno
 * every `mi_every` steps (and at step 1): the MI proxies of `CollapseMonitor` (`collapse/<set>/*`) and the early
   warning (`collapse/alert`, `collapse/mi_drop`). When the alert first fires it sets the MLflow tag
   `collapse_alert_step`, warns (log and terminal), and with `stop_on_collapse` stops the run after the step;
-* every `grad_every` steps (0 = never): the gradient split by reward-variance bucket (PAPER.md section 3): the
-  prompt groups are split into `grad_buckets` buckets by within-prompt reward std and, per bucket, the L2 norms of
-  the gradients of the task part and of the regularisation part of the actor loss are logged
-  (`grad_norm/bucket_<k>/{task, reg, rv_min, rv_max}`, bucket 0 the lowest reward variance). Advantages come from
-  the run's own estimator on all groups; nothing is applied to the policy.
+* every `grad_every` steps (0 = never): the gradient split by reward-variance bucket (the paper's signal-to-noise
+  analysis): the prompt groups are split into `grad_buckets` buckets by within-prompt reward std and, per bucket,
+  the L2 norms of the gradients of the task part and of the regularisation part of the actor loss are logged
+  (`grad_norm/bucket_<k>/{task, reg, rv_min, rv_max}`, bucket 0 the lowest reward variance). The trainer's own
+  unfiltered batch is scored by the trainer's own function (`StepContext.score`: reference log-probs, values,
+  advantages of the run's estimator on all groups); nothing is applied to the policy.
 """
 
 from __future__ import annotations
@@ -20,29 +21,14 @@ import sys
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
 
-from recipes.actor import (
-    batched_forward,
-    global_batch_info,
-    gradient_norm,
-    loss_part_gradients,
-    state_values,
-    token_log_probs,
-)
-from recipes.algorithms import get_algorithm
-from recipes.batch import TrainBatch, build_batch
+from recipes.actor import global_batch_info, gradient_norm, loss_part_gradients
 from recipes.chat import ChatEncoder
 from recipes.collapse import CollapseStatus
-from recipes.diagnostics import CollapseMonitor, DiagnosticsConfig, TurnEncoder, reward_variance_buckets
+from recipes.diagnostics import CollapseMonitor, TurnEncoder, reward_variance_buckets
 from recipes.hooks import StepContext, StepHook, register_hook
 
 log = logging.getLogger(__name__)
-
-
-def diagnostics_config(cfg: Any) -> DiagnosticsConfig:
-    """The `DiagnosticsConfig` of a composed training config (its `diagnostics` section)."""
-    return DiagnosticsConfig.from_section(OmegaConf.to_container(cfg.diagnostics, resolve=True))
 
 
 def turn_encoder(encoder: ChatEncoder, generated: dict[str, list[int]]) -> TurnEncoder:
@@ -53,27 +39,10 @@ def turn_encoder(encoder: ChatEncoder, generated: dict[str, list[int]]) -> TurnE
     )
 
 
-def rollout_batch(ctx: StepContext) -> TrainBatch:
-    """All the step's trajectories as tensors with the run's advantages (reference log-probs and values when the
-    run has them), as the trainer builds its update batch but without filtering."""
-    trainer = ctx.cfg.trainer
-    batch = build_batch(
-        [t.messages for t in ctx.trajectories], [[turn.reward for turn in t.turns] for t in ctx.trajectories],
-        ctx.group_ids, ctx.encoder, ctx.generated,
-    ).to(trainer.device)
-    if ctx.reference is not None:
-        batch.ref_log_probs = batched_forward(
-            lambda model, micro: token_log_probs(model, micro)[0], ctx.reference, batch, trainer.micro_batch_size)
-    if ctx.critic is not None:
-        batch.values = batched_forward(state_values, ctx.critic, batch, trainer.micro_batch_size)
-    batch.advantages, batch.returns = get_algorithm(ctx.cfg.algorithm.name).advantages(batch, ctx.cfg.algorithm)
-    return batch
-
-
 def gradient_split(ctx: StepContext, num_buckets: int) -> dict[str, float]:
     """Per reward-variance bucket, the L2 norms of the task and regularisation gradients of the actor loss (each
     bucket's rows normalised as part of the whole batch, so the bucket gradients sum to the batch gradient)."""
-    batch = rollout_batch(ctx)
+    batch = ctx.score(ctx.rollout_batch, old_log_probs=False)  # the loss uses the current log-probs, detached
     returns = np.array([t.episode_return for t in ctx.trajectories])
     info = global_batch_info(batch, ctx.actor_config.loss_scale_factor)
     metrics = {}
@@ -92,7 +61,7 @@ class CollapseHook(StepHook):
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
-        self.config = diagnostics_config(cfg)
+        self.config = cfg.diagnostics
         self.monitor = CollapseMonitor(self.config, seed=int(cfg.seed))
 
     def on_rollout(self, ctx: StepContext) -> dict[str, float]:

@@ -1,213 +1,301 @@
-"""Compose and validate a training config from `conf/` (Hydra compose API, no working-directory change).
+"""The typed training config of one run: `TrainConfig`, built once from the composed `conf/` tree.
 
-`compose_train_config(["task=frozenlake", "filter.value=0.95"])` returns the resolved `DictConfig` of one run.
-Every problem is reported as an `OrchError` naming the override, the key and the valid choices, before any work:
-an unknown group option (`task=foo`), an unknown key (`trainer.bogus=1`), an attempt to add a key (`+x=1`), a
-sweep (`a=1,2`) or a bad value (`filter.strategy=top_q`, `algorithm.loss_agg_mode=mean`).
+    cfg = compose_train_config(["task=frozenlake", "filter.value=0.95"])   # Hydra compose + validate, once
+    cfg.filter.is_off, cfg.trainer.total_steps, cfg.task.env_config()      # typed sections
+    cfg.digest()                                                           # the cell identity
 
-Imports here stay light (hydra, omegaconf, pydantic): the sweep engine composes one config per cell.
+Both trainer backends receive a `TrainConfig`. It has the sections of `conf/` (task, algorithm, model, filter,
+trainer, diagnostics; the run's backend, seed and hooks) and a separate `infra` part: how the run is hosted, not
+what it computes -- the MLflow run, the checkpoint folder, resuming, CPU threads and the progress bar. In `conf/`
+those keys keep the names users type (`mlflow.*`, `trainer.checkpoint_dir`, `trainer.resume`, `trainer.threads`,
+`trainer.progress`); `INFRA_KEYS` maps them into `infra` and back, and is the only list of them.
+
+A run's identity is `digest()`: the hash of the config without `infra`, computed by exactly one function
+(`config_digest`). Two spellings of the same config are the same cell, and moving a run to another host, folder or
+MLflow server does not make it a new one. (The device stays part of the identity: cuda and cpu runs differ
+numerically, and moving it would have given every existing cell a new identity.)
+
+Every problem is one `OrchError` line naming the key (as the user writes it) and the valid choices, before any
+work: an unknown group option or key, a bad value, or settings that do not fit together.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
-from orchlib.errors import OrchError, choices_error
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-CONFIG_NAME = "train"
+from orchlib.errors import OrchError, validation_issues
+from orchlib.fields import boolean, integer, number, one_of
+from recipes.compose import compose_tree, missing_keys, resolve_tree
+from recipes.diagnostics import DiagnosticsConfig
+from recipes.filtering import FilterConfig
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 DTYPES = ("float32", "bfloat16")
 RESUME_MODES = ("auto", "never")
+# conf/ key -> field of `TrainConfig.infra`: settings that change how a run is hosted, never what it computes.
+INFRA_KEYS: dict[str, str] = {
+    "mlflow": "mlflow",
+    "trainer.checkpoint_dir": "checkpoint_dir",
+    "trainer.resume": "resume",
+    "trainer.threads": "threads",
+    "trainer.progress": "progress",
+}
+
+Count = Annotated[int, integer(1)]
+Cadence = Annotated[int, integer(0)]  # steps between events; 0: never
+Flag = Annotated[bool, boolean()]
 
 
-def config_groups() -> dict[str, list[str]]:
-    """Config groups of `conf/` and their options (YAML stems; files starting with `_` are shared bases)."""
-    return {
-        group.name: sorted(path.stem for path in group.glob("*.yaml") if not path.stem.startswith("_"))
-        for group in sorted(CONF_DIR.iterdir())
-        if group.is_dir()
-    }
+class Section(BaseModel):
+    """A section of the training config: closed (unknown keys are errors) and immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def compose_train_config(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
-    """The resolved training config of `conf/train.yaml` with Hydra-syntax `overrides` applied.
+class TaskConfig(Section):
+    """`task`: the environment (`envs` registry name) and its settings, validated by the environment's own
+    config class (kept as written here, so that the identity hashes exactly what `conf/` says)."""
 
-    Raises:
-        OrchError: bad override syntax, unknown group option or key, or an invalid value.
-    """
-    overrides = list(overrides)
-    parsed = _parse_overrides(overrides)
-    groups = config_groups()
-    group_overrides = []
-    for text, override in zip(overrides, parsed, strict=True):
-        key = override.key_or_group
-        if override.is_add() or override.is_force_add() or override.is_delete():
-            raise OrchError(f"override {text!r}: adding or deleting keys is not supported; set an existing key")
-        if override.is_sweep_override():
-            raise OrchError(f"override {text!r}: one value per key here; sweeps belong in a sweep file")
-        if key in groups:
-            option = override.value()
-            if option not in groups[key]:
-                raise choices_error(f"{key} option", option, groups[key], where=f"override {text!r}")
-            group_overrides.append(text)
-    try:
-        cfg = _compose(overrides)
-    except OrchError:
-        _diagnose_keys(_compose(group_overrides), overrides, parsed, groups)
-        raise
-    validate_train_config(cfg)
-    return cfg
+    name: str
+    env: dict[str, Any]
+
+    def env_config(self) -> Any:
+        """The environment's validated config (`envs.EnvConfig` subclass)."""
+        from envs.registry import build_config
+
+        return build_config(self.name, self.env)
 
 
-def _parse_overrides(overrides: list[str]) -> list[Any]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
+def _algorithm_names() -> list[str]:
+    from recipes.algorithms import algorithm_names
 
-    parser = OverridesParser.create()
-    parsed = []
-    for text in overrides:
-        try:
-            parsed.extend(parser.parse_overrides([text]))
-        except HydraException as err:
-            first = str(err).strip().splitlines()[0]
-            raise OrchError(f"override {text!r}: cannot parse ({first}); expected key=value") from None
-    return parsed
+    return algorithm_names()
 
 
-def _compose(overrides: list[str]) -> DictConfig:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+class AlgorithmConfig(Section):
+    """`algorithm`: the registered algorithm and its veRL loss settings."""
 
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return compose(config_name=CONFIG_NAME, overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as err:
-        first = str(err).strip().splitlines()[0]
-        raise OrchError(f"conf/{CONFIG_NAME}.yaml with overrides {overrides}: {first}") from None
-    finally:
-        GlobalHydra.instance().clear()
-
-
-def _diagnose_keys(base: DictConfig, overrides: list[str], parsed: list[Any], groups: dict[str, list[str]]) -> None:
-    """Raise the precise error for the first override whose key is not in `base` (no-op if all exist)."""
-    for text, override in zip(overrides, parsed, strict=True):
-        if override.key_or_group not in groups:
-            _check_key_exists(base, override.key_or_group, text)
+    name: Annotated[str, one_of(_algorithm_names, "algorithm")]
+    gamma: float
+    lam: float
+    norm_adv_by_std: Flag
+    clip_ratio_low: float
+    clip_ratio_high: float
+    clip_ratio_c: float
+    loss_agg_mode: Annotated[str, one_of(LOSS_AGG_MODES)]
+    entropy_coeff: float
+    use_kl: Flag
+    kl_coef: float
+    kl_penalty: Annotated[str, one_of(KL_PENALTIES)]
+    cliprange_value: float
+    dynamic_sampling: Flag
+    max_extra_gen_batches: Cadence
 
 
-def _check_key_exists(cfg: DictConfig, dotted: str, text: str) -> None:
-    node: Any = cfg
-    walked = []
-    for part in dotted.split("."):
-        if not isinstance(node, DictConfig) or part not in node:
-            parent = ".".join(walked) or "(top level)"
-            valid = list(node.keys()) if isinstance(node, DictConfig) else []
-            if not valid:
-                raise OrchError(f"override {text!r}: {parent} is a value, not a section; it has no key {part!r}")
-            raise choices_error(f"config key {part!r} under", parent, valid, where=f"override {text!r}")
-        walked.append(part)
-        node = node[part]
+class PresetConfig(Section):
+    """`model.preset`: the Qwen2 architecture built in code when `model.path` is null."""
+
+    vocab_size: Count
+    hidden_size: Count
+    num_hidden_layers: Count
+    num_attention_heads: Count
+    num_key_value_heads: Count
+    intermediate_size: Count
+    max_position_embeddings: Count
+    tie_word_embeddings: Flag
 
 
-def _require(condition: bool, key: str, message: str) -> None:
-    if not condition:
-        raise OrchError(f"config key {key}: {message}")
+class WarmStartConfig(Section):
+    """`model.warm_start`: supervised fine-tuning on solver demonstrations, cached by input hash."""
+
+    enabled: Flag
+    demos: Count
+    epochs: Count
+    batch_size: Count
+    lr: float
+    eval_every: Count
+    eval_episodes: Count
+    eval_temperature: float
+    target_format_validity: float
+    max_response_tokens: Count
 
 
-def _check_choice(cfg: DictConfig, key: str, valid: tuple[str, ...]) -> None:
-    value = OmegaConf.select(cfg, key)
-    if value not in valid:
-        raise choices_error("value", value, valid, where=f"config key {key}")
+class ModelConfig(Section):
+    """`model`: the policy (a local Hugging Face folder, or a preset built in code), its warm start, optimiser."""
+
+    name: str
+    path: str | None = None
+    preset: PresetConfig
+    dtype: Annotated[str, one_of(DTYPES)]
+    actor_lr: float
+    critic_lr: float
+    weight_decay: float
+    grad_clip: float
+    warm_start: WarmStartConfig
+    cache_dir: str | None = None
 
 
-def validate_train_config(cfg: DictConfig) -> None:
-    """Check the values of a composed config (cheap: no torch, no model; the environment validates `task.env`).
-    Raises OrchError."""
-    from pydantic import ValidationError
+class FilterSection(FilterConfig):
+    """`filter`: SNR-Aware Filtering's settings (`recipes.filtering.FilterConfig`) and the option's name."""
 
+    name: str
+
+
+def _device(value: Any) -> Any:
+    if not isinstance(value, str) or re.fullmatch(r"cpu|cuda(:\d+)?", value) is None:
+        raise ValueError(f"{value!r} is not a device; valid choices: cpu, cuda, cuda:N")
+    return value
+
+
+Temperature = Annotated[float, number(lambda v: v > 0, "> 0 (a sampling temperature)")]
+
+
+class TrainerConfig(Section):
+    """`trainer`: batch sizes, steps, cadences and the device (its hosting keys live in `TrainConfig.infra`)."""
+
+    device: Annotated[str, BeforeValidator(_device)]
+    total_steps: Count
+    prompts_per_step: Count
+    samples_per_prompt: Count
+    temperature: Temperature
+    max_response_tokens: Count
+    max_context_tokens: Count
+    mini_batch_size: Count
+    micro_batch_size: Count
+    ppo_epochs: Count
+    val_every: Cadence
+    val_size: Cadence
+    val_temperature: Temperature
+    save_every: Cadence
+    dump_every: Cadence
+    max_empty_steps: Count
+
+
+class MlflowConfig(Section):
+    """Where the run's metrics go: `mlflow.*` in `conf/`."""
+
+    tracking_uri: str | None = None  # None: recipes.tracking.default_tracking_uri
+    experiment_name: str = "orch"
+    run_id: str | None = None  # attach to this existing run (the sweep pre-creates runs); None creates one
+    run_name: str | None = None
+
+
+class InfraConfig(Section):
+    """How the run is hosted (see `INFRA_KEYS`): never part of its identity."""
+
+    mlflow: MlflowConfig = MlflowConfig()
+    checkpoint_dir: str | None = None  # None: checkpoints/<mlflow run id> in the working directory
+    resume: Annotated[str, one_of(RESUME_MODES)] = "auto"
+    threads: Annotated[int, integer(1)] | None = None  # None: recipes.torch_backend.available_cpus()
+    progress: Flag = True
+
+
+def _backend_names() -> list[str]:
     from recipes.backends import backend_names
 
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise OrchError(f"config key {missing[0]}: required value not set (??? in conf/); set {missing[0]}=...")
-    _check_choice(cfg, "backend", tuple(backend_names()))
-    _check_choice(cfg, "algorithm.loss_agg_mode", LOSS_AGG_MODES)
-    _check_choice(cfg, "algorithm.kl_penalty", KL_PENALTIES)
-    _check_choice(cfg, "model.dtype", DTYPES)
-    _check_choice(cfg, "trainer.resume", RESUME_MODES)
-    _require(
-        re.fullmatch(r"cpu|cuda(:\d+)?", str(cfg.trainer.device)) is not None,
-        "trainer.device",
-        f"{cfg.trainer.device!r} is not a device; valid choices: cpu, cuda, cuda:N",
-    )
-    for key in ("total_steps", "prompts_per_step", "samples_per_prompt", "max_response_tokens", "mini_batch_size",
-                "micro_batch_size", "ppo_epochs", "max_empty_steps", "max_context_tokens"):
-        _require(int(cfg.trainer[key]) >= 1, f"trainer.{key}", f"must be >= 1, got {cfg.trainer[key]}")
-    for key in ("val_every", "save_every", "dump_every", "val_size"):
-        _require(int(cfg.trainer[key]) >= 0, f"trainer.{key}", f"must be >= 0, got {cfg.trainer[key]}")
-    _require(cfg.trainer.temperature > 0 and cfg.trainer.val_temperature > 0, "trainer.temperature",
-             "sampling temperatures must be > 0")
-    try:
-        filter_config = filter_config_from(cfg)
-    except ValidationError as err:
-        detail = err.errors()[0]
-        where = ".".join(map(str, detail["loc"])) or "value"
-        raise OrchError(f"config key filter.{where}: {detail['msg']}") from None
-    _require(
-        cfg.trainer.samples_per_prompt >= 2 or filter_config.strategy == "none",
-        "trainer.samples_per_prompt",
-        "filtering ranks prompts by their reward spread and needs >= 2 samples per prompt; use filter=none",
-    )
-    _validate_diagnostics(cfg)
-    from envs.registry import build_config
-
-    env = build_config(str(cfg.task.name), OmegaConf.to_container(cfg.task.env, resolve=True))  # OrchError naming the key
-    # The torch backend's models are text-only. (The sweep validates cells of the planned verl backend as torch with
-    # model.path=null, so a Hugging Face model without a path passes here.)
-    _require(
-        env.observation == "text" or (cfg.model.name == "hf" and (cfg.backend != "torch" or cfg.model.path is None)),
-        "task.env.observation",
-        "image observations need a vision-language model checkpoint (model=hf model.path=<Qwen2.5-VL folder>) on "
-        "the verl backend (backend=verl); the torch backend and its tiny/small models are text-only: "
-        "use task.env.observation=text",
-    )
-    _require(cfg.model.path is None or Path(str(cfg.model.path)).is_dir(), "model.path",
-             f"{cfg.model.path!r} is not a local Hugging Face checkpoint folder")
+    return backend_names()
 
 
-def _validate_diagnostics(cfg: DictConfig) -> None:
-    """The `diagnostics` section (read by the `collapse` step hook): one OrchError naming the bad key."""
-    from recipes.collapse import SettingError
-    from recipes.diagnostics import DiagnosticsConfig
+def _hook_names() -> list[str]:
+    from recipes.hooks import HOOKS
 
-    try:
-        diagnostics = DiagnosticsConfig.from_section(OmegaConf.to_container(cfg.diagnostics, resolve=True))
-    except SettingError as err:
-        raise OrchError(f"config key diagnostics.{err.key}: {err.message}") from None
-    _require(diagnostics.grad_every == 0 or cfg.trainer.samples_per_prompt >= 2, "diagnostics.grad_every",
-             "the gradient split buckets prompts by their reward spread and needs trainer.samples_per_prompt >= 2")
+    return HOOKS.names()
 
 
-def filter_config_from(cfg: DictConfig) -> Any:
-    """The `recipes.filtering.FilterConfig` of a composed config (every `filter.*` key except `name`)."""
-    from recipes.filtering import FilterConfig
+class TrainConfig(Section):
+    """The training config of one run (see the module docstring)."""
 
-    fields = {key: value for key, value in OmegaConf.to_container(cfg.filter, resolve=True).items() if key != "name"}
-    return FilterConfig(**fields)
+    backend: Annotated[str, one_of(_backend_names)]
+    seed: Annotated[int, integer(0)]
+    hooks: list[Annotated[str, one_of(_hook_names, "step hook")]]
+    task: TaskConfig
+    algorithm: AlgorithmConfig
+    model: ModelConfig
+    filter: FilterSection
+    trainer: TrainerConfig
+    diagnostics: DiagnosticsConfig
+    infra: InfraConfig = InfraConfig()
+
+    @model_validator(mode="after")
+    def _settings_fit_together(self) -> TrainConfig:
+        _require(self.trainer.samples_per_prompt >= 2 or self.filter.is_off, "trainer.samples_per_prompt",
+                 "filtering ranks prompts by their reward spread and needs >= 2 samples per prompt; use filter=none")
+        _require(self.diagnostics.grad_every == 0 or self.trainer.samples_per_prompt >= 2, "diagnostics.grad_every",
+                 "the gradient split buckets prompts by their reward spread and needs trainer.samples_per_prompt >= 2")
+        env = self.task.env_config()  # OrchError naming the environment and the key
+        # The torch backend's models are text-only. (The sweep validates cells of the planned verl backend as torch
+        # with model.path=null, so a Hugging Face model without a path passes here.)
+        _require(
+            env.observation == "text"
+            or (self.model.name == "hf" and (self.backend != "torch" or self.model.path is None)),
+            "task.env.observation",
+            "image observations need a vision-language model checkpoint (model=hf model.path=<Qwen2.5-VL folder>) "
+            "on the verl backend (backend=verl); the torch backend and its tiny/small models are text-only: "
+            "use task.env.observation=text",
+        )
+        _require(self.model.path is None or Path(self.model.path).is_dir(), "model.path",
+                 f"{self.model.path!r} is not a local Hugging Face checkpoint folder")
+        return self
+
+    # -- the conf/ layout ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_tree(cls, tree: dict[str, Any]) -> TrainConfig:
+        """Validate a composed, resolved `conf/` tree (the layout users write: infra keys where `INFRA_KEYS` says).
+        Raises `OrchError` naming the first bad key as the user writes it."""
+        missing = missing_keys(tree)
+        if missing:
+            raise OrchError(f"config key {missing[0]}: required value not set (??? in conf/); set {missing[0]}=...")
+        try:
+            return cls.model_validate(_to_infra_layout(tree))
+        except ValidationError as err:
+            issue = validation_issues(err, cls)[0]
+            raise OrchError(f"config key {_conf_key(issue.loc)}: {issue.message}") from None
+
+    def to_tree(self) -> dict[str, Any]:
+        """The config in the `conf/` layout (what `--print-config` shows and MLflow records as params)."""
+        tree = self.model_dump()
+        infra = tree.pop("infra")
+        for conf_key, field in INFRA_KEYS.items():
+            *parents, leaf = conf_key.split(".")
+            node = tree
+            for part in parents:
+                node = node[part]
+            node[leaf] = infra[field]
+        return tree
+
+    def digest(self) -> str:
+        """The run's identity: see `config_digest`."""
+        return config_digest(self)
 
 
-def flatten_config(cfg: DictConfig) -> dict[str, str]:
-    """The resolved config as `{"dotted.key": "value"}` (MLflow params; lists and dicts as their repr)."""
+def config_digest(config: TrainConfig) -> str:
+    """Stable 16-hex-digit hash of a training config without its `infra` part: a cell's identity. The one
+    function that computes it (the sweep planner, the job's check and MLflow tags all call it)."""
+    text = json.dumps(config.model_dump(exclude={"infra"}), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def compose_train_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """The validated training config of `conf/train.yaml` with Hydra-syntax `overrides` applied.
+
+    Raises:
+        OrchError: bad override syntax, unknown group option or key, an invalid value, or settings that do not
+            fit together -- one line naming the override or key and the valid choices.
+    """
+    tree, _ = compose_tree(overrides)
+    return TrainConfig.from_tree(resolve_tree(tree))
+
+
+def flatten_config(cfg: TrainConfig) -> dict[str, str]:
+    """The config in the `conf/` layout as `{"dotted.key": "value"}` (MLflow params; lists and dicts as repr)."""
     flat: dict[str, str] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -217,5 +305,37 @@ def flatten_config(cfg: DictConfig) -> dict[str, str]:
         else:
             flat[prefix[:-1]] = str(node)
 
-    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    walk(cfg.to_tree(), "")
     return flat
+
+
+def _require(condition: bool, key: str, message: str) -> None:
+    if not condition:
+        raise OrchError(f"config key {key}: {message}")
+
+
+def _to_infra_layout(tree: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a `conf/` tree with the `INFRA_KEYS` moved into `infra` (copying only the dicts on the way)."""
+    tree = dict(tree)
+    infra = {}
+    for conf_key, field in INFRA_KEYS.items():
+        *parents, leaf = conf_key.split(".")
+        node = tree
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                break
+            node[part] = node = dict(node[part])
+        else:
+            if leaf in node:
+                infra[field] = node.pop(leaf)
+    tree["infra"] = infra
+    return tree
+
+
+def _conf_key(loc: tuple[Any, ...]) -> str:
+    """A validation location as the `conf/` key the user writes (`infra.threads` -> `trainer.threads`)."""
+    parts = [str(part) for part in loc]
+    if parts[:1] == ["infra"] and len(parts) > 1:
+        conf_key = next(key for key, field in INFRA_KEYS.items() if field == parts[1])
+        parts = [conf_key, *parts[2:]]
+    return ".".join(parts) or "(top level)"

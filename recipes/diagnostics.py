@@ -1,6 +1,7 @@
 """Template-collapse diagnostics during training: MI proxies from the rollout batch, and the early warning.
 
-Two sample sets are drawn from the batch **before** filtering (PAPER.md section 2):
+Two sample sets are drawn from the batch **before** filtering (RAGEN-2, arXiv 2604.06268, computes its MI proxies
+on the unfiltered batch):
 
 * ``first_turn`` -- the first-turn reasoning of (up to) ``num_samples`` trajectories; the columns are the distinct
   first-turn prompts (about 8 with the paper's 8 prompts x 16 samples), so each sample's own column is its prompt.
@@ -14,21 +15,23 @@ Every sample is scored under every column by :func:`recipes.cross_scoring.cross_
 ``collapse/<set>/mi_zscore_ema`` from a per-set :class:`recipes.mi.ZScoreEMA`. The trajectory set's MI-ZScore-EMA
 and retrieval feed the :class:`recipes.collapse.CollapseDetector` (``collapse/alert``).
 
-:func:`reward_variance_buckets` groups the batch's prompts by reward spread for the gradient split (PAPER.md
-section 3). :class:`DiagnosticsConfig` is the config's ``diagnostics:`` section; ``recipes.collapse_hook`` runs it
-all inside training.
+:func:`reward_variance_buckets` groups the batch's prompts by reward spread for the gradient split (the
+signal-to-noise analysis of RAGEN-2). :class:`DiagnosticsConfig` is the config's ``diagnostics:`` section;
+``recipes.collapse_hook`` runs it all inside training.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from recipes.collapse import CollapseDetector, CollapseRule, CollapseStatus, SettingError, require_int
-from recipes.cross_scoring import cross_score
+from orchlib.fields import boolean, integer, one_of
+from recipes.collapse import CollapseDetector, CollapseRule, CollapseStatus
+from recipes.cross_scoring import SCORING_METHODS, cross_score
 from recipes.filtering import group_stats
 from recipes.mi import ZScoreEMA, mi_proxies
 
@@ -125,51 +128,31 @@ def trajectory_set(trajectories: Sequence[Any], encoder: TurnEncoder, num_sample
 SAMPLE_SET_BUILDERS = {"first_turn": first_turn_set, "trajectory": trajectory_set}
 
 
-@dataclass(frozen=True)
-class DiagnosticsConfig:
-    """The ``diagnostics:`` config section (defaults: PAPER.md's reference setting). Invalid values raise
-    :class:`recipes.collapse.SettingError` naming the key."""
+class DiagnosticsConfig(BaseModel):
+    """The ``diagnostics:`` config section (defaults: the paper's reference setting, MI at step 1 and every 5 steps
+    on 64 samples per set)."""
 
-    mi_every: int = 5  # also at step 1; 0 disables
-    num_samples: int = 64
-    sets: tuple[str, ...] = SAMPLE_SETS
-    method: str = "prefix"
-    batch_size: int = 32
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mi_every: Annotated[int, integer(0, "steps between MI computations; 0 disables")] = 5  # also at step 1
+    num_samples: Annotated[int, integer(1, "reasoning samples per set")] = 64
+    sets: list[str] = list(SAMPLE_SETS)
+    method: Annotated[str, one_of(lambda: SCORING_METHODS, "cross-scoring method")] = "prefix"
+    batch_size: Annotated[int, integer(1, "sequences per cross-scoring forward pass")] = 32
     rule: CollapseRule = CollapseRule()
-    stop_on_collapse: bool = False
-    grad_every: int = 0  # gradient split by reward-variance bucket; 0 disables
-    grad_buckets: int = 6
+    stop_on_collapse: Annotated[bool, boolean()] = False
+    grad_every: Annotated[int, integer(0, "steps between gradient splits; 0 disables")] = 0  # 0 disables
+    grad_buckets: Annotated[int, integer(1, "reward-variance buckets")] = 6
 
-    def __post_init__(self) -> None:
-        from recipes.cross_scoring import SCORING_METHODS
-
-        require_int("mi_every", self.mi_every, 0, "steps between MI computations; 0 disables")
-        require_int("num_samples", self.num_samples, 1, "reasoning samples per set")
-        require_int("batch_size", self.batch_size, 1, "sequences per cross-scoring forward pass")
-        require_int("grad_every", self.grad_every, 0, "steps between gradient splits; 0 disables")
-        require_int("grad_buckets", self.grad_buckets, 1, "reward-variance buckets")
-        if not isinstance(self.sets, tuple) or not self.sets:
-            raise SettingError("sets", f"must be a non-empty list such as [{', '.join(SAMPLE_SETS)}], got {self.sets!r}")
-        for name in self.sets:
-            if name not in SAMPLE_SET_BUILDERS:
-                raise SettingError("sets", f"unknown MI sample set {name!r}; valid choices: {', '.join(SAMPLE_SETS)}")
-        if self.method not in SCORING_METHODS:
-            raise SettingError("method", f"unknown cross-scoring method {self.method!r}; valid choices: "
-                                         f"{', '.join(SCORING_METHODS)}")
-        if not isinstance(self.stop_on_collapse, bool):
-            raise SettingError("stop_on_collapse", f"must be true or false, got {self.stop_on_collapse!r}")
-
+    @field_validator("sets", mode="before")
     @classmethod
-    def from_section(cls, section: dict[str, Any]) -> DiagnosticsConfig:
-        """Build from the config's ``diagnostics`` mapping (``rule`` a mapping of :class:`CollapseRule` fields)."""
-        values = dict(section)
-        try:
-            values["rule"] = CollapseRule(**values.get("rule", {}))
-        except SettingError as err:
-            raise err.within("rule") from None
-        if isinstance(values.get("sets"), list):
-            values["sets"] = tuple(values["sets"])
-        return cls(**values)
+    def _known_sets(cls, sets: Any) -> Any:
+        if not isinstance(sets, list | tuple) or not sets:
+            raise ValueError(f"must be a non-empty list such as [{', '.join(SAMPLE_SETS)}], got {sets!r}")
+        for name in sets:
+            if name not in SAMPLE_SET_BUILDERS:
+                raise ValueError(f"unknown MI sample set {name!r}; valid choices: {', '.join(SAMPLE_SETS)}")
+        return list(sets)
 
     def due(self, step: int) -> bool:
         """Computed at step 1 and every ``mi_every`` steps."""

@@ -1,4 +1,4 @@
-"""SNR-Aware Filtering: the single implementation (PAPER.md section 4).
+"""SNR-Aware Filtering: the single implementation (RAGEN-2 (arXiv 2604.06268); reference code: RAGEN's `RolloutFilter`).
 
 Each training iteration rolls out K trajectories for each of G prompts. A prompt's trajectories form a *group*; its
 within-group reward spread (the reward variance, RV) bounds the task gradient it can contribute. The filter ranks

@@ -3,8 +3,8 @@
 A hook is a class registered by name with `@register_hook("name")` and enabled by listing the name in the config's
 `hooks: [...]`. The trainer builds one instance per run and, every step, calls
 
-* `on_rollout(ctx)` right after generation, on the **unfiltered** batch (trajectories, the policy, the encoder):
-  the place for MI cross-scoring, which the paper computes before filtering;
+* `on_rollout(ctx)` right after generation, on the **unfiltered** batch (trajectories, their token tensors, the
+  policy, the encoder): the place for MI cross-scoring, which the paper computes before filtering;
 * `on_batch(ctx)` after advantages, before the update (`ctx.batch` holds the kept trajectories' tensors): the
   place for gradient decompositions.
 
@@ -15,6 +15,7 @@ carry running state (EMA trackers) through checkpoints. Registered hooks: `colla
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,10 @@ class StepContext:
     reference: the frozen reference policy (None unless `algorithm.use_kl`).
     critic: the value model (None unless the algorithm uses one, e.g. PPO).
     actor_config: the veRL ActorConfig of the actor loss (clip ranges, aggregation, entropy / KL coefficients).
+    rollout_batch: every trajectory of the step as a `recipes.batch.TrainBatch` (token tensors, unscored), built
+        once by the trainer: its kept rows are what the update trains on.
+    score: `score(batch, old_log_probs=True)` -> the batch with the run's log-probs, values and advantages, as the
+        trainer scores its update batch (the same function).
     batch: the kept trajectories as a `recipes.batch.TrainBatch` with advantages (only in `on_batch`).
     stop_reason: set to stop the run after this step.
     tags: MLflow tags to set on the run after this step (e.g. `collapse_alert_step`).
@@ -56,6 +61,8 @@ class StepContext:
     reference: Any = None
     critic: Any = None
     actor_config: Any = None
+    rollout_batch: Any = None
+    score: Callable[..., Any] | None = None
     batch: Any = None
     stop_reason: str | None = None
     tags: dict[str, str] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""The MI proxy family from in-batch cross-scoring: the single implementation (PAPER.md section 2).
+"""The MI proxy family from in-batch cross-scoring: the single implementation (RAGEN-2 (arXiv 2604.06268): in-batch cross-scoring).
 
 Input: M reasoning samples, each produced from one of N prompt columns, scored teacher-forced under *every*
 column by the current policy:
@@ -76,7 +76,7 @@ def _expected_hit(scores_row: np.ndarray, equivalent: np.ndarray, k: int) -> flo
 
 @dataclass(frozen=True)
 class MIProxies:
-    """The proxies of one cross-scoring matrix (names as PAPER.md section 2; collapse values in comments)."""
+    """The proxies of one cross-scoring matrix (names as in RAGEN-2; collapse values in comments)."""
 
     num_samples: int
     num_columns: int

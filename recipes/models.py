@@ -16,7 +16,8 @@ from recipes.cache import cache_root, cached_folder
 
 if TYPE_CHECKING:
     import torch
-    from omegaconf import DictConfig
+
+    from recipes.config import ModelConfig
 
 INIT_SEED = 0  # presets are initialised identically in every run, so a sweep shares one warm start
 CORPUS_DEMOS_PER_TASK = 32
@@ -73,11 +74,9 @@ def build_preset(preset: dict[str, Any], corpus: list[str], folder: Path) -> Non
     tokenizer.save_pretrained(folder)
 
 
-def preset_folder(model_cfg: DictConfig) -> Path:
+def preset_folder(model_cfg: ModelConfig) -> Path:
     """The cached folder of the preset `model_cfg.preset` (built on first use)."""
-    from omegaconf import OmegaConf
-
-    preset = OmegaConf.to_container(model_cfg.preset, resolve=True)
+    preset = model_cfg.preset.model_dump()
     corpus = protocol_corpus()
     inputs = {"preset": preset, "corpus_sha256": text_sha(corpus), "init_seed": INIT_SEED, "format": PRESET_FORMAT}
     return cached_folder(
@@ -85,7 +84,7 @@ def preset_folder(model_cfg: DictConfig) -> Path:
     )
 
 
-def base_model_folder(model_cfg: DictConfig) -> Path:
+def base_model_folder(model_cfg: ModelConfig) -> Path:
     """`model.path` if set (a local Hugging Face checkpoint), else the preset's cached folder."""
     if model_cfg.path is not None:
         path = Path(str(model_cfg.path)).expanduser()

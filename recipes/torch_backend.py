@@ -1,19 +1,19 @@
 """The `torch` trainer backend: one process, CPU or one GPU, veRL's algorithm math, SNR-Aware Filtering.
 
-`run(cfg, should_stop)` is the whole training run, readable top to bottom:
+`run(cfg, should_stop)` is the whole training run; `train` reads top to bottom, and `train_step` is one step:
 
-    setup      validate the config, open/attach the MLflow run, build (or load from cache) the warm-started
-               policy, value model and reference, resume from the latest checkpoint
+    setup      open/attach the MLflow run, build (or load from cache) the warm-started policy, value model and
+               reference, resume from the latest checkpoint (or validate at step 0)
     each step  1 rollout      prompts x samples episodes through envs.run_episodes (all samples of a prompt share
-                              its seed); DAPO's dynamic sampling tops up zero-variance groups
+                              its seed); DAPO's dynamic sampling tops up zero-variance groups; the whole batch as
+                              token tensors, built once (hooks and the update share it)
                2 hooks        registered step hooks on the unfiltered batch (MI cross-scoring goes here)
-               3 filter       recipes.filtering.filter_groups on episode returns; an empty batch skips the step
-               4 tensors      kept trajectories -> token tensors (loss only on generated tokens)
-               5 log-probs    old (and reference) log-probs, values for PPO
-               6 advantages   veRL estimator of the algorithm, x the filter's loss scale
-               7 update       critic then actor, mini-batches of the kept trajectories only
-               8 validate     every `val_every` steps on held-out seeds at temperature 0.5
-               9 log, dump the rollout batch, checkpoint; stop on request at this boundary
+               3 filter       recipes.filtering.filter_groups on episode returns; an empty batch skips the update
+               4 score        the kept rows: old (and reference) log-probs, values, advantages (veRL) x the filter's
+                              loss scale -- `score_batch`, which the gradient split of the diagnostics also calls
+               5 update       critic then actor, mini-batches of the kept trajectories only
+               6 validate     every `val_every` steps on held-out seeds at temperature 0.5
+               7 log, dump the rollout batch, checkpoint; stop on request at this boundary
 
 Every metric is named where it is computed. Timings: `timing_s/<phase>`.
 """
@@ -27,14 +27,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+import yaml
 
 from orchlib.errors import OrchError
+from recipes import filtering
 from recipes.actor import (
     UpdateSettings,
     actor_config,
@@ -44,18 +46,18 @@ from recipes.actor import (
     update_actor,
     update_critic,
 )
-from recipes.algorithms import get_algorithm
+from recipes.algorithms import Algorithm, get_algorithm
 from recipes.backends import TrainResult, register_backend
-from recipes.batch import build_batch
+from recipes.batch import TrainBatch, build_batch
 from recipes.chat import ChatEncoder
 from recipes.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_states, save_checkpoint
-from recipes.config import filter_config_from, flatten_config
-from recipes.hooks import StepContext, build_hooks
+from recipes.config import TrainConfig, flatten_config
+from recipes.hooks import StepContext, StepHook, build_hooks
 from recipes.models import base_model_folder, count_parameters, load_critic, load_policy, load_tokenizer
 from recipes.progress import TrainProgress
 from recipes.sampler import Sampler
 from recipes.seeds import seed_everything, train_prompt_seeds, validation_seeds
-from recipes.tracking import RunTracker, tracking_uri
+from recipes.tracking import RunTracker
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +75,17 @@ def timed(metrics: dict[str, float], name: str) -> Iterator[None]:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def play(cfg: DictConfig, sampler: Sampler, seeds: list[int], samples: int) -> list[Any]:
+def play(cfg: TrainConfig, sampler: Sampler, seeds: list[int], samples: int) -> list[Any]:
     """`samples` episodes per seed (consecutive; same start state, own dynamics randomness), one batched sampler."""
     from envs import run_episodes
 
-    env_config = OmegaConf.to_container(cfg.task.env, resolve=True)
     return run_episodes(
-        cfg.task.name, env_config, [seed for seed in seeds for _ in range(samples)], sampler,
+        cfg.task.name, cfg.task.env, [seed for seed in seeds for _ in range(samples)], sampler,
         dynamics_seeds=[sample for _ in seeds for sample in range(samples)],  # independent slips per sample
     )
 
 
-def collect_rollouts(cfg: DictConfig, sampler: Sampler, step: int) -> tuple[list[Any], dict[str, float]]:
+def collect_rollouts(cfg: TrainConfig, sampler: Sampler, step: int) -> tuple[list[Any], dict[str, float]]:
     """The step's trajectories, grouped by prompt (consecutive). With dynamic sampling (DAPO), zero-variance groups
     are replaced by groups from up to `max_extra_gen_batches` extra generation batches of fresh prompts."""
     from recipes.filtering import group_stats
@@ -132,7 +133,7 @@ def rollout_metrics(trajectories: list[Any], generated: dict[str, list[int]], ca
 
 
 def rollout_frame(trajectories: list[Any], generated: dict[str, list[int]], keep: np.ndarray, step: int) -> Any:
-    """The project's rollout-batch table (analysis/rollouts.py) for this step: one row per trajectory."""
+    """The project's rollout-batch table (recipes/rollouts.py) for this step: one row per trajectory."""
     import pandas as pd
 
     rows, seen = [], Counter()
@@ -154,7 +155,7 @@ def rollout_frame(trajectories: list[Any], generated: dict[str, list[int]], keep
 # ------------------------------------------------------------------------------------------------------------
 
 
-def validate(cfg: DictConfig, policy: torch.nn.Module, encoder: ChatEncoder, step: int) -> dict[str, float]:
+def validate(cfg: TrainConfig, policy: torch.nn.Module, encoder: ChatEncoder, step: int) -> dict[str, float]:
     """One episode per validation seed at `val_temperature`: success, return, format validity, reply length."""
     seed_everything(cfg.seed, step, 1)
     sampler = Sampler(policy, encoder, cfg.trainer.max_response_tokens, cfg.trainer.val_temperature,
@@ -176,33 +177,20 @@ def validate(cfg: DictConfig, policy: torch.nn.Module, encoder: ChatEncoder, ste
 # ------------------------------------------------------------------------------------------------------------
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Everything that can be checked before any work (OrchError with the key and the valid choices)."""
-    from envs.registry import build_config
-
-    get_algorithm(cfg.algorithm.name)
-    filter_config_from(cfg)
-    build_config(cfg.task.name, OmegaConf.to_container(cfg.task.env, resolve=True))
-    build_hooks(list(cfg.hooks), cfg)
-    if cfg.trainer.device.startswith("cuda") and not torch.cuda.is_available():
-        raise OrchError(f"config key trainer.device: {cfg.trainer.device!r} but no CUDA device is available")
-
-
-def model_folder(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
+def model_folder(cfg: TrainConfig) -> tuple[Path, dict[str, Any]]:
     """The folder the policy starts from (warm-started when enabled) and the warm start's report."""
     from recipes.warmstart import warm_start_folder
 
     base = base_model_folder(cfg.model)
     if not cfg.model.warm_start.enabled:
         return base, {}
-    env_config = OmegaConf.to_container(cfg.task.env, resolve=True)
-    return warm_start_folder(cfg.model, base, cfg.task.name, env_config, cfg.trainer.device)
+    return warm_start_folder(cfg.model, base, cfg.task.name, cfg.task.env, cfg.trainer.device)
 
 
 class Models:
     """Policy, optional value model and frozen reference, their optimisers, and the chat encoder."""
 
-    def __init__(self, cfg: DictConfig, folder: Path, uses_critic: bool) -> None:
+    def __init__(self, cfg: TrainConfig, folder: Path, uses_critic: bool) -> None:
         device, dtype = cfg.trainer.device, cfg.model.dtype
         self.encoder = ChatEncoder(load_tokenizer(folder))
         self.policy = load_policy(folder, dtype, device)
@@ -246,25 +234,29 @@ def available_cpus() -> int:
 
 
 @register_backend("torch")
-def run(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
+def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
     """Train `cfg` (see the module docstring). `should_stop` is polled at step boundaries: when it returns True the
     run checkpoints and returns status 'preempted'."""
-    check_config(cfg)
-    should_stop = should_stop or (lambda: False)
-    trainer = cfg.trainer
-    torch.set_num_threads(int(trainer.threads or available_cpus()))
+    from recipes.tracking import default_tracking_uri
 
-    checkpoint_dir = Path(trainer.checkpoint_dir) if trainer.checkpoint_dir else None
-    latest = latest_checkpoint(checkpoint_dir) if checkpoint_dir and trainer.resume == "auto" else None
+    if cfg.trainer.device.startswith("cuda") and not torch.cuda.is_available():
+        raise OrchError(f"config key trainer.device: {cfg.trainer.device!r} but no CUDA device is available")
+    should_stop = should_stop or (lambda: False)
+    infra = cfg.infra
+    torch.set_num_threads(int(infra.threads or available_cpus()))
+
+    checkpoint_dir = Path(infra.checkpoint_dir) if infra.checkpoint_dir else None
+    latest = latest_checkpoint(checkpoint_dir) if checkpoint_dir and infra.resume == "auto" else None
     resumed = load_checkpoint(latest) if latest else None
-    if resumed and cfg.mlflow.run_id and cfg.mlflow.run_id != resumed["mlflow_run_id"]:
+    if resumed and infra.mlflow.run_id and infra.mlflow.run_id != resumed["mlflow_run_id"]:
         raise OrchError(
-            f"config key mlflow.run_id: {cfg.mlflow.run_id} but the checkpoint in {checkpoint_dir} belongs to run "
+            f"config key mlflow.run_id: {infra.mlflow.run_id} but the checkpoint in {checkpoint_dir} belongs to run "
             f"{resumed['mlflow_run_id']}; use another trainer.checkpoint_dir or trainer.resume=never"
         )
     tracker = RunTracker(
-        tracking_uri(cfg.mlflow.tracking_uri), cfg.mlflow.experiment_name,
-        run_id=cfg.mlflow.run_id or (resumed["mlflow_run_id"] if resumed else None), run_name=cfg.mlflow.run_name,
+        default_tracking_uri(infra.mlflow.tracking_uri), infra.mlflow.experiment_name,
+        run_id=infra.mlflow.run_id or (resumed["mlflow_run_id"] if resumed else None),
+        run_name=infra.mlflow.run_name,
     )
     checkpoint_dir = checkpoint_dir or Path("checkpoints") / tracker.run_id
     try:
@@ -278,189 +270,235 @@ def run(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> Train
     return result
 
 
-def train(
-    cfg: DictConfig, tracker: RunTracker, checkpoint_dir: Path, resumed: dict[str, Any] | None,
-    should_stop: Callable[[], bool],
-) -> TrainResult:
-    trainer = cfg.trainer
-    algorithm = get_algorithm(cfg.algorithm.name)
-    filter_config = filter_config_from(cfg)
-    hooks = build_hooks(list(cfg.hooks), cfg)
+@dataclass
+class Run:
+    """What a run holds from setup to its end: the config, models, hooks, the update settings, its MLflow run and
+    checkpoint folder, and the counters that travel with checkpoints."""
 
-    # --- models (the warm start is trained once per input hash and cached) ---
+    cfg: TrainConfig
+    tracker: RunTracker
+    checkpoint_dir: Path
+    models: Models
+    algorithm: Algorithm
+    hooks: dict[str, StepHook]
+    settings: UpdateSettings
+    policy_config: Any  # veRL ActorConfig
+    empty_steps: int = 0
+    validation: dict[str, float] = field(default_factory=dict)  # the latest val/* metrics (hooks read them)
+
+    def checkpoint(self, step: int) -> None:
+        save_checkpoint(self.checkpoint_dir, step, {
+            **self.models.state_dict(), "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
+            "empty_steps": self.empty_steps, "validation": self.validation, "mlflow_run_id": self.tracker.run_id,
+            "config": yaml.safe_dump(self.cfg.to_tree(), sort_keys=False),
+        })
+
+    def restore(self, resumed: dict[str, Any]) -> int:
+        """Continue from a checkpoint; returns its step."""
+        self.models.load_state_dict(resumed)
+        for name, hook in self.hooks.items():
+            hook.load_state_dict(resumed["hooks"].get(name, {}))
+        restore_rng_states(resumed["rng"])
+        self.empty_steps, self.validation = resumed["empty_steps"], resumed["validation"]
+        replayed = self.tracker.last_logged_step("timing_s/step")
+        if replayed is not None and replayed > resumed["step"]:
+            log.warning("steps %d..%d were logged after the last checkpoint and are re-run", resumed["step"] + 1,
+                        replayed)
+            self.tracker.set_tags({"orch.replayed_steps": f"{resumed['step'] + 1}-{replayed}"})
+        return int(resumed["step"])
+
+
+def setup(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path) -> tuple[Run, dict[str, float]]:
+    """Models (the warm start is trained once per input hash and cached), hooks, update settings; params and tags
+    on the MLflow run. Returns the run and its setup figures (step 0 metrics of a fresh run)."""
     seed_everything(cfg.seed)
     started = time.perf_counter()
+    algorithm = get_algorithm(cfg.algorithm.name)
     folder, warm_start = model_folder(cfg)
     models = Models(cfg, folder, algorithm.uses_critic)
+    trainer = cfg.trainer
     settings = UpdateSettings(
         mini_batch_size=trainer.mini_batch_size, micro_batch_size=trainer.micro_batch_size, epochs=trainer.ppo_epochs,
-        grad_clip=cfg.model.grad_clip, loss_scale_factor=trainer.max_response_tokens * cfg.task.env.max_turns,
+        grad_clip=cfg.model.grad_clip, loss_scale_factor=trainer.max_response_tokens * cfg.task.env["max_turns"],
     )
-    policy_config = actor_config(cfg.algorithm, settings, trainer.samples_per_prompt)
+    run = Run(cfg, tracker, checkpoint_dir, models, algorithm, build_hooks(cfg.hooks, cfg), settings,
+              actor_config(cfg.algorithm, settings, trainer.samples_per_prompt))
     setup_seconds = time.perf_counter() - started
-
-    # --- bookkeeping: params once, resume state ---
     tracker.log_params(flatten_config(cfg))
     tracker.set_tags({"task": cfg.task.name, "algorithm": cfg.algorithm.name, "model": cfg.model.name,
                       "backend": "torch", "filter": cfg.filter.name, "orch.checkpoint_dir": str(checkpoint_dir)})
-    tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-    start_step, empty_steps, validation = 0, 0, {}  # validation: the latest val/* metrics (hooks read them)
-    if resumed is not None:
-        models.load_state_dict(resumed)
-        for name, hook in hooks.items():
-            hook.load_state_dict(resumed["hooks"].get(name, {}))
-        restore_rng_states(resumed["rng"])
-        start_step, empty_steps, validation = resumed["step"], resumed["empty_steps"], resumed["validation"]
-        replayed = tracker.last_logged_step("timing_s/step")
-        if replayed is not None and replayed > start_step:
-            log.warning("steps %d..%d were logged after the last checkpoint and are re-run", start_step + 1, replayed)
-            tracker.set_tags({"orch.replayed_steps": f"{start_step + 1}-{replayed}"})
-    else:
-        setup = {"setup/policy_parameters": count_parameters(models.policy), "timing_s/setup": setup_seconds}
-        setup.update({f"warm_start/{k}": float(v) for k, v in warm_start.items() if isinstance(v, int | float)})
-        if trainer.val_every:
-            with timed(setup, "val"):
-                validation = validate(cfg, models.policy, models.encoder, 0)
-            setup.update(validation)
-        tracker.log_metrics(setup, step=0)
+    tracker.log_text(yaml.safe_dump(cfg.to_tree(), sort_keys=False), "config.yaml")
+    figures = {"setup/policy_parameters": count_parameters(models.policy), "timing_s/setup": setup_seconds,
+               **{f"warm_start/{k}": float(v) for k, v in warm_start.items() if isinstance(v, int | float)}}
+    return run, figures
 
-    def checkpoint(step: int) -> None:
-        hook_states = {name: hook.state_dict() for name, hook in hooks.items()}
-        save_checkpoint(checkpoint_dir, step, {
-            **models.state_dict(), "hooks": hook_states, "empty_steps": empty_steps, "validation": validation,
-            "mlflow_run_id": tracker.run_id, "config": OmegaConf.to_yaml(cfg, resolve=True),
-        })
+
+def train(
+    cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path, resumed: dict[str, Any] | None,
+    should_stop: Callable[[], bool],
+) -> TrainResult:
+    """Set up, resume or validate at step 0, then step until done, stopped or asked to stop."""
+    run, metrics = setup(cfg, tracker, checkpoint_dir)
+    trainer = cfg.trainer
+    if resumed is not None:
+        start_step = run.restore(resumed)
+    else:
+        start_step = 0
+        if trainer.val_every:
+            with timed(metrics, "val"):
+                run.validation = validate(cfg, run.models.policy, run.models.encoder, 0)
+            metrics.update(run.validation)
+        tracker.log_metrics(metrics, step=0)
 
     status, reason, step = "finished", f"completed {trainer.total_steps} steps", start_step
-    progress = TrainProgress(trainer.total_steps, start_step, enabled=trainer.progress)
-    with progress:
+    with TrainProgress(trainer.total_steps, start_step, enabled=cfg.infra.progress) as progress:
         for step in range(start_step + 1, trainer.total_steps + 1):
             if should_stop():
                 step -= 1
                 status, reason = "preempted", f"stop requested; checkpoint at step {step}"
-                checkpoint(step)
+                run.checkpoint(step)
                 break
-            seed_everything(cfg.seed, step)
-            metrics: dict[str, float] = {}
-            step_start = time.perf_counter()
-
-            # 1 rollout: G prompts x K samples through the batched sampler
-            sampler = Sampler(models.policy, models.encoder, trainer.max_response_tokens, trainer.temperature,
-                              trainer.max_context_tokens)
-            with timed(metrics, "gen"):
-                trajectories, gen_metrics = collect_rollouts(cfg, sampler, step)
-            metrics.update(gen_metrics)
-            metrics.update(rollout_metrics(trajectories, sampler.generated, trainer.max_response_tokens))
-            group_ids = np.array([t.seed for t in trajectories])
-            returns = np.array([t.episode_return for t in trajectories])
-
-            # 2 step hooks (diagnostics) on the unfiltered batch
-            context = StepContext(step=step, cfg=cfg, policy=models.policy, encoder=models.encoder,
-                                  trajectories=trajectories, group_ids=group_ids, generated=sampler.generated,
-                                  metrics=metrics, validation=validation, reference=models.reference,
-                                  critic=models.critic, actor_config=policy_config)
-            with timed(metrics, "diagnostics"):
-                for hook in hooks.values():
-                    metrics.update(hook.on_rollout(context))
-
-            # 3 SNR-Aware Filtering (whole groups, by reward variance)
-            with timed(metrics, "filter"):
-                if filter_config.strategy == "none" and trainer.samples_per_prompt < 2:
-                    keep, loss_scale = np.ones(len(trajectories), dtype=bool), 1.0
-                else:
-                    from recipes.filtering import filter_groups
-
-                    filtered = filter_groups(returns, group_ids, filter_config)
-                    keep, loss_scale = filtered.keep_samples, filtered.loss_scale
-                    metrics.update(filtered.metrics)
-            if trainer.dump_every and step % trainer.dump_every == 0:
-                tracker.log_frame(rollout_frame(trajectories, sampler.generated, keep, step), "rollouts",
-                                  f"step_{step:04d}.parquet")
-
-            if not keep.any():
-                empty_steps += 1
-                metrics["rollout/empty_steps"] = float(empty_steps)
-                log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step, empty_steps)
-            else:
-                empty_steps = 0
-                kept = [t for t, k in zip(trajectories, keep, strict=True) if k]
-
-                # 4 tensors: whole trajectories, loss only on generated tokens, turn rewards on their last token
-                batch = build_batch(
-                    [t.messages for t in kept], [[turn.reward for turn in t.turns] for t in kept],
-                    group_ids[keep], models.encoder, sampler.generated,
-                ).to(trainer.device)
-
-                # 5 log-probs of the sampling policy (and the reference), values
-                with timed(metrics, "old_log_prob"):
-                    batch.old_log_probs = batched_forward(
-                        lambda model, micro: token_log_probs(model, micro)[0], models.policy, batch,
-                        trainer.micro_batch_size)
-                if models.reference is not None:
-                    with timed(metrics, "ref"):
-                        batch.ref_log_probs = batched_forward(
-                            lambda model, micro: token_log_probs(model, micro)[0], models.reference, batch,
-                            trainer.micro_batch_size)
-                if models.critic is not None:
-                    with timed(metrics, "values"):
-                        batch.values = batched_forward(state_values, models.critic, batch, trainer.micro_batch_size)
-
-                # 6 advantages (veRL), scaled for the shrunken batch
-                with timed(metrics, "adv"):
-                    batch.advantages, batch.returns = algorithm.advantages(batch, cfg.algorithm)
-                    batch.advantages = batch.advantages * loss_scale
-                mask = batch.loss_mask.bool()
-                metrics["critic/advantages/mean"] = float(batch.advantages[mask].mean())
-                metrics["critic/returns/mean"] = float(batch.returns[mask].mean())
-                metrics["critic/score/mean"] = float(batch.episode_returns.mean())
-                metrics["rollout/loss_scale"] = float(loss_scale)
-                metrics["rollout/update_trajectories"] = float(len(batch))
-                metrics["rollout/update_tokens"] = float(batch.loss_mask.sum())
-
-                context.batch = batch
-                with timed(metrics, "diagnostics"):
-                    for hook in hooks.values():
-                        metrics.update(hook.on_batch(context))
-
-                # 7 update: critic, then actor, over mini-batches of the kept trajectories
-                if models.critic is not None:
-                    with timed(metrics, "update_critic"):
-                        metrics.update(update_critic(models.critic, models.critic_optimizer, batch,
-                                                     cfg.algorithm.cliprange_value, settings))
-                with timed(metrics, "update_actor"):
-                    metrics.update(update_actor(models.policy, models.policy_optimizer, batch, policy_config,
-                                                settings))
-                if not math.isfinite(metrics["actor/pg_loss"]):
-                    status, reason = "failed", f"non-finite policy loss at step {step}"
-
-            # 8 validation on held-out seeds
-            if trainer.val_every and step % trainer.val_every == 0 and status != "failed":
-                with timed(metrics, "val"):
-                    validation = validate(cfg, models.policy, models.encoder, step)
-                metrics.update(validation)
-            metrics["timing_s/step"] = time.perf_counter() - step_start
-            metrics["timing_s/diagnostics_share"] = metrics["timing_s/diagnostics"] / metrics["timing_s/step"]
-
-            # 9 log, checkpoint, stop conditions
-            tracker.log_metrics(metrics, step=step)
-            if context.tags:
-                tracker.set_tags(context.tags)
-            progress.update(step, metrics)
-            if not trainer.progress:  # batch logs (SLURM) get one line per step instead of the live bar
+            outcome = train_step(run, step)
+            tracker.log_metrics(outcome.metrics, step=step)
+            if outcome.tags:
+                tracker.set_tags(outcome.tags)
+            progress.update(step, outcome.metrics)
+            if not cfg.infra.progress:  # batch logs (SLURM) get one line per step instead of the live bar
                 log.info("step %d/%d: success %.3f, kept %.2f, %.1fs", step, trainer.total_steps,
-                         metrics["rollout/success_rate"], metrics.get("rollout/kept_ratio", 1.0),
-                         metrics["timing_s/step"])
-            if status == "failed":  # logged for diagnosis, never checkpointed
+                         outcome.metrics["rollout/success_rate"], outcome.metrics.get("rollout/kept_ratio", 1.0),
+                         outcome.metrics["timing_s/step"])
+            if outcome.failure:  # logged for diagnosis, never checkpointed
+                status, reason = "failed", outcome.failure
                 break
-            stop_now = empty_steps >= trainer.max_empty_steps or context.stop_reason is not None
-            if (trainer.save_every and step % trainer.save_every == 0) or step == trainer.total_steps or stop_now:
-                checkpoint(step)
-            if empty_steps >= trainer.max_empty_steps:
-                status, reason = "stopped", (
-                    f"the filter kept no group for {empty_steps} consecutive steps (trainer.max_empty_steps); "
-                    "the batch has no reward variance left")
-                break
-            if context.stop_reason is not None:
-                status, reason = "stopped", context.stop_reason
+            stop_reason = outcome.stop_reason or (
+                f"the filter kept no group for {run.empty_steps} consecutive steps (trainer.max_empty_steps); "
+                "the batch has no reward variance left" if run.empty_steps >= trainer.max_empty_steps else None)
+            if (trainer.save_every and step % trainer.save_every == 0) or step == trainer.total_steps or stop_reason:
+                run.checkpoint(step)
+            if stop_reason:
+                status, reason = "stopped", stop_reason
                 break
     return TrainResult(status=status, steps_done=step, mlflow_run_id=tracker.run_id, reason=reason)
+
+
+@dataclass
+class StepOutcome:
+    """One step's metrics, the MLflow tags hooks asked for, and whether the run must stop (`stop_reason`) or has
+    failed (`failure`)."""
+
+    metrics: dict[str, float]
+    tags: dict[str, str]
+    stop_reason: str | None = None
+    failure: str | None = None
+
+
+def train_step(run: Run, step: int) -> StepOutcome:
+    """One training step (see the module docstring); returns its metrics."""
+    cfg, models, trainer = run.cfg, run.models, run.cfg.trainer
+    seed_everything(cfg.seed, step)
+    metrics: dict[str, float] = {}
+    step_start = time.perf_counter()
+
+    # 1 rollout: G prompts x K samples through the batched sampler, and the whole batch as tensors (built once)
+    sampler = Sampler(models.policy, models.encoder, trainer.max_response_tokens, trainer.temperature,
+                      trainer.max_context_tokens)
+    with timed(metrics, "gen"):
+        trajectories, gen_metrics = collect_rollouts(cfg, sampler, step)
+    metrics.update(gen_metrics)
+    metrics.update(rollout_metrics(trajectories, sampler.generated, trainer.max_response_tokens))
+    group_ids = np.array([t.seed for t in trajectories])
+    returns = np.array([t.episode_return for t in trajectories])
+    rollout_batch = build_batch(
+        [t.messages for t in trajectories], [[turn.reward for turn in t.turns] for t in trajectories], group_ids,
+        models.encoder, sampler.generated,
+    ).to(trainer.device)
+
+    # 2 step hooks (diagnostics) on the unfiltered batch
+    context = StepContext(step=step, cfg=cfg, policy=models.policy, encoder=models.encoder,
+                          trajectories=trajectories, group_ids=group_ids, generated=sampler.generated,
+                          metrics=metrics, validation=run.validation, reference=models.reference,
+                          critic=models.critic, actor_config=run.policy_config, rollout_batch=rollout_batch,
+                          score=lambda batch, **options: score_batch(run, batch, **options))
+    with timed(metrics, "diagnostics"):
+        for hook in run.hooks.values():
+            metrics.update(hook.on_rollout(context))
+
+    # 3 SNR-Aware Filtering (whole groups, by reward variance)
+    with timed(metrics, "filter"):
+        if cfg.filter.is_off and trainer.samples_per_prompt < 2:  # no reward variance to report
+            keep, loss_scale = np.ones(len(trajectories), dtype=bool), 1.0
+        else:
+            filtered = filtering.filter_groups(returns, group_ids, cfg.filter)
+            keep, loss_scale = filtered.keep_samples, filtered.loss_scale
+            metrics.update(filtered.metrics)
+    if trainer.dump_every and step % trainer.dump_every == 0:
+        run.tracker.log_frame(rollout_frame(trajectories, sampler.generated, keep, step), "rollouts",
+                              f"step_{step:04d}.parquet")
+
+    failure = None
+    if not keep.any():
+        run.empty_steps += 1
+        metrics["rollout/empty_steps"] = float(run.empty_steps)
+        log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step, run.empty_steps)
+    else:
+        run.empty_steps = 0
+        # 4 score the kept rows (log-probs, values, advantages), scaled for the shrunken batch
+        batch = score_batch(run, rollout_batch.select(keep).trimmed(), metrics)
+        batch.advantages = batch.advantages * loss_scale
+        mask = batch.loss_mask.bool()
+        metrics["critic/advantages/mean"] = float(batch.advantages[mask].mean())
+        metrics["critic/returns/mean"] = float(batch.returns[mask].mean())
+        metrics["critic/score/mean"] = float(batch.episode_returns.mean())
+        metrics["rollout/loss_scale"] = float(loss_scale)
+        metrics["rollout/update_trajectories"] = float(len(batch))
+        metrics["rollout/update_tokens"] = float(batch.loss_mask.sum())
+        context.batch = batch
+        with timed(metrics, "diagnostics"):
+            for hook in run.hooks.values():
+                metrics.update(hook.on_batch(context))
+
+        # 5 update: critic, then actor, over mini-batches of the kept trajectories
+        if models.critic is not None:
+            with timed(metrics, "update_critic"):
+                metrics.update(update_critic(models.critic, models.critic_optimizer, batch,
+                                             cfg.algorithm.cliprange_value, run.settings))
+        with timed(metrics, "update_actor"):
+            metrics.update(update_actor(models.policy, models.policy_optimizer, batch, run.policy_config,
+                                        run.settings))
+        if not math.isfinite(metrics["actor/pg_loss"]):
+            failure = f"non-finite policy loss at step {step}"
+
+    # 6 validation on held-out seeds
+    if trainer.val_every and step % trainer.val_every == 0 and failure is None:
+        with timed(metrics, "val"):
+            run.validation = validate(cfg, models.policy, models.encoder, step)
+        metrics.update(run.validation)
+    metrics["timing_s/step"] = time.perf_counter() - step_start
+    metrics["timing_s/diagnostics_share"] = metrics["timing_s/diagnostics"] / metrics["timing_s/step"]
+    return StepOutcome(metrics, context.tags, context.stop_reason, failure)
+
+
+def score_batch(run: Run, batch: TrainBatch, metrics: dict[str, float] | None = None,
+                old_log_probs: bool = True) -> TrainBatch:
+    """`batch` with the old (unless `old_log_probs` is false) and reference log-probs, the values (PPO) and the run's
+    advantages and returns (veRL's estimator), as a new batch; timings into `metrics` when given. The update and
+    the gradient split of the diagnostics both score through here."""
+    metrics = {} if metrics is None else metrics
+    models, micro = run.models, run.cfg.trainer.micro_batch_size
+
+    def log_probs(model: torch.nn.Module, rows: TrainBatch) -> torch.Tensor:
+        return token_log_probs(model, rows)[0]
+
+    scored = replace(batch)
+    if old_log_probs:
+        with timed(metrics, "old_log_prob"):
+            scored.old_log_probs = batched_forward(log_probs, models.policy, scored, micro)
+    if models.reference is not None:
+        with timed(metrics, "ref"):
+            scored.ref_log_probs = batched_forward(log_probs, models.reference, scored, micro)
+    if models.critic is not None:
+        with timed(metrics, "values"):
+            scored.values = batched_forward(state_values, models.critic, scored, micro)
+    with timed(metrics, "adv"):
+        scored.advantages, scored.returns = run.algorithm.advantages(scored, run.cfg.algorithm)
+    return scored

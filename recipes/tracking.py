@@ -1,8 +1,7 @@
 """MLflow bookkeeping of one training run: open or attach to the run, params, tags, metrics, artifacts.
 
 Uses `MlflowClient` with an explicit run id (no global active run), so several runs can live in one process.
-Tracking URI: `mlflow.tracking_uri` from the config, else `$MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db` in
-the working directory.
+`default_tracking_uri` is the one rule for where runs go when no URI is given, for training, sweeps and analysis.
 """
 
 from __future__ import annotations
@@ -15,12 +14,17 @@ from typing import Any
 
 from orchlib.errors import OrchError
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
 
 
-def tracking_uri(configured: str | None) -> str:
-    return configured or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+def default_tracking_uri(explicit: str | None = None, workdir: Path | None = None) -> str:
+    """`explicit`, else `$MLFLOW_TRACKING_URI`, else `sqlite:///<workdir>/mlflow.db` (the current directory by
+    default; absolute, so that jobs started in another directory write to the same file)."""
+    if explicit:
+        return explicit
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{(workdir or Path.cwd()).resolve() / 'mlflow.db'}"
 
 
 class RunTracker:
@@ -86,7 +90,7 @@ class RunTracker:
 
     def log_frame(self, frame: Any, artifact_dir: str, file_name: str) -> None:
         """Write a pandas frame as Parquet and log it under `artifact_dir/file_name`."""
-        from analysis.rollouts import write_rollout_batch
+        from recipes.rollouts import write_rollout_batch
 
         with tempfile.TemporaryDirectory() as scratch:
             path = write_rollout_batch(frame, Path(scratch) / file_name)

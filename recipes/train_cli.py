@@ -34,14 +34,15 @@ def train_command(
         typer.echo(f"orch: error: {err}", err=True)
         raise typer.Exit(2) from None
     if print_config:
-        from omegaconf import OmegaConf
+        import yaml
 
-        typer.echo(OmegaConf.to_yaml(cfg, resolve=True))
+        typer.echo(yaml.safe_dump(cfg.to_tree(), sort_keys=False).rstrip())
         return
 
     from recipes.backends import run_training
-    from recipes.checkpoint import REQUEUE_EXIT_CODE, StopRequest
+    from recipes.checkpoint import REQUEUE_EXIT_CODE
     from recipes.progress import setup_logging
+    from recipes.stop import StopRequest
 
     setup_logging()
     try:

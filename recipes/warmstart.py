@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,9 @@ from recipes.chat import ChatEncoder
 from recipes.models import load_policy, load_tokenizer, text_sha
 from recipes.sampler import Sampler
 from recipes.seeds import heldout_seeds, seed_everything
+
+if TYPE_CHECKING:
+    from recipes.config import ModelConfig
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "warm_start.json"
@@ -107,15 +110,12 @@ def train_warm_start(
 
 
 def warm_start_folder(
-    model_cfg: Any, base_folder: Path, task: str, env_config: dict[str, Any], device: str
+    model_cfg: ModelConfig, base_folder: Path, task: str, env_config: dict[str, Any], device: str
 ) -> tuple[Path, dict[str, Any]]:
     """The cached warm-started model folder for (base model, task, env config, settings) and its report."""
-    from omegaconf import OmegaConf
-
     from envs import demonstrations
 
-    settings = OmegaConf.to_container(model_cfg.warm_start, resolve=True)
-    settings.pop("enabled")
+    settings = model_cfg.warm_start.model_dump(exclude={"enabled"})
     demos = demonstrations(task, settings["demos"], seed=0, env_config=env_config)
     inputs = {
         "base": str(base_folder.resolve()),

@@ -1,4 +1,4 @@
-"""The FrozenLake environment (PAPER.md section 6): 4×4 random map, holes end the episode, optional slip."""
+"""The FrozenLake environment (RAGEN-2 (arXiv 2604.06268)'s setup): 4×4 random map, holes end the episode, optional slip."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from envs.frozenlake.lake import (
     sample_direction,
 )
 from envs.frozenlake.teach import explain
-from envs.grid import GridConfig, GridEnv, Tile
+from envs.grid import GridConfig, GridEnv
+from envs.palette import Tile
 from envs.registry import register_env
 
 GOAL_REWARD = 1.0

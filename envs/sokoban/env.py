@@ -1,4 +1,4 @@
-"""The Sokoban environment (PAPER.md section 6): 6×6 with one box by default, 8×8 with two as `sokoban_8x8`."""
+"""The Sokoban environment (RAGEN-2 (arXiv 2604.06268)'s setup): 6×6 with one box by default, 8×8 with two as `sokoban_8x8`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from envs.base import reject_options
-from envs.grid import GridConfig, GridEnv, Tile
+from envs.grid import GridConfig, GridEnv
+from envs.palette import Tile
 from envs.registry import register_env
 from envs.sokoban import room as sym
 from envs.sokoban.generate import generate_room

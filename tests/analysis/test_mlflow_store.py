@@ -19,7 +19,8 @@ import pandas.testing as pdt
 import pytest
 
 from analysis import mlflow_sql
-from analysis.mlflow_store import RunQuery, load_runs, select_metric_keys, uri_scheme
+from analysis.mlflow_query import RunQuery, select_metric_keys, uri_scheme
+from analysis.mlflow_store import load_runs
 from orchlib.errors import OrchError
 
 

@@ -32,10 +32,12 @@ def demo_orch_store(demo_store, tmp_path):
     ids = {row.digest: row.id for row in store.cell_rows(sweep.id)}
     store.set_run_ids({ids[digest]: run_id for digest, run_id in runs.items()})
     done = [ids[d] for d in runs if d not in ("sokoban-ppo-True-2", "frozenlake-grpo-False-2")]
-    store.mark(done, State.FINISHED, "all steps done", only_states=[State.PENDING])
+    # Through the transitions `orchestrator.states.TRANSITIONS` allows: pending -> queued -> running -> ended.
+    store.mark([ids[d] for d in runs], State.QUEUED, "submitted", only_states=[State.PENDING])
+    store.mark([*done, ids["sokoban-ppo-True-2"]], State.RUNNING, "", only_states=[State.QUEUED])
+    store.mark(done, State.FINISHED, "all steps done", only_states=[State.RUNNING])
     store.mark([ids["sokoban-ppo-True-2"]], State.FAILED, "RuntimeError: CUDA out of memory\ntraceback ...",
-               only_states=[State.PENDING])
-    store.mark([ids["frozenlake-grpo-False-2"]], State.QUEUED, "submitted", only_states=[State.PENDING])
+               only_states=[State.RUNNING])
     store.dispose()
     return url
 

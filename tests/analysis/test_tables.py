@@ -1,4 +1,4 @@
-"""Table builders on constructed runs with known answers, and PAPER.md's published Table 4 and Table 5 numbers."""
+"""Table builders on constructed runs with known answers, and the published Table 4 and Table 5 numbers of RAGEN-2 (arXiv 2604.06268)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from analysis import tables
 
 TASKS = ("Sokoban", "FrozenLake", "MetaMathQA", "Countdown")
-# PAPER.md section 7, Table 4: baseline peak per task, filter delta per task, published (avg baseline, avg delta).
+# RAGEN-2 (arXiv 2604.06268) Table 4: baseline peak per task, filter delta per task, published (avg baseline, avg delta).
 # GRPO FrozenLake has two reports (-3.0 and +2.3); the published average +3.7 is the one with +2.3.
 PUBLISHED_TABLE4 = {
     "PPO Qwen2.5-3B": ([12.9, 67.0, 92.6, 97.9], [16.0, 10.9, 0.6, 0.0], 67.6, 6.9),
@@ -104,7 +104,7 @@ def test_missing_pairs_names_the_cells_without_a_counterpart():
 
 
 def _budget_runs() -> pd.DataFrame:
-    # PAPER.md Table 5: (prompts, samples) -> success no-filter, filter; step time no-filter, filter
+    # RAGEN-2 (arXiv 2604.06268) Table 5: (prompts, samples) -> success no-filter, filter; step time no-filter, filter
     published = {(64, 2): (18.8, 27.3, 91.8, 64.9), (32, 4): (24.2, 27.4, 89.8, 52.6), (8, 16): (15.6, 23.6, 89.2, 65.9)}
     rows = [{"prompts": 128, "samples": 1, "filtered": False, "peak_success": 23.6, "step_time": 89.8}]
     for (prompts, samples), (s0, s1, t0, t1) in published.items():

@@ -72,11 +72,11 @@ def test_the_environment_validates_the_observation_key():
 
 
 def test_train_refuses_image_observations_without_a_vision_language_model(tmp_path, monkeypatch):
-    from recipes.config import compose_train_config, validate_train_config
+    from recipes.config import compose_train_config
 
     monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path))
     for overrides in (["task.env.observation=image"], ["model=hf", f"model.path={tmp_path}", "task=frozenlake",
                                                        "task.env.observation=image"]):
         with pytest.raises(OrchError, match="task.env.observation: image observations need a vision-language model "
                                             r"checkpoint \(model=hf model.path=.*\) on the verl backend"):
-            validate_train_config(compose_train_config(overrides))
+            compose_train_config(overrides)

@@ -92,9 +92,13 @@ def test_an_orphaned_debug_attempt_is_marked_lost_so_wait_returns(make_sweep, tr
     _, store, _ = submit(make_sweep(name="orphan", seeds="[1]"), "debug", tracking)
     sweep = store.require_sweep("orphan")
     cell = store.cell_rows(sweep.id)[0]
-    store.record_submissions("debug", [cell.id])  # queued, no job id, never started
-    assert store.counts(sweep.id) == {"finished": 1, "queued": 1}
-    assert wait(store, "orphan", timeout_s=30) == {"finished": 1, "lost": 1}
+    columns = ("position", "axis", "seed", "backend", "settings_json", "overrides_json", "varied_json",
+               "resources_json")
+    store.add_cells(sweep.id, [{**{key: getattr(cell, key) for key in columns}, "digest": "0" * 16}])
+    (orphan,) = store.cell_rows(sweep.id, states=["pending"])  # a finished cell cannot be submitted again
+    store.record_submissions("debug", [orphan.id])  # queued, no job id, never started
+    assert store.counts(sweep.id) == {"finished": 2, "queued": 1}
+    assert wait(store, "orphan", timeout_s=30) == {"finished": 2, "lost": 1}
 
 
 def test_local_executor_gives_the_same_cells_and_results(make_sweep, tracking: str) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from omegaconf import OmegaConf
 
-from orchestrator.resolve import ConfigResolver, config_digest, hydra_overrides
+from orchestrator.resolve import ConfigResolver
+from recipes.compose import hydra_overrides
 from recipes.config import compose_train_config
 
 
@@ -17,8 +17,7 @@ def resolver(tmp_path_factory: pytest.TempPathFactory) -> ConfigResolver:
 
 
 def composed_digest(settings: dict, resolver: ConfigResolver) -> str:
-    cfg = compose_train_config(hydra_overrides(settings, resolver.groups))
-    return config_digest(OmegaConf.to_container(cfg, resolve=True))
+    return compose_train_config(hydra_overrides(settings, resolver.groups)).digest()
 
 
 @pytest.mark.parametrize(
@@ -37,14 +36,10 @@ def test_planned_identity_equals_hydra_composition(resolver: ConfigResolver, set
 
 
 def test_infra_keys_do_not_change_identity(resolver: ConfigResolver) -> None:
-    cfg = OmegaConf.to_container(compose_train_config(["trainer.progress=false"]), resolve=True)
-    base = config_digest(cfg)
-    cfg["mlflow"]["run_id"] = "abc"
-    cfg["trainer"]["checkpoint_dir"] = "/somewhere"
-    cfg["trainer"]["threads"] = 3
-    assert config_digest(cfg) == base
-    cfg["seed"] = 99
-    assert config_digest(cfg) != base
+    base = compose_train_config(["trainer.progress=false"]).digest()
+    cfg = compose_train_config(["mlflow.run_id=abc", "trainer.checkpoint_dir=/somewhere", "trainer.threads=3"])
+    assert cfg.digest() == base
+    assert compose_train_config(["seed=99"]).digest() != base
 
 
 def test_seed_fast_path_matches_full_resolution(resolver: ConfigResolver) -> None:
@@ -58,7 +53,7 @@ def test_seed_fast_path_matches_full_resolution(resolver: ConfigResolver) -> Non
 def test_string_values_round_trip_through_hydra(value: str) -> None:
     """Strings reach the job's config exactly (quoting, escapes, strings that look like other types)."""
     (override,) = hydra_overrides({"mlflow.run_name": value}, ())
-    assert compose_train_config([override]).mlflow.run_name == value
+    assert compose_train_config([override]).infra.mlflow.run_name == value
 
 
 @pytest.mark.parametrize("value", [None, True, False, 0, -3, 1e-06, 2.5, math.inf, [1, "a b", None]])

@@ -7,14 +7,15 @@ import pytest
 from orchlib.errors import OrchError
 from recipes import backends
 from recipes.backends import TrainResult, backend_names, get_backend, register_backend
-from recipes.config import compose_train_config, config_groups, filter_config_from, flatten_config
+from recipes.compose import config_groups
+from recipes.config import compose_train_config, flatten_config
 
 
 def test_default_config_composes_every_group() -> None:
     cfg = compose_train_config([])
     assert (cfg.task.name, cfg.algorithm.name, cfg.model.name, cfg.filter.name) == ("sokoban", "ppo", "tiny", "top_p")
-    assert cfg.backend == "torch" and cfg.mlflow.run_id is None
-    assert filter_config_from(cfg).value == 0.9
+    assert cfg.backend == "torch" and cfg.infra.mlflow.run_id is None
+    assert cfg.filter.value == 0.9
 
 
 def test_every_option_of_every_group_composes() -> None:
@@ -24,7 +25,7 @@ def test_every_option_of_every_group_composes() -> None:
         for option in options:
             extra = ["model.path=/"] if (group, option) == ("model", "hf") else []
             cfg = compose_train_config([f"{group}={option}", *extra])
-            assert cfg[group].get("name", option) == option or group in ("trainer", "task")
+            assert getattr(getattr(cfg, group), "name", option) == option or group in ("trainer", "task")
 
 
 def test_algorithm_defaults_follow_the_paper() -> None:
@@ -39,7 +40,7 @@ def test_algorithm_defaults_follow_the_paper() -> None:
 
 def test_overrides_apply() -> None:
     cfg = compose_train_config(["task=frozenlake", "task.env.slip=0.2", "filter.value=0.95", "trainer.total_steps=3"])
-    assert (cfg.task.env.slip, cfg.filter.value, cfg.trainer.total_steps) == (0.2, 0.95, 3)
+    assert (cfg.task.env["slip"], cfg.filter.value, cfg.trainer.total_steps) == (0.2, 0.95, 3)
     assert flatten_config(cfg)["task.env.slip"] == "0.2"
 
 

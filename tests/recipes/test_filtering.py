@@ -1,4 +1,4 @@
-"""SNR-Aware Filtering: semantics of PAPER.md section 4, hand-computed cases and invariants."""
+"""SNR-Aware Filtering: semantics of RAGEN-2 (arXiv 2604.06268) and RAGEN's `RolloutFilter`, hand-computed cases and invariants."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MI proxy family: formulas of PAPER.md section 2 on constructed score matrices."""
+"""MI proxy family: formulas of RAGEN-2 (arXiv 2604.06268) on constructed score matrices."""
 
 from __future__ import annotations
 

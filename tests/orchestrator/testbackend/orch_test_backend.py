@@ -23,10 +23,11 @@ NAME = "orch-test"
 @register_backend(NAME)
 def run(cfg, should_stop=None) -> TrainResult:
     """Count `trainer.total_steps` steps, resuming from the checkpoint folder."""
-    from recipes.tracking import RunTracker, tracking_uri
+    from recipes.tracking import RunTracker, default_tracking_uri
 
-    tracker = RunTracker(tracking_uri(cfg.mlflow.tracking_uri), cfg.mlflow.experiment_name, cfg.mlflow.run_id)
-    folder = Path(cfg.trainer.checkpoint_dir)
+    mlflow = cfg.infra.mlflow
+    tracker = RunTracker(default_tracking_uri(mlflow.tracking_uri), mlflow.experiment_name, mlflow.run_id)
+    folder = Path(cfg.infra.checkpoint_dir)
     folder.mkdir(parents=True, exist_ok=True)
     checkpoint = folder / "step.txt"
     start = int(checkpoint.read_text()) if checkpoint.exists() else 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.rollouts import iter_steps, load_rollout_batch, write_rollout_batch
 from orchlib.errors import OrchError
+from recipes.rollouts import iter_steps, load_rollout_batch, write_rollout_batch
 
 FRAME = pd.DataFrame(
     {

@@ -1,0 +1,56 @@
+"""What the orchestrator publishes to the layers beside it (`analysis`): the state of a sweep's cells.
+
+This is the one edge from `analysis` into the orchestrator (a one-way edge: the orchestrator never imports
+`analysis`). It returns plain records, so the caller needs neither the store nor the state machine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from orchestrator.states import DONE
+from orchestrator.store import Store
+from orchlib.errors import OrchError
+
+
+@dataclass(frozen=True)
+class CellState:
+    """One cell as the store records it.
+
+    digest: the cell's identity. state: pending | queued | running | requeued | finished | stopped | failed |
+    cancelled | lost; done: whether that state is a successful end (finished, stopped). attempts, steps_done:
+    counters. reason: the last reason recorded (a failure's last lines). mlflow_run_id: the cell's run, if created.
+    varied: the cell's values of the sweep's varied keys.
+    """
+
+    digest: str
+    state: str
+    done: bool
+    attempts: int
+    steps_done: int | None
+    reason: str | None
+    mlflow_run_id: str | None
+    varied: dict[str, object]
+
+
+def sweep_cells(sweep: str, store_url: str | None = None) -> list[CellState] | None:
+    """The cells of `sweep` in the store at `store_url` (default: `$ORCH_STORE`, else `.orch/orch.db`), in sweep
+    order; None when there is no store there or it does not know the sweep."""
+    try:
+        store = Store.open(store_url, create=False)
+    except OrchError:
+        return None
+    try:
+        row = store.sweep(sweep)
+        rows = store.status_rows(row.id) if row is not None else None
+    finally:
+        store.dispose()
+    if rows is None:
+        return None
+    return [
+        CellState(digest=cell["digest"], state=str(cell["state"]), done=cell["state"] in DONE,
+                  attempts=cell["attempts"], steps_done=cell["steps_done"], reason=cell["reason"],
+                  mlflow_run_id=cell["mlflow_run_id"], varied=json.loads(cell["varied_json"] or "{}"))
+        for cell in rows
+    ]

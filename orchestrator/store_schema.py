@@ -1,0 +1,203 @@
+"""The store's schema: its SQL tables (SQLAlchemy rows), their version, and the engine that reaches them.
+
+    orch_meta  key/value facts about the store (`schema_version`)
+    sweeps     one row per sweep: its file as submitted, its folder, its MLflow experiment and parent run
+    cells      one row per cell of a sweep (unique digest per sweep): what to run and its current state
+    attempts   one row per run of a cell's job: a submission, or a restart of the same cluster job
+
+Times are UNIX seconds (floats). `ensure_schema` creates the tables of an empty database, or checks that an
+existing one has the version this code understands (`SCHEMA_VERSION`); there are no migrations. `make_engine`
+sets each backend up for many concurrent writers (SQLite in WAL mode with up-front write locks; PostgreSQL with
+pre-ping). The rows hold states as plain strings; which changes of them are legal is `orchestrator.states`' job,
+and writing them is `orchestrator.store`'s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    inspect,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from orchestrator.states import State
+from orchlib.errors import OrchError
+
+SCHEMA_VERSION = 1
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the store's tables."""
+
+
+class MetaRow(Base):
+    """Key/value facts about the store itself (`schema_version`)."""
+
+    __tablename__ = "orch_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class SweepRow(Base):
+    """One sweep: its file as submitted, where its files live, and its MLflow experiment and parent run."""
+
+    __tablename__ = "sweeps"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    spec_path: Mapped[str] = mapped_column(Text)
+    spec_text: Mapped[str] = mapped_column(Text)
+    profile: Mapped[str | None] = mapped_column(String(200))
+    sets_json: Mapped[str] = mapped_column(Text, default="[]")
+    executor: Mapped[str] = mapped_column(String(32))
+    cluster_json: Mapped[str] = mapped_column(Text, default="{}")
+    varied_json: Mapped[str] = mapped_column(Text, default="[]")
+    run_dir: Mapped[str] = mapped_column(Text)
+    tracking_uri: Mapped[str | None] = mapped_column(Text)
+    experiment_id: Mapped[str | None] = mapped_column(String(64))
+    parent_run_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class CellRow(Base):
+    """One cell: identity (`digest`), what to run (`overrides_json`), resources, and its current state."""
+
+    __tablename__ = "cells"
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "digest", name="uq_cell_sweep_digest"),
+        Index("ix_cells_sweep_state", "sweep_id", "state"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(32))
+    position: Mapped[int] = mapped_column(Integer)
+    axis: Mapped[str | None] = mapped_column(String(200))
+    seed: Mapped[int] = mapped_column(Integer)
+    backend: Mapped[str] = mapped_column(String(32))
+    settings_json: Mapped[str] = mapped_column(Text)
+    overrides_json: Mapped[str] = mapped_column(Text)
+    varied_json: Mapped[str] = mapped_column(Text)
+    resources_json: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default=State.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    requeues: Mapped[int] = mapped_column(Integer, default=0)
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    steps_done: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class AttemptRow(Base):
+    """One run of a cell's job: a submission, or a restart of the same cluster job after a requeue."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (Index("ix_attempts_cell", "cell_id"), Index("ix_attempts_job", "job_id"))
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    executor: Mapped[str] = mapped_column(String(32))
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    submitted_at: Mapped[float | None] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+    stdout_path: Mapped[str | None] = mapped_column(Text)
+    stderr_path: Mapped[str | None] = mapped_column(Text)
+    host: Mapped[str | None] = mapped_column(String(200))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    steps_done: Mapped[int | None] = mapped_column(Integer)
+
+
+def display_url(engine: Engine) -> str:
+    """The engine's URL without a password."""
+    return engine.url.render_as_string(hide_password=True)
+
+
+def ensure_schema(engine: Engine, create: bool = True) -> None:
+    """Create the tables of an empty database (unless `create` is false: then `OrchError`), or check the schema
+    version of an existing one."""
+    where = f"store {display_url(engine)}"
+    database = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if database and database != ":memory:" and not Path(database).exists():
+        if not create:
+            raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if MetaRow.__tablename__ not in set(inspect(engine).get_table_names()):
+            if not create:
+                raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
+            _create_tables(engine)
+            return
+        with Session(engine) as session:
+            row = session.get(MetaRow, "schema_version")
+    except SQLAlchemyError as err:
+        raise OrchError(f"{where}: {err.__class__.__name__}: {_first_line(err)}") from None
+    version = int(row.value) if row else 0
+    if version != SCHEMA_VERSION:
+        raise OrchError(
+            f"{where}: schema version {version}, this orch understands {SCHEMA_VERSION}"
+            + ("; upgrade orch" if version > SCHEMA_VERSION else "; no migration exists from it")
+        )
+
+
+def _create_tables(engine: Engine) -> None:
+    """Every table, and the schema version (once, should two processes create the store at the same time)."""
+    Base.metadata.create_all(engine)
+    with Session(engine) as session, session.begin():
+        if session.get(MetaRow, "schema_version") is None:
+            session.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
+
+
+def make_engine(url: str) -> Engine:
+    """An engine with the settings each backend needs for many concurrent writers."""
+    if url.startswith("sqlite"):
+        return _sqlite_engine(url)
+    try:
+        return create_engine(url, pool_pre_ping=True)
+    except Exception as err:  # bad URL or missing driver: one clear line
+        raise OrchError(f"store {url!r}: {err}") from None
+
+
+def _sqlite_engine(url: str) -> Engine:
+    """SQLite in WAL mode, waiting for locks rather than failing, each transaction taking the write lock."""
+    engine = create_engine(url, connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+        connection.isolation_level = None  # let the "begin" hook below open transactions
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        # Take the write lock up front: a read-then-write transaction could otherwise fail with "database is
+        # locked" when another job commits in between (busy_timeout cannot wait out that case).
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else repr(err)

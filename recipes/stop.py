@@ -1,0 +1,50 @@
+"""The one stop signal of a training run: SIGUSR2 (SLURM's warning before the time limit) or SIGTERM (preemption,
+`scancel`, `orch cancel`) asks the trainer to checkpoint and stop at the next step boundary.
+
+    with StopRequest() as stop:
+        result = backend(cfg, should_stop=stop)     # polled between steps
+    stop.signal_name                                # "SIGUSR2", "SIGTERM" or None
+
+`orch train` and the sweep job both use it. Handlers can only be installed in the main thread; elsewhere (a debug
+executor running cells in a thread) the signals keep their handlers and `stop()` stays false.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+
+
+class StopRequest:
+    """A flag set by the stop signals while the context is open (the previous handlers come back on exit)."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __call__(self) -> bool:
+        return self.signal_name is not None
+
+    def request(self, signal_name: str) -> None:
+        """Ask for a stop (what a signal does)."""
+        self.signal_name = signal_name
+
+    def _handle(self, number: int, _frame: Any) -> None:
+        name = signal.Signals(number).name
+        print(f"orch: received {name}: the trainer will checkpoint and stop at the next step", file=sys.stderr,
+              flush=True)
+        self.request(name)
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {number: signal.signal(number, self._handle) for number in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous = {}
