@@ -173,12 +173,6 @@ def resume(store: Store, name: str, executor: str | None = None, retry_failed: b
     sweep = store.require_sweep(name)
     executor = executor or sweep.executor
     cells = store.cell_rows(sweep.id)
-    if any(row.backend != "torch" for row in cells):
-        from orchestrator.resolve import PLANNED_BACKENDS
-
-        planned = sorted({row.backend for row in cells} & PLANNED_BACKENDS.keys())
-        if planned:
-            raise OrchError(f"sweep {name}: backend {planned[0]!r} cannot be submitted: {PLANNED_BACKENDS[planned[0]]}")
     get_executor(executor).check_available()
     report = SubmitReport(sweep=name, executor=executor, cells=len(cells))
     report.lost = reconcile(store, sweep)

@@ -53,8 +53,15 @@ class CellJob(submitit.helpers.Checkpointable):
 
 
 def run_cell(store_url: str, cell_id: int, executor: str) -> str:
-    """Run one cell to an outcome and report it; returns the state recorded for the cell."""
+    """Run one cell to an outcome and report it; returns the state recorded for the cell. In a multi-node
+    allocation only the first task runs the cell (the verl backend starts its Ray workers on the other nodes
+    itself); the others return at once."""
     from orchestrator.executors import get_executor
+
+    rank = _task_rank()
+    if rank:
+        print(f"orch: task {rank} of cell {cell_id}: the cell runs from task 0 of its allocation", file=sys.stderr)
+        return "secondary task"
 
     store = Store.open(store_url, create=False)
     context = store.job_context(cell_id)
@@ -116,6 +123,14 @@ def compose_cell_config(context: JobContext) -> TrainConfig:
             f"now hashes to {cfg.digest()}); run `orch sweep FILE` again to plan the new config as a new cell"
         )
     return cfg
+
+
+def _task_rank() -> int:
+    """This task's rank in its submitit job (0 outside one)."""
+    try:
+        return int(submitit.JobEnvironment().global_rank)
+    except (RuntimeError, KeyError):
+        return 0
 
 
 def _job_identity() -> tuple[str | None, str | None, str | None]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.expand import RawCell, describe_origin, expand
-from orchestrator.resolve import PLANNED_BACKENDS, ConfigResolver, frozen
+from orchestrator.resolve import ConfigResolver, frozen
 from orchestrator.resources import Resources
 from orchestrator.rules import MISSING
 from orchestrator.spec import SweepDefinition
@@ -79,13 +79,16 @@ class Plan:
         return values
 
     def check_submittable(self) -> None:
-        """Refuse cells whose backend cannot run yet (they may still be dry-run)."""
-        for backend in sorted({cell.backend for cell in self.cells} & PLANNED_BACKENDS.keys()):
-            count = sum(cell.backend == backend for cell in self.cells)
-            raise OrchError(
-                f"{self.definition.path}: {count} cell(s) use backend {backend!r}, which cannot be submitted: "
-                f"{PLANNED_BACKENDS[backend]}"
-            )
+        """Refuse cells whose resources their backend cannot use: the torch backend is one process on one device,
+        so a torch cell asking for several nodes or GPUs would hold them idle (the verl backend spans them)."""
+        for cell in self.cells:
+            resources = cell.resources
+            if cell.backend == "torch" and (resources.nodes > 1 or resources.gpus_per_node > 1):
+                raise OrchError(
+                    f"{self.definition.path}: cell {cell.digest} asks for {resources.nodes} node(s) x "
+                    f"{resources.gpus_per_node} GPU(s), but the torch backend runs one process on one device; "
+                    "set nodes: 1 and gpus_per_node <= 1 for it, or use backend: verl"
+                )
 
 
 def build_plan(definition: SweepDefinition, resolver: ConfigResolver | None = None) -> Plan:

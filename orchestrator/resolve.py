@@ -33,8 +33,6 @@ from recipes.config import TrainConfig
 ORCHESTRATOR_KEYS = ("mlflow", "trainer.checkpoint_dir")
 # Keys varied per cell without re-validating the config (the schema of the sweep file checks them).
 PER_CELL_KEYS = ("seed",)
-# Backends named by the design but not implemented yet: cells are validated and can be dry-run, not submitted.
-PLANNED_BACKENDS = {"verl": "the veRL backend is not implemented yet (a later issue); use --dry-run, or --profile cpu"}
 
 @dataclass(frozen=True)
 class ResolvedConfig:
@@ -86,20 +84,8 @@ class ConfigResolver:
 
         tree, normalized = apply_settings(self.trees.tree_for(settings), settings, self.groups)
         tree = resolve_tree(tree)
-        config = _validate(tree)
+        config = TrainConfig.from_tree(tree)  # not `check_host`: the cells run on other hosts
         return ResolvedConfig(config, config.digest(), normalized, hydra_overrides(normalized, self.groups))
-
-
-def _validate(tree: dict[str, Any]) -> TrainConfig:
-    """`TrainConfig.from_tree`; a planned backend's cell is checked with the torch backend's rules (its model path
-    is the planned backend's business: it may name a folder that exists only on the cluster) and keeps its own
-    backend and model path."""
-    backend, model = tree.get("backend"), tree.get("model")
-    if backend not in PLANNED_BACKENDS or not isinstance(model, dict):
-        return TrainConfig.from_tree(tree)
-    config = TrainConfig.from_tree({**tree, "backend": "torch", "model": {**model, "path": None}})
-    return config.model_copy(update={"backend": backend,
-                                      "model": config.model.model_copy(update={"path": model.get("path")})})
 
 
 class ConfTrees:

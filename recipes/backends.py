@@ -40,7 +40,7 @@ class TrainResult:
 Backend = Callable[..., TrainResult]
 # Backend name -> the module that registers it, imported on first use.
 BACKENDS: Registry[Backend] = Registry("trainer backend", where="config key backend",
-                                      lazy={"torch": "recipes.torch_backend"})
+                                      lazy={"torch": "recipes.torch_backend", "verl": "recipes.verl.backend"})
 # Decorator: register `run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult`.
 register_backend = BACKENDS.register
 

@@ -25,7 +25,7 @@ import numpy as np
 from recipes.actor import global_batch_info, gradient_norm, loss_part_gradients
 from recipes.chat import ChatEncoder
 from recipes.collapse import CollapseStatus
-from recipes.diagnostics import CollapseMonitor, TurnEncoder, reward_variance_buckets
+from recipes.diagnostics import CollapseMonitor, TurnEncoder, reward_variance_buckets, scorer
 from recipes.hooks import StepContext, StepHook, register_hook
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,9 @@ class CollapseHook(StepHook):
     def mutual_information(self, ctx: StepContext) -> dict[str, float]:
         """The monitor's metrics for this step; raises the alert when it first fires."""
         success = ctx.validation.get("val/success_rate", ctx.metrics.get("rollout/success_rate"))
-        metrics = self.monitor.compute(ctx.step, ctx.policy, turn_encoder(ctx.encoder, ctx.generated),
-                                       ctx.trajectories, success, ctx.encoder.tokenizer.pad_token_id)
+        score = ctx.cross_score or scorer(ctx.policy, self.config, ctx.encoder.tokenizer.pad_token_id)
+        metrics = self.monitor.compute(ctx.step, score, turn_encoder(ctx.encoder, ctx.generated), ctx.trajectories,
+                                       success)
         status = self.monitor.last_status
         if "collapse/alert" in metrics and status is not None and status.new_alert:
             self.alert(ctx, status)

@@ -42,6 +42,7 @@ RESUME_MODES = ("auto", "never")
 # conf/ key -> field of `TrainConfig.infra`: settings that change how a run is hosted, never what it computes.
 INFRA_KEYS: dict[str, str] = {
     "mlflow": "mlflow",
+    "verl": "verl",
     "trainer.checkpoint_dir": "checkpoint_dir",
     "trainer.resume": "resume",
     "trainer.threads": "threads",
@@ -187,10 +188,24 @@ class MlflowConfig(Section):
     run_name: str | None = None
 
 
+class VerlHosting(Section):
+    """`verl.*` in `conf/`: how the verl backend hosts a run (rollout engine, parallelism, the Ray cluster)."""
+
+    rollout: Annotated[str, one_of(("auto", "hf", "vllm"))] = "auto"
+    gpu_memory_utilization: Annotated[float, number(lambda v: 0 < v <= 1, "in (0, 1]")] = 0.6
+    tensor_parallel: Count = 1
+    param_offload: Flag = False
+    nnodes: Annotated[int, integer(1)] | None = None
+    gpus_per_node: Annotated[int, integer(1)] | None = None
+    ray_cpus: Count = 8
+    ray_join_timeout_s: Annotated[float, number(lambda v: v > 0, "> 0 (seconds)")] = 300.0
+
+
 class InfraConfig(Section):
     """How the run is hosted (see `INFRA_KEYS`): never part of its identity."""
 
     mlflow: MlflowConfig = MlflowConfig()
+    verl: VerlHosting = VerlHosting()
     checkpoint_dir: str | None = None  # None: checkpoints/<mlflow run id> in the working directory
     resume: Annotated[str, one_of(RESUME_MODES)] = "auto"
     threads: Annotated[int, integer(1)] | None = None  # None: recipes.torch_backend.available_cpus()
@@ -230,17 +245,23 @@ class TrainConfig(Section):
         _require(self.diagnostics.grad_every == 0 or self.trainer.samples_per_prompt >= 2, "diagnostics.grad_every",
                  "the gradient split buckets prompts by their reward spread and needs trainer.samples_per_prompt >= 2")
         env = self.task.env_config()  # OrchError naming the environment and the key
-        # The torch backend's models are text-only. (The sweep validates cells of the planned verl backend as torch
-        # with model.path=null, so a Hugging Face model without a path passes here.)
-        _require(
-            env.observation == "text"
-            or (self.model.name == "hf" and (self.backend != "torch" or self.model.path is None)),
-            "task.env.observation",
-            "image observations need a vision-language model checkpoint (model=hf model.path=<Qwen2.5-VL folder>) "
-            "on the verl backend (backend=verl); the torch backend and its tiny/small models are text-only: "
-            "use task.env.observation=text",
-        )
-        _require(self.model.path is None or Path(self.model.path).is_dir(), "model.path",
+        _require(env.observation == "text" or (self.model.name == "hf" and self.backend == "verl"),
+                 "task.env.observation",
+                 "image observations need a vision-language model checkpoint (model=hf model.path=<Qwen2.5-VL folder>) "
+                 "on the verl backend (backend=verl); the torch backend and its tiny/small models are text-only: "
+                 "use task.env.observation=text")
+        if self.backend == "verl":
+            _require(self.diagnostics.grad_every == 0, "diagnostics.grad_every",
+                     "the gradient split needs the policy's gradients in the trainer's process: torch backend only; "
+                     "set diagnostics.grad_every=0 with backend=verl")
+            _require(set(self.hooks) <= {"collapse"}, "hooks",
+                     f"{sorted(set(self.hooks) - {'collapse'})}: on backend=verl only the collapse hook runs (it "
+                     "cross-scores through veRL's actor workers); other hooks need the policy in the trainer's process")
+        return self
+
+    def check_host(self) -> TrainConfig:
+        """What only the host that trains can check (a sweep plans on another host): the model folder exists."""
+        _require(self.model.path is None or Path(self.model.path).expanduser().is_dir(), "model.path",
                  f"{self.model.path!r} is not a local Hugging Face checkpoint folder")
         return self
 
@@ -291,7 +312,7 @@ def compose_train_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainCo
             fit together -- one line naming the override or key and the valid choices.
     """
     tree, _ = compose_tree(overrides)
-    return TrainConfig.from_tree(resolve_tree(tree))
+    return TrainConfig.from_tree(resolve_tree(tree)).check_host()
 
 
 def flatten_config(cfg: TrainConfig) -> dict[str, str]:

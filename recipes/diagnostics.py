@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from orchlib.fields import boolean, integer, one_of
 from recipes.collapse import CollapseDetector, CollapseRule, CollapseStatus
-from recipes.cross_scoring import SCORING_METHODS, cross_score
+from recipes.cross_scoring import SCORING_METHODS, CrossScores, cross_score
 from recipes.filtering import group_stats
 from recipes.mi import ZScoreEMA, mi_proxies
 
@@ -163,6 +163,16 @@ class DiagnosticsConfig(BaseModel):
         return self.grad_every > 0 and step % self.grad_every == 0
 
 
+Scorer = Callable[[list[list[int]], list[list[int]]], CrossScores]
+
+
+def scorer(model: Any, config: DiagnosticsConfig, pad_id: int) -> Scorer:
+    """Cross-scoring with a causal LM in this process (`recipes.cross_scoring.cross_score`, the configured method
+    and batch size)."""
+    return lambda prompts, samples: cross_score(model, prompts, samples, method=config.method,
+                                                batch_size=config.batch_size, pad_id=pad_id)
+
+
 class CollapseMonitor:
     """Holds the EMA trackers and the detector across steps; their state travels with checkpoints."""
 
@@ -174,23 +184,19 @@ class CollapseMonitor:
         self.last_status: CollapseStatus | None = None
 
     def compute(
-        self, step: int, model, encoder: TurnEncoder, trajectories: Sequence[Any], success: float | None, pad_id: int
+        self, step: int, score: Scorer, encoder: TurnEncoder, trajectories: Sequence[Any], success: float | None
     ) -> dict[str, float]:
-        """MI proxies of every configured sample set for this step's batch (call when ``config.due(step)``)."""
+        """MI proxies of every configured sample set for this step's batch (call when ``config.due(step)``).
+
+        ``score(prompts, samples)`` cross-scores the sets (:func:`scorer` for a model in this process; the veRL
+        backend scores through its actor workers)."""
         rng = np.random.default_rng([self.seed, step])
         metrics: dict[str, float] = {}
         for name in self.config.sets:
             sample_set = SAMPLE_SET_BUILDERS[name](trajectories, encoder, self.config.num_samples, rng)
             if sample_set is None:
                 continue
-            scores = cross_score(
-                model,
-                sample_set.prompts,
-                sample_set.samples,
-                method=self.config.method,
-                batch_size=self.config.batch_size,
-                pad_id=pad_id,
-            )
+            scores = score(sample_set.prompts, sample_set.samples)
             proxies = mi_proxies(scores.L, scores.L_sum, sample_set.column, sample_set.column_classes)
             metrics.update(proxies.to_metrics(f"collapse/{name}"))
             metrics[f"collapse/{name}/mi_zscore_ema"] = self.emas[name].update(proxies)

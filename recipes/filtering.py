@@ -607,6 +607,19 @@ def filter_groups(rewards: Any, group_ids: Any, config: FilterConfig | None = No
     )
 
 
+def filter_step(rewards: Any, group_ids: Any, config: FilterConfig, samples_per_prompt: int) -> tuple[
+        np.ndarray, float, dict[str, float]]:
+    """A trainer's filter decision for one step, the same on every backend: (keep-mask (T,), loss scale, metrics).
+
+    With the filter off and one sample per prompt there is no reward variance to rank or report: everything is
+    kept and nothing is logged; otherwise :func:`filter_groups` decides.
+    """
+    if config.is_off and samples_per_prompt < 2:
+        return np.ones(len(rewards), dtype=bool), 1.0, {}
+    result = filter_groups(rewards, group_ids, config)
+    return result.keep_samples, result.loss_scale, result.metrics
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Ablation selectors (Tables 6 and 7)
 # --------------------------------------------------------------------------------------------------------------

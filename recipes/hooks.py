@@ -43,7 +43,9 @@ class StepContext:
     rollout_batch: every trajectory of the step as a `recipes.batch.TrainBatch` (token tensors, unscored), built
         once by the trainer: its kept rows are what the update trains on.
     score: `score(batch, old_log_probs=True)` -> the batch with the run's log-probs, values and advantages, as the
-        trainer scores its update batch (the same function).
+        trainer scores its update batch (the same function); None where the backend has no such batch (veRL).
+    cross_score: `cross_score(prompts, samples)` -> `recipes.cross_scoring.CrossScores` under the current policy,
+        where the policy is not in this process (veRL: through its actor workers); None: score with `policy`.
     batch: the kept trajectories as a `recipes.batch.TrainBatch` with advantages (only in `on_batch`).
     stop_reason: set to stop the run after this step.
     tags: MLflow tags to set on the run after this step (e.g. `collapse_alert_step`).
@@ -63,6 +65,7 @@ class StepContext:
     actor_config: Any = None
     rollout_batch: Any = None
     score: Callable[..., Any] | None = None
+    cross_score: Callable[..., Any] | None = None
     batch: Any = None
     stop_reason: str | None = None
     tags: dict[str, str] = field(default_factory=dict)

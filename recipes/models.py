@@ -8,6 +8,7 @@ its inputs). Everything downstream loads a folder, preset or not, the same way.
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +132,19 @@ def load_critic(folder: Path, dtype: str, device: str) -> torch.nn.Module:
     finally:
         logging.set_verbosity(verbosity)
     return critic.to(device).train()
+
+
+def count_parameters_in(folder: Path) -> int:
+    """Parameters of the model saved in `folder`, read from its safetensors headers (no weights loaded)."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as handle:
+            for key in handle.keys():  # noqa: SIM118  (safe_open is not a mapping)
+                shape = handle.get_slice(key).get_shape()
+                total += math.prod(shape)
+    return total
 
 
 def count_parameters(model: torch.nn.Module) -> int:

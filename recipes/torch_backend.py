@@ -24,7 +24,6 @@ import logging
 import math
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -53,11 +52,13 @@ from recipes.chat import ChatEncoder
 from recipes.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_states, save_checkpoint
 from recipes.config import TrainConfig, flatten_config
 from recipes.hooks import StepContext, StepHook, build_hooks
-from recipes.models import base_model_folder, count_parameters, load_critic, load_policy, load_tokenizer
+from recipes.models import count_parameters, load_critic, load_policy, load_tokenizer
 from recipes.progress import TrainProgress
+from recipes.rollout_stats import rollout_frame, rollout_metrics, validation_metrics
 from recipes.sampler import Sampler
 from recipes.seeds import seed_everything, train_prompt_seeds, validation_seeds
-from recipes.tracking import RunTracker
+from recipes.tracking import RunTracker, tracked_run
+from recipes.warmstart import model_folder
 
 log = logging.getLogger(__name__)
 
@@ -110,81 +111,23 @@ def collect_rollouts(cfg: TrainConfig, sampler: Sampler, step: int) -> tuple[lis
     return (kept[: prompts * samples] if kept else trajectories), metrics
 
 
-def rollout_metrics(trajectories: list[Any], generated: dict[str, list[int]], cap: int) -> dict[str, float]:
-    """Reward, success, format and length statistics of the (unfiltered) batch."""
-    returns = np.array([t.episode_return for t in trajectories])
-    lengths = np.array([sum(len(generated.get(turn.response, ())) for turn in t.turns) for t in trajectories])
-    replies = [generated.get(turn.response, ()) for t in trajectories for turn in t.turns]
-    turns = [turn for t in trajectories for turn in t.turns]
-    return {
-        "rollout/reward_mean": float(returns.mean()),
-        "rollout/reward_std": float(returns.std()),
-        "rollout/reward_max": float(returns.max()),
-        "rollout/reward_min": float(returns.min()),
-        "rollout/success_rate": float(np.mean([t.success for t in trajectories])),
-        "rollout/format_validity": float(np.mean([turn.format_valid for turn in turns])),
-        "rollout/num_turns_mean": float(np.mean([t.num_turns for t in trajectories])),
-        "rollout/trajectories": float(len(trajectories)),
-        "response_length/mean": float(lengths.mean()),
-        "response_length/max": float(lengths.max()),
-        "response_length/min": float(lengths.min()),
-        "response_length/clip_ratio": float(np.mean([len(reply) >= cap for reply in replies])),
-    }
-
-
-def rollout_frame(trajectories: list[Any], generated: dict[str, list[int]], keep: np.ndarray, step: int) -> Any:
-    """The project's rollout-batch table (recipes/rollouts.py) for this step: one row per trajectory."""
-    import pandas as pd
-
-    rows, seen = [], Counter()
-    for trajectory, kept in zip(trajectories, keep, strict=True):
-        row = trajectory.to_record()
-        row.update(
-            step=step,
-            sample=seen[trajectory.seed],
-            response_length=sum(len(generated.get(turn.response, ())) for turn in trajectory.turns),
-            kept=bool(kept),
-        )
-        seen[trajectory.seed] += 1
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Validation
 # ------------------------------------------------------------------------------------------------------------
 
 
 def validate(cfg: TrainConfig, policy: torch.nn.Module, encoder: ChatEncoder, step: int) -> dict[str, float]:
-    """One episode per validation seed at `val_temperature`: success, return, format validity, reply length."""
+    """One episode per validation seed at `val_temperature` (`recipes.rollout_stats.validation_metrics`)."""
     seed_everything(cfg.seed, step, 1)
     sampler = Sampler(policy, encoder, cfg.trainer.max_response_tokens, cfg.trainer.val_temperature,
                       cfg.trainer.max_context_tokens)
     trajectories = play(cfg, sampler, validation_seeds(cfg.trainer.val_size), 1)
-    turns = [turn for t in trajectories for turn in t.turns]
-    return {
-        "val/success_rate": float(np.mean([t.success for t in trajectories])),
-        "val/reward_mean": float(np.mean([t.episode_return for t in trajectories])),
-        "val/format_validity": float(np.mean([turn.format_valid for turn in turns])),
-        "val/response_length": float(np.mean(
-            [sum(len(sampler.generated.get(turn.response, ())) for turn in t.turns) for t in trajectories])),
-        "val/num_turns_mean": float(np.mean([t.num_turns for t in trajectories])),
-    }
+    return validation_metrics(trajectories, sampler.generated)
 
 
 # ------------------------------------------------------------------------------------------------------------
 # Setup
 # ------------------------------------------------------------------------------------------------------------
-
-
-def model_folder(cfg: TrainConfig) -> tuple[Path, dict[str, Any]]:
-    """The folder the policy starts from (warm-started when enabled) and the warm start's report."""
-    from recipes.warmstart import warm_start_folder
-
-    base = base_model_folder(cfg.model)
-    if not cfg.model.warm_start.enabled:
-        return base, {}
-    return warm_start_folder(cfg.model, base, cfg.task.name, cfg.task.env, cfg.trainer.device)
 
 
 class Models:
@@ -237,8 +180,6 @@ def available_cpus() -> int:
 def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
     """Train `cfg` (see the module docstring). `should_stop` is polled at step boundaries: when it returns True the
     run checkpoints and returns status 'preempted'."""
-    from recipes.tracking import default_tracking_uri
-
     if cfg.trainer.device.startswith("cuda") and not torch.cuda.is_available():
         raise OrchError(f"config key trainer.device: {cfg.trainer.device!r} but no CUDA device is available")
     should_stop = should_stop or (lambda: False)
@@ -248,26 +189,8 @@ def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> Trai
     checkpoint_dir = Path(infra.checkpoint_dir) if infra.checkpoint_dir else None
     latest = latest_checkpoint(checkpoint_dir) if checkpoint_dir and infra.resume == "auto" else None
     resumed = load_checkpoint(latest) if latest else None
-    if resumed and infra.mlflow.run_id and infra.mlflow.run_id != resumed["mlflow_run_id"]:
-        raise OrchError(
-            f"config key mlflow.run_id: {infra.mlflow.run_id} but the checkpoint in {checkpoint_dir} belongs to run "
-            f"{resumed['mlflow_run_id']}; use another trainer.checkpoint_dir or trainer.resume=never"
-        )
-    tracker = RunTracker(
-        default_tracking_uri(infra.mlflow.tracking_uri), infra.mlflow.experiment_name,
-        run_id=infra.mlflow.run_id or (resumed["mlflow_run_id"] if resumed else None),
-        run_name=infra.mlflow.run_name,
-    )
-    checkpoint_dir = checkpoint_dir or Path("checkpoints") / tracker.run_id
-    try:
-        result = train(cfg, tracker, checkpoint_dir, resumed, should_stop)
-    except BaseException:
-        tracker.end("FAILED")
-        raise
-    tracker.set_tags({"orch.status": result.status, "orch.reason": result.reason})
-    tracker.end({"finished": "FINISHED", "stopped": "FINISHED", "preempted": "KILLED", "failed": "FAILED"}[
-        result.status])
-    return result
+    return tracked_run(infra, resumed["mlflow_run_id"] if resumed else None, checkpoint_dir, lambda tracker: train(
+        cfg, tracker, checkpoint_dir or Path("checkpoints") / tracker.run_id, resumed, should_stop))
 
 
 @dataclass
@@ -425,12 +348,9 @@ def train_step(run: Run, step: int) -> StepOutcome:
 
     # 3 SNR-Aware Filtering (whole groups, by reward variance)
     with timed(metrics, "filter"):
-        if cfg.filter.is_off and trainer.samples_per_prompt < 2:  # no reward variance to report
-            keep, loss_scale = np.ones(len(trajectories), dtype=bool), 1.0
-        else:
-            filtered = filtering.filter_groups(returns, group_ids, cfg.filter)
-            keep, loss_scale = filtered.keep_samples, filtered.loss_scale
-            metrics.update(filtered.metrics)
+        keep, loss_scale, filter_metrics = filtering.filter_step(returns, group_ids, cfg.filter,
+                                                                 trainer.samples_per_prompt)
+        metrics.update(filter_metrics)
     if trainer.dump_every and step % trainer.dump_every == 0:
         run.tracker.log_frame(rollout_frame(trajectories, sampler.generated, keep, step), "rollouts",
                               f"step_{step:04d}.parquet")

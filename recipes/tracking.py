@@ -99,3 +99,33 @@ class RunTracker:
     def end(self, status: str) -> None:
         """Mark the run FINISHED, FAILED or KILLED."""
         self.client.set_terminated(self.run_id, status=status)
+
+
+# How a run's end is recorded in MLflow: `recipes.backends.TrainResult.status` -> run status.
+MLFLOW_STATUS = {"finished": "FINISHED", "stopped": "FINISHED", "preempted": "KILLED", "failed": "FAILED"}
+
+
+def tracked_run(infra: Any, resumed_run_id: str | None, checkpoint_dir: Path | None, train: Any) -> Any:
+    """Run `train(tracker)` inside the run's MLflow run, and record how it ended (tags `orch.status`, `orch.reason`
+    and the run's status; FAILED when `train` raises). The run is the configured one (`mlflow.run_id`: the sweep's
+    cell run), else the one the checkpoint in `checkpoint_dir` belongs to (`resumed_run_id`), else a new one.
+
+    Raises:
+        OrchError: the configured run is not the checkpoint's (before anything is written).
+    """
+    mlflow = infra.mlflow
+    if resumed_run_id and mlflow.run_id and mlflow.run_id != resumed_run_id:
+        raise OrchError(
+            f"config key mlflow.run_id: {mlflow.run_id} but the checkpoint in {checkpoint_dir} belongs to run "
+            f"{resumed_run_id}; use another trainer.checkpoint_dir or trainer.resume=never"
+        )
+    tracker = RunTracker(default_tracking_uri(mlflow.tracking_uri), mlflow.experiment_name,
+                         run_id=mlflow.run_id or resumed_run_id, run_name=mlflow.run_name)
+    try:
+        result = train(tracker)
+    except BaseException:
+        tracker.end("FAILED")
+        raise
+    tracker.set_tags({"orch.status": result.status, "orch.reason": result.reason})
+    tracker.end(MLFLOW_STATUS[result.status])
+    return result

@@ -37,6 +37,11 @@ def train_command(
         import yaml
 
         typer.echo(yaml.safe_dump(cfg.to_tree(), sort_keys=False).rstrip())
+        if cfg.backend == "verl":
+            from recipes.verl.backend import describe
+
+            typer.echo("# --- veRL's config for this run (recipes/verl/config_map.py) ---")
+            typer.echo(describe(cfg).rstrip())
         return
 
     from recipes.backends import run_training

@@ -21,12 +21,12 @@ from recipes.actor import model_mask
 from recipes.batch import build_batch, micro_batches
 from recipes.cache import cache_root, cached_folder
 from recipes.chat import ChatEncoder
-from recipes.models import load_policy, load_tokenizer, text_sha
+from recipes.models import base_model_folder, load_policy, load_tokenizer, text_sha
 from recipes.sampler import Sampler
 from recipes.seeds import heldout_seeds, seed_everything
 
 if TYPE_CHECKING:
-    from recipes.config import ModelConfig
+    from recipes.config import ModelConfig, TrainConfig
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "warm_start.json"
@@ -131,3 +131,11 @@ def warm_start_folder(
         cache_root(model_cfg.cache_dir),
     )
     return folder, json.loads((folder / REPORT_FILE).read_text())
+
+
+def model_folder(cfg: TrainConfig) -> tuple[Path, dict[str, Any]]:
+    """The folder the policy starts from (warm-started when enabled) and the warm start's report."""
+    base = base_model_folder(cfg.model)
+    if not cfg.model.warm_start.enabled:
+        return base, {}
+    return warm_start_folder(cfg.model, base, cfg.task.name, cfg.task.env, cfg.trainer.device)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install orch with its dev tools. CPU torch is pinned first: the machine ships torch 2.13.0 (CPU)
-# on disk, while an unpinned torch would pull a multi-GB CUDA build. Safe to re-run.
+# on disk, while an unpinned torch would pull a multi-GB CUDA build. scripts/constraints.txt pins veRL and its
+# heavy dependencies to the tested versions. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -12,5 +13,5 @@ pip_install() {  # pip, minus the machine's noisy "Location ... is ignored" line
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 pip_install --upgrade pip
 pip_install "torch==2.13.0"
-pip_install -e '.[dev]'
+pip_install -c scripts/constraints.txt -e '.[dev]'
 echo "setup.sh: .venv ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

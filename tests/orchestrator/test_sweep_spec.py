@@ -114,8 +114,7 @@ def test_profile_and_set_force_keys_and_merge_collapsed_cells(workdir: Path, swe
     """)
     plan = plan_of(path)
     assert {cell.backend for cell in plan.cells} == {"verl"}
-    with pytest.raises(OrchError, match="backend 'verl'.*not implemented"):
-        plan.check_submittable()
+    plan.check_submittable()  # verl cells run (the model folders need only exist where they run)
     rehearsal = plan_of(path, profile="cpu", sets=["trainer.total_steps=3", "cluster.array_parallelism=4"])
     assert len(rehearsal.cells) == 1  # the three size rows became the same config
     assert rehearsal.notes and "merged" in rehearsal.notes[0]

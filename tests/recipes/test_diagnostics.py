@@ -14,6 +14,7 @@ from recipes.diagnostics import (
     TurnEncoder,
     first_turn_set,
     raw_reasoning,
+    scorer,
     trajectory_set,
 )
 
@@ -86,18 +87,19 @@ def test_monitor_metrics_and_state_roundtrip():
     config = DiagnosticsConfig(num_samples=16, batch_size=8)
     assert config.due(1) and config.due(5) and not config.due(3)
     monitor = CollapseMonitor(config, seed=7)
-    first = monitor.compute(1, model, ENCODER, batch(), success=None, pad_id=0)
+    score = scorer(model, config, pad_id=0)
+    first = monitor.compute(1, score, ENCODER, batch(), success=None)
     for name in ("first_turn", "trajectory"):
         for proxy in ("retrieval_acc", "retrieval_chance", "mi_est", "mi_zscore", "mi_zscore_ema", "recall_at_2"):
             assert f"collapse/{name}/{proxy}" in first
     assert first["collapse/first_turn/retrieval_chance"] == pytest.approx(1 / 4)
     assert first["collapse/alert"] == 0.0
     # same seed and step -> same draws -> same numbers; a restored monitor continues identically
-    again = CollapseMonitor(config, seed=7).compute(1, model, ENCODER, batch(), success=None, pad_id=0)
+    again = CollapseMonitor(config, seed=7).compute(1, score, ENCODER, batch(), success=None)
     assert again == first
     restored = CollapseMonitor(config, seed=7)
     restored.load_state_dict(monitor.state_dict())
-    assert restored.compute(5, model, ENCODER, batch(), 0.1, 0) == monitor.compute(5, model, ENCODER, batch(), 0.1, 0)
+    assert restored.compute(5, score, ENCODER, batch(), 0.1) == monitor.compute(5, score, ENCODER, batch(), 0.1)
 
 
 def test_config_rejects_unknown_sets():
@@ -138,8 +140,8 @@ def first_turn_metrics(model, encoder, trajectories) -> dict[str, float]:
     from recipes.collapse_hook import turn_encoder
 
     config = DiagnosticsConfig(sets=("first_turn",), num_samples=len(trajectories), batch_size=8)
-    return CollapseMonitor(config, seed=0).compute(1, model, turn_encoder(encoder, {}), trajectories, None,
-                                                   encoder.tokenizer.pad_token_id)
+    score = scorer(model, config, encoder.tokenizer.pad_token_id)
+    return CollapseMonitor(config, seed=0).compute(1, score, turn_encoder(encoder, {}), trajectories, None)
 
 
 def test_first_turn_retrieval_is_above_chance_on_a_warm_started_policy(warm_countdown):

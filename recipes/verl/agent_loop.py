@@ -1,0 +1,115 @@
+"""Every orch environment as a veRL agent loop (`orch_env`): the same `envs` protocol, chat rendering and per-turn
+rewards as the torch backend, with veRL's rollout servers generating.
+
+One dataset row is one prompt: `extra_info.seed`, the environment seed (the K samples of a prompt share it; each
+sample draws its own dynamics seed, as the torch backend does). The task, its settings and the per-turn token cap
+come from the run's `TrainConfig`, which the backend puts in veRL's config as `orch.train_config`.
+
+An episode is played turn by turn: the chat so far is rendered by `recipes.chat.ChatEncoder` (earlier replies as
+the token ids that were sampled, never re-tokenised), the server generates the reply (stopping at the template's
+end-of-turn token, at most `trainer.max_response_tokens`), and `envs.Episode.act` parses it, steps the environment
+and writes the next user turn. The returned sequence is the whole chat after the first prompt: reply tokens
+(`response_mask` 1, with their rollout log-probs) and the template and observation tokens between turns (mask 0:
+never in the loss). The reward is the episode return; each turn's reward and the position of its last reply token
+travel in `extra_fields` (the trainer puts each turn's reward on that token, as the torch backend does), with the
+trajectory itself (`orch_trajectory`) and the sampled ids of its replies (`orch_generated`) for the statistics,
+the rollout-batch table and the MI diagnostics.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+
+AGENT_NAME = "orch_env"
+_CONFIGS: dict[int, Any] = {}  # id(veRL config) -> TrainConfig, per worker process
+
+
+def train_config(verl_config: Any) -> Any:
+    """The run's `TrainConfig`, from `verl_config.orch.train_config` (validated once per process)."""
+    key = id(verl_config)
+    if key not in _CONFIGS:
+        from omegaconf import OmegaConf
+
+        from recipes.config import TrainConfig
+
+        _CONFIGS[key] = TrainConfig.from_tree(OmegaConf.to_container(verl_config.orch.train_config, resolve=True))
+    return _CONFIGS[key]
+
+
+@register(AGENT_NAME)
+class OrchEnvAgentLoop(AgentLoopBase):
+    """One orch environment episode per call (see the module docstring)."""
+
+    async def run(self, sampling_params: dict[str, Any], **row: Any) -> AgentLoopOutput:
+        from envs.episode import Episode
+        from envs.registry import build_config, env_class
+        from recipes.chat import ChatEncoder
+
+        cfg = train_config(self.config)
+        seed = int(row["extra_info"]["seed"])
+        env = env_class(cfg.task.name)(build_config(cfg.task.name, cfg.task.env))
+        if env.config.observation != "text":
+            raise NotImplementedError(
+                "image observations through veRL need the Qwen2.5-VL processor path, which this version does not "
+                "implement; use task.env.observation=text")
+        episode = Episode(env, seed, dynamics_seed=random.getrandbits(31))  # own slips per sample, as the torch backend
+        encoder = ChatEncoder(self.tokenizer)
+        budget = int(self.rollout_config.response_length)
+        generated: dict[str, list[int]] = {}
+        logprobs: list[list[float]] = []
+        request_id = uuid4().hex
+        prompt_ids = encoder.encode(episode.messages, add_generation_prompt=True).input_ids
+        context = list(prompt_ids)
+        extra: dict[str, Any] = {}
+        while not episode.done:
+            room = budget - (len(context) - len(prompt_ids))
+            if room <= 0:  # the trajectory is cut: its remaining turns get no loss (as the torch backend)
+                break
+            out = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=context,
+                sampling_params={**sampling_params, "max_tokens": min(cfg.trainer.max_response_tokens, room),
+                                 "stop_token_ids": [encoder.end_of_turn_id]},
+            )
+            extra.update({key: value for key, value in out.extra_fields.items() if key.endswith("global_steps")})
+            ids = list(out.token_ids)
+            text = self.tokenizer.decode(ids[:-1] if ids and ids[-1] == encoder.end_of_turn_id else ids)
+            generated[text] = ids
+            logprobs.append(list(out.log_probs) if out.log_probs is not None else [0.0] * len(ids))
+            episode.act(text)
+            context = encoder.encode(episode.messages, generated, add_generation_prompt=not episode.done).input_ids
+        return self._output(episode.trajectory(), encoder, generated, logprobs, prompt_ids, budget, extra)
+
+    def _output(self, trajectory: Any, encoder: Any, generated: dict[str, list[int]], logprobs: list[list[float]],
+                prompt_ids: list[int], budget: int, extra: dict[str, Any]) -> AgentLoopOutput:
+        """The chat after the prompt as one response: reply tokens in the loss (with their rollout log-probs),
+        template and observation tokens not; each turn's reward and the index of its last reply token."""
+        chat = encoder.encode(trajectory.messages, generated)
+        if chat.input_ids[: len(prompt_ids)] != prompt_ids:
+            raise RuntimeError("the chat template rendered the first prompt differently in the full chat")
+        start = len(prompt_ids)
+        response, mask = chat.input_ids[start:][:budget], chat.loss_mask[start:][:budget]
+        flat = iter([value for turn in logprobs for value in turn])
+        rollout_logprobs = [next(flat, 0.0) if in_loss else 0.0 for in_loss in mask]
+        turn_ends = [end - start for end in chat.turn_ends if end - start < len(response)]
+        rewards = [turn.reward for turn in trajectory.turns][: len(turn_ends)]
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=response,
+            response_mask=mask,
+            response_logprobs=rollout_logprobs,
+            reward_score=float(sum(rewards)),
+            num_turns=2 * trajectory.num_turns + 1,
+            metrics={},
+            extra_fields={
+                **extra,
+                "orch_turn_ends": turn_ends,
+                "orch_turn_rewards": rewards,
+                "orch_trajectory": trajectory,
+                "orch_generated": generated,
+                "reward_extra_info": {"success": float(trajectory.success)},
+            },
+        )

@@ -1,0 +1,214 @@
+"""The `verl` trainer backend: veRL's own PPO trainer (Ray, FSDP2 workers, vLLM or HF rollouts) driving orch's
+environments, with SNR-Aware Filtering, the MI diagnostics and orch's metrics plugged in (recipes.verl.trainer).
+
+`run(cfg, should_stop)`, in the job's process:
+
+    1 the cell's MLflow run (attached, or the checkpoint's, or new): params, tags, both configs as artifacts
+    2 the model: the Hugging Face folder `model.path`, or the preset (warm-started when enabled, as the torch
+      backend: the same cached folder), and its tokenizer in a folder of its own
+    3 the prompts (recipes.verl.data) and veRL's config (recipes.verl.config_map)
+    4 a Ray cluster of its own (recipes.verl.cluster: local, or the nodes of a multi-node SLURM cell)
+    5 the TaskRunner (recipes.verl.task_runner) trains; `should_stop` (SIGUSR2/SIGTERM in a job) becomes a stop file
+      the trainer reads at every step boundary: it checkpoints the last completed step and ends (`preempted`)
+
+Checkpoints are veRL's own, in `<checkpoint_dir>/verl` (`trainer.checkpoint_dir`); a run started again with the
+same folder resumes after its last checkpoint, into the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from orchlib.errors import OrchError
+from recipes.backends import TrainResult, register_backend
+from recipes.config import TrainConfig, flatten_config
+from recipes.tracking import RunTracker, default_tracking_uri, tracked_run
+
+log = logging.getLogger("orch.verl")
+RUN_FILE = "orch_run.json"  # in the checkpoint folder: the MLflow run its checkpoints belong to
+STOP_FILE = "STOP"
+POLL_S = 0.25
+
+
+@register_backend("verl")
+def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
+    """Train `cfg` on veRL (see the module docstring)."""
+    from recipes.verl.patches import check_version
+
+    check_version()
+    infra = cfg.infra
+    checkpoint_dir = Path(infra.checkpoint_dir) if infra.checkpoint_dir else None
+    run_file = checkpoint_dir / RUN_FILE if checkpoint_dir else None
+    resumed = None
+    if run_file and run_file.is_file() and infra.resume == "auto":
+        resumed = json.loads(run_file.read_text())["mlflow_run_id"]
+    return tracked_run(infra, resumed, checkpoint_dir, lambda tracker: train(
+        cfg, tracker, checkpoint_dir or Path("checkpoints") / tracker.run_id, should_stop or (lambda: False)))
+
+
+def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
+          should_stop: Callable[[], bool]) -> TrainResult:
+    """Prepare the inputs, start Ray, train in the TaskRunner, tear Ray down."""
+    import ray
+    import yaml
+
+    from recipes.verl.cluster import ray_cluster
+    from recipes.verl.task_runner import OrchTaskRunner
+
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    (checkpoint_dir / RUN_FILE).write_text(json.dumps({"mlflow_run_id": tracker.run_id}))
+    stop_file = checkpoint_dir / STOP_FILE
+    stop_file.unlink(missing_ok=True)
+    logged = tracker.last_logged_step("timing_s/step")
+    resume = resume_step(checkpoint_dir / "verl", logged) if cfg.infra.resume == "auto" else None
+    job, plan, figures = prepare(cfg, checkpoint_dir, resume)
+    config = build_config(cfg, job, {"run_id": tracker.run_id, "stop_file": str(stop_file),
+                                     "tracking_uri": default_tracking_uri(cfg.infra.mlflow.tracking_uri),
+                                     "logged_until": logged or 0})
+    if resume is not None and logged is not None and logged > resume:
+        log.warning("steps %d..%d were logged after the last checkpoint: they are re-run, not logged again",
+                    resume + 1, logged)
+        tracker.set_tags({"orch.replayed_steps": f"{resume + 1}-{logged}"})
+    tracker.log_params(flatten_config(cfg))
+    tracker.set_tags({"task": cfg.task.name, "algorithm": cfg.algorithm.name, "model": cfg.model.name,
+                      "backend": "verl", "filter": cfg.filter.name, "orch.checkpoint_dir": str(checkpoint_dir)})
+    tracker.log_text(yaml.safe_dump(cfg.to_tree(), sort_keys=False), "config.yaml")
+    tracker.log_text(_config_yaml(config), "verl_config.yaml")
+    if resume is None:
+        tracker.log_metrics(figures, step=0)
+    try:
+        with ray_cluster(plan), _stop_file_when(should_stop, stop_file):
+            summary = ray.get(OrchTaskRunner.remote().run.remote(config))
+    except ray.exceptions.RayError:
+        if not should_stop():
+            raise
+        # SIGTERM (preemption, scancel) reaches Ray's processes too and ends them before the trainer can checkpoint:
+        # the next attempt resumes from the last periodic checkpoint (trainer.save_every).
+        saved = resume_step(checkpoint_dir / "verl", tracker.last_logged_step("timing_s/step")) or 0
+        return TrainResult(status="preempted", steps_done=saved, mlflow_run_id=tracker.run_id,
+                           reason=f"stopped by a signal that also ended Ray's processes; resumes after step {saved}")
+    return TrainResult(status=summary["status"], steps_done=int(summary["steps_done"]),
+                       mlflow_run_id=tracker.run_id, reason=summary["reason"])
+
+
+def resume_step(folder: Path, logged: int | None) -> int | None:
+    """The checkpoint to resume from: the newest complete one (not past veRL's `latest_checkpointed_iteration`)
+    whose step was logged to MLflow, so that no step is lost (checkpointed, killed before its metrics were
+    logged) nor logged twice (steps logged after it are re-run but not logged again). None: start afresh."""
+    latest = folder / "latest_checkpointed_iteration.txt"
+    if not latest.is_file() or not logged:
+        return None
+    newest = min(int(latest.read_text().strip()), logged)
+    steps = [int(path.name.removeprefix("global_step_")) for path in folder.glob("global_step_*")
+             if path.name.removeprefix("global_step_").isdigit()]
+    usable = [step for step in steps if step <= newest]
+    return max(usable) if usable else None
+
+
+def prepare(cfg: TrainConfig, checkpoint_dir: Path, resume: int | None = None) -> tuple[Any, Any, dict[str, float]]:
+    """The model and tokenizer folders, the prompt files, the Ray cluster plan: (`VerlJob`, `ClusterPlan`, setup
+    figures for step 0)."""
+    import time
+
+    from recipes.models import count_parameters_in, load_tokenizer
+    from recipes.verl.cluster import ClusterPlan, slurm_nodes, srun_launcher
+    from recipes.verl.config_map import VerlJob, worker_env
+    from recipes.verl.data import prompt_budget, write_prompt_files
+    from recipes.warmstart import model_folder
+
+    started = time.perf_counter()
+    folder, warm_start = model_folder(cfg)
+    tokenizer = load_tokenizer(folder)
+    tokenizer_folder = checkpoint_dir / "inputs" / "tokenizer"  # apart from config.json: transformers would
+    tokenizer.save_pretrained(tokenizer_folder)                   # otherwise pick the model's tokenizer class
+    files = write_prompt_files(cfg, checkpoint_dir / "inputs")
+    hosting = cfg.infra.verl
+    cpu = cfg.trainer.device == "cpu"
+    nodes = slurm_nodes()[: hosting.nnodes] if hosting.nnodes else slurm_nodes()
+    gpus = 1 if cpu else hosting.gpus_per_node or _gpus_per_node()
+    env = worker_env(cfg)
+    job = VerlJob(model_path=str(folder), tokenizer_path=str(tokenizer_folder), train_file=str(files["train"]),
+                  val_file=str(files["val"]), checkpoint_dir=str(checkpoint_dir / "verl"),
+                  prompt_length=prompt_budget(cfg, tokenizer), nnodes=len(nodes), gpus_per_node=gpus, env=env,
+                  extra_file=str(files["extra"]) if "extra" in files else None, resume_step=resume)
+    plan = ClusterPlan(nodes=nodes, gpus_per_node=gpus, logical_gpus=cpu, cpus=hosting.ray_cpus if cpu else None,
+                       env=env, join_timeout_s=hosting.ray_join_timeout_s,
+                       launcher=srun_launcher(len(nodes) - 1, nodes[0]) if len(nodes) > 1 else ())
+    figures = {"setup/policy_parameters": float(count_parameters_in(folder)),
+               "timing_s/setup": time.perf_counter() - started,
+               **{f"warm_start/{k}": float(v) for k, v in warm_start.items() if isinstance(v, int | float)}}
+    return job, plan, figures
+
+
+def build_config(cfg: TrainConfig, job: Any, run: dict[str, Any]) -> Any:
+    """veRL's config for `cfg` on `job`, with where the trainer reports (`orch.run`: the MLflow run, its tracking
+    URI, the stop file, and the last step already logged)."""
+    from omegaconf import OmegaConf, open_dict
+
+    from recipes.verl.config_map import verl_config
+
+    config = verl_config(cfg, job)
+    with open_dict(config):
+        config.orch.run = OmegaConf.create(run)
+    return config
+
+
+def describe(cfg: TrainConfig) -> str:
+    """veRL's config for `cfg` as YAML, as a run would build it (`orch train backend=verl --print-config`). The
+    prompt files go to a scratch folder; the model is the base folder (a warm start would be trained at run
+    time); the MLflow run is a placeholder."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="orch-verl-config-") as scratch:
+        cold = cfg.model_copy(update={"model": cfg.model.model_copy(update={
+            "warm_start": cfg.model.warm_start.model_copy(update={"enabled": False})})})
+        job, _, _ = prepare(cold, Path(scratch))
+        config = build_config(cfg, job, {"run_id": "<the cell's MLflow run>", "stop_file": "<checkpoint dir>/STOP",
+                                         "tracking_uri": default_tracking_uri(cfg.infra.mlflow.tracking_uri),
+                                         "logged_until": 0})
+        return _config_yaml(config)
+
+
+def _gpus_per_node() -> int:
+    for name in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        value = os.environ.get(name, "").split(":")[-1]
+        if value.isdigit():
+            return int(value)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise OrchError("config key trainer.device: cuda, but no GPU is visible to this job")
+    return torch.cuda.device_count()
+
+
+def _config_yaml(config: Any) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(config, resolve=True)
+
+
+@contextmanager
+def _stop_file_when(should_stop: Callable[[], bool], stop_file: Path) -> Iterator[None]:
+    """Create `stop_file` once `should_stop()` turns true (polled from a thread while the trainer runs)."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(POLL_S):
+            if should_stop():
+                stop_file.touch()
+                return
+
+    thread = threading.Thread(target=watch, name="orch-stop-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)

@@ -1,0 +1,192 @@
+"""The Ray cluster of one veRL run: a private local one, or one spanning the nodes of a multi-node SLURM cell.
+
+    with ray_cluster(cfg, plan) as address:      # ray.init() done; torn down on exit, whatever happened
+        ...
+
+* One node (a laptop, or a cell with `nodes: 1`): `ray.init(address="local")` starts a cluster of its own, never
+  attaching to another one running on the machine, with its own temp folder and free ports, so several cells
+  sharing a node never collide. On cpu it declares logical GPUs (veRL schedules every worker on a "GPU" bundle).
+* SLURM signals every process of a job step (SIGUSR2 before the time limit, SIGTERM on preemption or `scancel`), Ray's
+  included, and Ray's processes die of them: they are started with both signals ignored (the dispositions survive
+  `exec`), so that only the job's own process reacts -- by asking the trainer to checkpoint and stop.
+* Several nodes (a SLURM allocation with `SLURM_JOB_NUM_NODES > 1`): `ray start --head --block` on the first node
+  of the allocation, `srun ... ray start --address=<head> --block` on the others (one task per node), then wait
+  until every node and every GPU has joined (`verl.ray_join_timeout_s`; the error names the nodes missing), and
+  tear both down by ending those two processes (`--block` stops Ray's processes with them). The nodes use the
+  Ray authentication this process uses: none by default; with `RAY_AUTH_MODE=token` and `RAY_AUTH_TOKEN` in the
+  job's environment (e.g. a sweep's `cluster.setup` lines) every node gets the token.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchlib.errors import OrchError
+
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """The Ray cluster a run needs.
+
+    nodes: hostnames, the head first (one entry: a local cluster).
+    gpus_per_node: GPUs each node contributes.
+    logical_gpus: declare `gpus_per_node` logical GPUs (a cpu run: veRL schedules workers on "GPU" bundles).
+    cpus: logical CPUs of a local cluster (None: Ray counts them).
+    env: environment variables of every Ray process (the plug-in, threads).
+    join_timeout_s: how long a multi-node cluster may take to assemble.
+    launcher: the command that starts one process on each worker node (srun inside a SLURM allocation; tests
+        start the "worker nodes" on this machine with an empty launcher).
+    """
+
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    logical_gpus: bool = False
+    cpus: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    join_timeout_s: float = 300.0
+    launcher: tuple[str, ...] = ()
+
+
+def slurm_nodes() -> tuple[str, ...]:
+    """The hostnames of the SLURM allocation this process runs in (this host alone outside one)."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    if not nodelist or int(os.environ.get("SLURM_JOB_NUM_NODES", "1")) <= 1:
+        return (socket.gethostname(),)
+    names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return tuple(names.stdout.split())
+
+
+def srun_launcher(workers: int, head: str) -> tuple[str, ...]:
+    """srun starting one task on each of the allocation's other `workers` nodes."""
+    return ("srun", f"--nodes={workers}", f"--ntasks={workers}", "--ntasks-per-node=1", f"--exclude={head}",
+            "--overlap", "--kill-on-bad-exit=1")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
+    """Start the cluster, `ray.init` into it, yield its address; shut everything down on exit."""
+    import ray
+
+    scratch = Path(tempfile.mkdtemp(prefix="orch-ray-", dir="/tmp"))  # short: Ray's socket paths are length-limited
+    processes: list[subprocess.Popen] = []
+    try:
+        if len(plan.nodes) == 1:
+            with _signals_ignored():
+                ray.init(address="local", num_cpus=plan.cpus, num_gpus=plan.gpus_per_node if plan.logical_gpus else None,
+                         include_dashboard=False, _temp_dir=str(scratch), runtime_env={"env_vars": plan.env},
+                         log_to_driver=True)
+            yield ray.get_runtime_context().gcs_address
+            return
+        auth = {name: os.environ[name] for name in AUTH_VARIABLES if name in os.environ}
+        auth.setdefault("RAY_AUTH_MODE", "disabled")  # as this process connects (Ray reads it once, at import)
+        with _signals_ignored():
+            address = _start_multi_node(plan, scratch, processes, auth)
+        ray.init(address=address, runtime_env={"env_vars": plan.env}, log_to_driver=True)
+        _wait_for_nodes(plan)
+        yield address
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        for process in reversed(processes):
+            _end(process)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGUSR2 and SIGTERM ignored while Ray's processes start (they inherit it), then the job's handlers back."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGUSR2, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _start_multi_node(plan: ClusterPlan, scratch: Path, processes: list[subprocess.Popen],
+                      auth: dict[str, str]) -> str:
+    head = plan.nodes[0]
+    port = free_port()
+    ip = socket.gethostbyname(head)
+    ray = str(Path(sys.executable).with_name("ray"))
+    common = ["--block", f"--num-gpus={plan.gpus_per_node}", "--disable-usage-stats"]
+    env = {**os.environ, **plan.env, **auth}
+    head_command = [ray, "start", "--head", f"--node-ip-address={ip}", f"--port={port}", "--include-dashboard=false",
+                    f"--temp-dir={scratch}", *common]
+    processes.append(subprocess.Popen(head_command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    _wait_until(lambda: _answers(ip, port), plan.join_timeout_s, f"the Ray head on {head}:{port} did not start")
+    worker_command = [*plan.launcher, ray, "start", f"--address={ip}:{port}", *common]
+    processes.append(subprocess.Popen(worker_command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    return f"{ip}:{port}"
+
+
+def _wait_for_nodes(plan: ClusterPlan) -> None:
+    """Until every node is alive with its GPUs; OrchError naming the nodes missing after the timeout."""
+    import ray
+
+    expected = len(plan.nodes)
+
+    def joined() -> bool:
+        alive = [node for node in ray.nodes() if node["Alive"]]
+        return len(alive) >= expected and ray.cluster_resources().get("GPU", 0) >= expected * plan.gpus_per_node
+
+    try:
+        _wait_until(joined, plan.join_timeout_s, "")
+    except OrchError:
+        alive = {node["NodeManagerHostname"] for node in ray.nodes() if node["Alive"]}
+        missing = [name for name in plan.nodes if name not in alive] or ["(the GPUs of the joined nodes)"]
+        raise OrchError(
+            f"Ray cluster: {len(alive)} of {expected} nodes joined within {plan.join_timeout_s:.0f} s "
+            f"(verl.ray_join_timeout_s); missing: {', '.join(missing)}; GPUs seen: "
+            f"{ray.cluster_resources().get('GPU', 0):g} of {expected * plan.gpus_per_node}") from None
+
+
+def _answers(ip: str, port: int) -> bool:
+    try:
+        with socket.create_connection((ip, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_until(condition, timeout_s: float, message: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise OrchError(message or "timed out")
+        time.sleep(0.5)
+
+
+def _end(process: subprocess.Popen) -> None:
+    """SIGTERM (a blocking `ray start` then stops its node's Ray processes), SIGKILL if it lingers."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

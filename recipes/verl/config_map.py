@@ -1,0 +1,244 @@
+"""orch's training config -> veRL's Hydra config: the one place that says which veRL key carries which orch setting.
+
+    overrides = verl_overrides(cfg, job)      # Hydra overrides of veRL's `ppo_trainer` config, key by key
+    config = verl_config(cfg, job)            # composed (veRL's own defaults + these), plus the `orch` node
+
+`cfg` is the run's `TrainConfig` (what it computes); `job` says where things are on this host (model and tokenizer
+folders, data files, the checkpoint folder, the Ray resources). The `orch` node carries the whole `TrainConfig` to
+the TaskRunner and the agent-loop workers, which read the filter, the environment and the diagnostics from it.
+
+Semantics that differ between the two and how they are matched:
+* mini-batches: orch counts trajectories (`trainer.mini_batch_size`), veRL counts prompts (its
+  `ppo_mini_batch_size` is multiplied by `rollout.n`): `max(1, mini_batch_size // samples_per_prompt)`;
+* micro-batches: token budgets (`use_dynamic_bsz`), `micro_batch_size x max_context_tokens` tokens per pass, so a
+  batch shrunk by the filter never trips veRL's divisibility checks on micro-batch sizes;
+* the context: `trainer.max_context_tokens` = veRL's prompt budget (the longest first prompt, measured) + response
+  budget (every later turn, observation tokens included); `trainer.max_response_tokens` caps each reply;
+* algorithms: ppo -> GAE with a critic; grpo and dapo -> veRL's grpo estimator; drgrpo -> grpo without std
+  normalisation; the loss aggregation, clip ranges, entropy and KL terms map one to one;
+* checkpoints: `save_every=0` still saves at the end and when a stop is requested (veRL then saves at every
+  `total_steps` multiple only, i.e. the last step); which checkpoint a run resumes from is orch's decision
+  (`recipes.verl.backend.resume_step`), never veRL's `auto`;
+* validation: `val_every` -> `test_freq` (veRL also validates on the last step), `val_size` seeds, one rollout each
+  at `val_temperature`, before training when `val_every > 0` (orch's step 0).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from recipes.config import TrainConfig
+
+CPU_ENV = {"VERL_PLATFORM": "cpu", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+BF16 = "{param_dtype:bf16,reduce_dtype:fp32,buffer_dtype:fp32}"
+
+
+@dataclass(frozen=True)
+class VerlJob:
+    """Where a veRL run's inputs and outputs are on this host, and what it may use.
+
+    model_path, tokenizer_path: Hugging Face folders (the tokenizer in a folder of its own).
+    train_file, val_file: the prompt parquet files (`recipes.verl.data`).
+    checkpoint_dir: veRL's `default_local_dir`.
+    prompt_length: tokens of the longest first prompt (rounded up).
+    nnodes, gpus_per_node: the Ray cluster the trainer spans (logical GPUs on cpu).
+    env: environment variables every Ray process gets (through `runtime_env`).
+    extra_file: the prompts of DAPO's extra generation batches (dynamic sampling), if any.
+    resume_step: continue from veRL's checkpoint of this step (None: start from the initial model).
+    """
+
+    model_path: str
+    tokenizer_path: str
+    train_file: str
+    val_file: str
+    checkpoint_dir: str
+    prompt_length: int
+    nnodes: int = 1
+    gpus_per_node: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    extra_file: str | None = None
+    resume_step: int | None = None
+
+
+def rollout_engine(cfg: TrainConfig) -> str:
+    """`hf` on cpu, `vllm` on cuda, unless `verl.rollout` names one."""
+    chosen = cfg.infra.verl.rollout
+    return ("hf" if cfg.trainer.device == "cpu" else "vllm") if chosen == "auto" else chosen
+
+
+def _value(value: Any) -> str:
+    from recipes.compose import hydra_overrides
+
+    return hydra_overrides({"k": value}, ())[0].split("=", 1)[1]
+
+
+def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
+    """Hydra overrides of veRL's `ppo_trainer` config for `cfg` on `job` (see the module docstring)."""
+    trainer, algorithm, model, hosting = cfg.trainer, cfg.algorithm, cfg.model, cfg.infra.verl
+    cpu = trainer.device == "cpu"
+    uses_critic = algorithm.name == "ppo"
+    prompts_per_mini_batch = max(1, trainer.mini_batch_size // trainer.samples_per_prompt)
+    token_budget = trainer.micro_batch_size * trainer.max_context_tokens
+    precision = FP32 if cpu or model.dtype == "float32" else BF16
+    engine = rollout_engine(cfg)
+    overrides = {
+        # --- algorithm
+        "algorithm.adv_estimator": "gae" if uses_critic else "grpo",
+        "algorithm.gamma": algorithm.gamma,
+        "algorithm.lam": algorithm.lam,
+        "algorithm.norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std,
+        "algorithm.use_kl_in_reward": False,
+        # --- data: one row per prompt (an environment seed); the agent loop builds the chat
+        "data.train_files": job.train_file,
+        "data.val_files": job.val_file,
+        "data.train_batch_size": trainer.prompts_per_step,
+        "data.val_batch_size": max(1, trainer.val_size),
+        "data.max_prompt_length": job.prompt_length,
+        "data.max_response_length": max(1, trainer.max_context_tokens - job.prompt_length),
+        "data.shuffle": False,
+        "data.dataloader_num_workers": 0,
+        "data.filter_overlong_prompts": False,
+        "data.truncation": "error",
+        "data.return_raw_chat": True,
+        "reward.num_workers": 1,
+        # --- model
+        "actor_rollout_ref.model.path": job.model_path,
+        "actor_rollout_ref.model.tokenizer_path": job.tokenizer_path,
+        "actor_rollout_ref.model.use_remove_padding": False,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": not cpu,
+        # --- actor: veRL's FSDP2 engine, the algorithm's loss
+        "actor_rollout_ref.actor.strategy": "fsdp2",
+        "actor_rollout_ref.actor.optim.lr": model.actor_lr,
+        "actor_rollout_ref.actor.optim.weight_decay": model.weight_decay,
+        "actor_rollout_ref.actor.optim.clip_grad": model.grad_clip,
+        "actor_rollout_ref.actor.grad_clip": model.grad_clip,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": prompts_per_mini_batch,
+        "actor_rollout_ref.actor.ppo_epochs": trainer.ppo_epochs,
+        "actor_rollout_ref.actor.use_dynamic_bsz": True,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": token_budget,
+        "actor_rollout_ref.actor.clip_ratio": algorithm.clip_ratio_low,
+        "actor_rollout_ref.actor.clip_ratio_low": algorithm.clip_ratio_low,
+        "actor_rollout_ref.actor.clip_ratio_high": algorithm.clip_ratio_high,
+        "actor_rollout_ref.actor.clip_ratio_c": algorithm.clip_ratio_c,
+        "actor_rollout_ref.actor.loss_agg_mode": algorithm.loss_agg_mode,
+        "actor_rollout_ref.actor.loss_scale_factor": trainer.max_response_tokens * cfg.task.env["max_turns"],
+        "actor_rollout_ref.actor.entropy_coeff": algorithm.entropy_coeff,
+        "actor_rollout_ref.actor.use_kl_loss": algorithm.use_kl,
+        "actor_rollout_ref.actor.kl_loss_coef": algorithm.kl_coef,
+        "actor_rollout_ref.actor.kl_loss_type": algorithm.kl_penalty,
+        "actor_rollout_ref.actor.fsdp_config.param_offload": hosting.param_offload,
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": hosting.param_offload,
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile": False,
+        "actor_rollout_ref.actor.use_torch_compile": False,
+        "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra"],
+        "actor_rollout_ref.ref.strategy": "fsdp2",
+        "actor_rollout_ref.ref.fsdp_config.param_offload": hosting.param_offload,
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile": False,
+        # --- rollout
+        "actor_rollout_ref.rollout.name": engine,
+        "actor_rollout_ref.rollout.mode": "async",
+        "actor_rollout_ref.rollout.n": trainer.samples_per_prompt,
+        "actor_rollout_ref.rollout.temperature": trainer.temperature,
+        "actor_rollout_ref.rollout.top_p": 1.0,
+        "actor_rollout_ref.rollout.top_k": -1,
+        "actor_rollout_ref.rollout.dtype": "float32" if precision == FP32 else "bfloat16",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": 1 if engine == "hf" else hosting.tensor_parallel,
+        "actor_rollout_ref.rollout.data_parallel_size": 1,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": hosting.gpu_memory_utilization,
+        "actor_rollout_ref.rollout.free_cache_engine": not cpu,
+        "actor_rollout_ref.rollout.agent.num_workers": 1 if cpu else max(1, job.nnodes * job.gpus_per_node),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": "orch_env",
+        "actor_rollout_ref.rollout.val_kwargs.temperature": trainer.val_temperature,
+        "actor_rollout_ref.rollout.val_kwargs.n": 1,
+        "actor_rollout_ref.rollout.val_kwargs.do_sample": True,
+        "actor_rollout_ref.rollout.val_kwargs.top_p": 1.0,
+        "actor_rollout_ref.rollout.val_kwargs.top_k": -1,
+        # --- trainer
+        "trainer.device": "cpu" if cpu else "cuda",
+        "trainer.nnodes": job.nnodes,
+        "trainer.n_gpus_per_node": job.gpus_per_node,
+        "trainer.use_v1": False,
+        "trainer.logger": [],
+        "trainer.project_name": cfg.infra.mlflow.experiment_name,
+        "trainer.experiment_name": cfg.infra.mlflow.run_name or cfg.digest(),
+        "trainer.total_training_steps": trainer.total_steps,
+        "trainer.total_epochs": 1,
+        "trainer.val_before_train": trainer.val_every > 0 and not job.resume_step,
+        "trainer.test_freq": trainer.val_every if trainer.val_every > 0 else -1,
+        "trainer.save_freq": trainer.save_every or trainer.total_steps,
+        "trainer.resume_mode": "resume_path" if job.resume_step else "disable",
+        "trainer.resume_from_path": f"{job.checkpoint_dir}/global_step_{job.resume_step}" if job.resume_step else None,
+        "trainer.default_local_dir": job.checkpoint_dir,
+        "trainer.balance_batch": True,
+        "trainer.critic_warmup": 0,
+    }
+    if uses_critic:
+        overrides.update({
+            "critic.model.path": job.model_path,
+            "critic.model.tokenizer_path": job.tokenizer_path,
+            "critic.model.use_remove_padding": False,
+            "critic.model.enable_gradient_checkpointing": not cpu,
+            "critic.strategy": "fsdp2",
+            "critic.optim.lr": model.critic_lr,
+            "critic.optim.weight_decay": model.weight_decay,
+            "critic.optim.clip_grad": model.grad_clip,
+            "critic.grad_clip": model.grad_clip,
+            "critic.ppo_mini_batch_size": prompts_per_mini_batch,
+            "critic.ppo_max_token_len_per_gpu": token_budget,
+            "critic.cliprange_value": algorithm.cliprange_value,
+            "critic.fsdp.param_offload": hosting.param_offload,
+            "critic.fsdp.optimizer_offload": hosting.param_offload,
+            "critic.fsdp.use_torch_compile": False,
+        })
+    lines = [f"{key}={_value(value)}" for key, value in overrides.items()]
+    # Keys veRL's schema has no default for: added with `+`.
+    added = {
+        "actor_rollout_ref.model.override_config.attn_implementation": "sdpa" if cpu else "flash_attention_2",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision": precision,
+        "actor_rollout_ref.ref.fsdp_config.mixed_precision": precision,
+    }
+    if uses_critic:
+        added["critic.model.override_config.attn_implementation"] = added[
+            "actor_rollout_ref.model.override_config.attn_implementation"]
+        added["critic.fsdp.mixed_precision"] = precision
+    for key, value in added.items():
+        if value is not None:
+            lines.append(f"+{key}={value if key.endswith('mixed_precision') else _value(value)}")
+    return lines
+
+
+def verl_config(cfg: TrainConfig, job: VerlJob) -> Any:
+    """veRL's `ppo_trainer` config composed with `verl_overrides`, with the run's `TrainConfig` as `orch.train_config`
+    (an OmegaConf DictConfig, as veRL's own entry point builds it)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf, open_dict
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+            config = compose(config_name="ppo_trainer", overrides=verl_overrides(cfg, job))
+    finally:
+        GlobalHydra.instance().clear()
+    with open_dict(config):
+        config.orch = OmegaConf.create({"train_config": cfg.to_tree(), "extra_file": job.extra_file})
+    return config
+
+
+def worker_env(cfg: TrainConfig, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables every Ray process of the run needs: the CPU platform and one thread per worker on
+    cpu; `PYTHONPATH` so that orch (and its `verl.plugins` entry point) imports where this process imports it."""
+    env = dict(CPU_ENV) if cfg.trainer.device == "cpu" else {}
+    paths = [entry for entry in (os.environ.get("PYTHONPATH", ""),) if entry]
+    env["PYTHONPATH"] = os.pathsep.join([str(_repo_root()), *paths])
+    env.update(extra or {})
+    return env
+
+
+def _repo_root() -> Any:
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2]

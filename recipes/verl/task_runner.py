@@ -1,0 +1,58 @@
+"""The TaskRunner of an orch run on veRL: veRL's own set-up (its `BaseTaskRunner` helpers, datasets, resource
+pools, workers), with `OrchPPOTrainer` instead of `RayPPOTrainer` (veRL's `TaskRunner` hard-codes its class,
+verl/trainer/main_ppo_v0.py). A Ray actor on the head node; `run(config)` returns how the run ended.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+
+
+class TaskRunnerBody:
+    """What `OrchTaskRunner` runs (a plain class, so that it can be read and tested without Ray)."""
+
+    def run(self, config: Any) -> dict[str, Any]:
+        from omegaconf import OmegaConf
+        from verl.trainer.main_ppo_v0 import BaseTaskRunner
+        from verl.trainer.ppo.utils import (
+            create_rl_dataset,
+            create_rl_sampler,
+            need_critic,
+            need_reference_policy,
+        )
+        from verl.utils.config import omega_conf_to_dataclass, validate_config
+        from verl.utils.dataset.rl_dataset import collate_fn
+
+        from recipes.progress import setup_logging
+        from recipes.verl.trainer import OrchPPOTrainer
+
+        setup_logging()
+        logging.getLogger("orch").setLevel(logging.INFO)  # veRL set the root logger to WARNING
+        OmegaConf.resolve(config)
+        base = BaseTaskRunner()
+        _, worker_group_cls = base.add_actor_rollout_worker(config)
+        base.add_critic_worker(config)
+        base.add_reward_model_resource_pool(config)
+        base.add_teacher_model_resource_pool(config)
+        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        model = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+        tokenizer, processor = model.tokenizer, model.processor
+        train = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor, is_train=True)
+        val = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor, is_train=False)
+        trainer = OrchPPOTrainer(
+            config=config, tokenizer=tokenizer, processor=processor, role_worker_mapping=base.role_worker_mapping,
+            resource_pool_manager=base.init_resource_pool_mgr(config), ray_worker_group_cls=worker_group_cls,
+            train_dataset=train, val_dataset=val, collate_fn=collate_fn,
+            train_sampler=create_rl_sampler(config.data, train),
+            orch=OmegaConf.to_container(config.orch.run, resolve=True),
+        )
+        trainer.init_workers()
+        return trainer.fit()
+
+
+@ray.remote(num_cpus=1)
+class OrchTaskRunner(TaskRunnerBody):
+    """The Ray actor."""

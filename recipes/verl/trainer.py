@@ -1,0 +1,426 @@
+"""orch's trainer on veRL: veRL's own PPO loop (the legacy `RayPPOTrainer` of veRL 0.9.1) with orch's pieces in.
+
+One step of `RayPPOTrainer.fit` (verl/trainer/ppo/ray_trainer.py) and where orch plugs in:
+
+    generate_sequences        the `orch_env` agent loop plays every environment (recipes.verl.agent_loop)
+    _balance_batch            the rollout with its rewards, before any log-prob, value or update:
+                                * each turn's reward on the last token of its reply (as the torch backend)
+                                * DAPO's dynamic sampling: zero-variance groups replaced by fresh prompts
+                                * the rollout statistics (recipes.rollout_stats) and the step hooks on the unfiltered
+                                  batch (the `collapse` diagnostics, cross-scored through the actor workers)
+                                * SNR-Aware Filtering (recipes.filtering.filter_groups): the batch shrinks to the kept
+                                  trajectories, padded with no-op groups to the row multiple veRL's dispatch needs
+                                * the rollout-batch table (recipes.rollouts) every `dump_every` steps
+    old_log_prob, values, advantages (veRL)
+    _update_critic, _update_actor   skipped when the filter kept nothing; advantages x the filter's loss scale
+    _save_checkpoint          veRL's checkpoint plus orch's state (empty steps, latest validation, hook states)
+    _stop_profiling           the step is done: a requested stop (SIGUSR2/SIGTERM: the stop file) or a decided
+                              one (empty steps, the collapse alarm) checkpoints it; the run ends once it is logged
+    _validate                 orch's validation metrics (`val/*`) on held-out seeds
+    logger.log                every metric to the cell's MLflow run (orch's names override veRL's where both exist)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from verl import DataProto
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.utils import tensordict_utils as tu
+from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+from recipes.verl.agent_loop import train_config
+
+log = logging.getLogger("orch.verl")
+STATE_FILE = "orch_state.json"
+SCORE_ROWS = 256  # (prompt, sample) pairs per actor-worker call when cross-scoring
+
+
+class Stop(Exception):  # noqa: N818  (a control-flow signal, not an error)
+    """Ends `fit` at a step boundary: `status` preempted (a stop was requested) or stopped (the run decided)."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class OrchPPOTrainer(RayPPOTrainer):
+    """veRL's PPO trainer with orch's filter, diagnostics, metrics and stop control (see the module docstring).
+
+    `orch` (a mapping): run_id and tracking_uri of the cell's MLflow run, stop_file (its existence requests a stop),
+    logged_until (the last step already in MLflow: steps re-run after a resume are not logged again).
+    """
+
+    def __init__(self, *args: Any, orch: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from recipes.chat import ChatEncoder
+        from recipes.hooks import build_hooks
+        from recipes.tracking import RunTracker
+
+        self.cfg = train_config(self.config)
+        self.orch = orch
+        self.tracker = RunTracker(orch["tracking_uri"], self.cfg.infra.mlflow.experiment_name, run_id=orch["run_id"])
+        self.encoder = ChatEncoder(self.tokenizer)
+        self.hooks = build_hooks(self.cfg.hooks, self.cfg)
+        self.empty_steps = 0
+        self.validation: dict[str, float] = {}
+        self.step_metrics: dict[str, float] = {}  # orch's metrics of the step, logged over veRL's of the same name
+        self.step_tags: dict[str, str] = {}
+        self.pending_stop: Stop | None = None
+        self.skip_update = False
+        self.advantage_scale = 1.0
+        self.result = {"status": "finished", "reason": f"completed {self.cfg.trainer.total_steps} steps"}
+        self._step_started = 0.0
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+
+    def fit(self) -> dict[str, Any]:
+        """veRL's loop with orch's metric sink; returns how the run ended."""
+        from recipes.verl.patches import tracking_sink
+
+        try:
+            with tracking_sink(self._log):
+                super().fit()
+        except Stop as stop:
+            self.result = {"status": stop.status, "reason": stop.reason}
+            return {**self.result, "steps_done": int(self.global_steps)}
+        return {**self.result, "steps_done": int(self.global_steps) - 1}  # fit counts one past its last step
+
+    def _start_profiling(self, do_profile: bool) -> None:
+        """The step begins (the first call of every step)."""
+        self._step_started = time.perf_counter()
+        super()._start_profiling(do_profile)
+
+    def _stop_profiling(self, do_profile: bool, run_command: bool = False) -> None:
+        """The step's work is done, its metrics not yet logged: when a stop was requested (the stop file) or
+        decided (empty steps, the collapse alarm), checkpoint this step; `_log` ends the run once it is logged."""
+        super()._stop_profiling(do_profile, run_command=run_command)
+        step = int(self.global_steps)
+        if self.pending_stop is None and Path(self.orch["stop_file"]).exists():
+            self.pending_stop = Stop("preempted", f"stop requested; checkpoint at step {step}")
+        if self.pending_stop is not None and self._checkpointed_step() != step:
+            self._save_checkpoint()
+
+    def _checkpointed_step(self) -> int | None:
+        tracker = Path(self.config.trainer.default_local_dir) / "latest_checkpointed_iteration.txt"
+        return int(tracker.read_text().strip()) if tracker.is_file() else None
+
+    # -- after the rollout, before any update --------------------------------------------------------------------
+
+    def _balance_batch(self, batch: DataProto, metrics: dict, logging_prefix: str = "global_seqlen",
+                       keep_minibatch: bool = False) -> None:
+        if logging_prefix == "global_seqlen":
+            self._orch_step(batch, metrics)
+        return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+
+    def _orch_step(self, batch: DataProto, metrics: dict) -> None:
+        """Rewards per turn, dynamic sampling, statistics, hooks and the filter on the step's rollout."""
+        from recipes import filtering
+        from recipes.hooks import StepContext
+        from recipes.rollout_stats import rollout_frame, rollout_metrics
+
+        step, cfg = int(self.global_steps), self.cfg
+        self.step_metrics, self.step_tags = {"rollout/gen_batches": 1.0}, {}
+        self.skip_update, self.advantage_scale = False, 1.0
+        place_turn_rewards(batch)
+        if cfg.algorithm.dynamic_sampling:
+            self._dynamic_sampling(batch)
+        trajectories = list(batch.non_tensor_batch["orch_trajectory"])
+        generated = merged_generated(batch)
+        group_ids = np.array([t.seed for t in trajectories])
+        returns = np.array([t.episode_return for t in trajectories])
+        out = self.step_metrics
+        out.update(rollout_metrics(trajectories, generated, cfg.trainer.max_response_tokens))
+
+        started = time.perf_counter()
+        context = StepContext(step=step, cfg=cfg, policy=None, encoder=self.encoder, trajectories=trajectories,
+                              group_ids=group_ids, generated=generated, metrics=out, validation=self.validation,
+                              cross_score=self.cross_score)
+        for hook in self.hooks.values():
+            out.update(hook.on_rollout(context))
+        self.step_tags.update(context.tags)
+        if context.stop_reason:
+            self.pending_stop = Stop("stopped", context.stop_reason)
+        out["timing_s/diagnostics"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        keep, loss_scale, filter_metrics = filtering.filter_step(returns, group_ids, cfg.filter,
+                                                                 cfg.trainer.samples_per_prompt)
+        out.update(filter_metrics)
+        if cfg.trainer.dump_every and step % cfg.trainer.dump_every == 0:
+            self.tracker.log_frame(rollout_frame(trajectories, generated, keep, step), "rollouts",
+                                   f"step_{step:04d}.parquet")
+        if keep.any():
+            self.empty_steps = 0
+            self.advantage_scale = loss_scale
+            out["rollout/loss_scale"] = float(loss_scale)
+            self._keep_rows(batch, keep, out)
+        else:
+            self.empty_steps += 1
+            self.skip_update = True
+            out["rollout/empty_steps"] = float(self.empty_steps)
+            log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step,
+                        self.empty_steps)
+            self._keep_rows(batch, self._first_groups(batch), out, skipped=True)
+            if self.empty_steps >= cfg.trainer.max_empty_steps:
+                self.pending_stop = Stop("stopped", (
+                    f"the filter kept no group for {self.empty_steps} consecutive steps (trainer.max_empty_steps); "
+                    "the batch has no reward variance left"))
+        out["timing_s/filter"] = time.perf_counter() - started
+        metrics.update(out)
+
+    def _row_multiple(self) -> int:
+        """Rows the update batch must be a multiple of: veRL dispatches equal chunks to the data-parallel ranks and
+        its mini-batch iterator asserts whole mini-batches (`ppo_mini_batch_size` x n per rank)."""
+        n = self.config.actor_rollout_ref.rollout.n
+        multiple = math.lcm(self._get_dp_size(self.actor_rollout_wg, "actor"),
+                            self.config.actor_rollout_ref.actor.ppo_mini_batch_size * n)
+        if self.use_critic:
+            multiple = math.lcm(multiple, self.config.critic.ppo_mini_batch_size * n)
+        return multiple
+
+    def _first_groups(self, batch: DataProto) -> np.ndarray:
+        """A keep-mask of the smallest whole-group batch veRL accepts (an empty step still runs its phases)."""
+        uids = list(dict.fromkeys(batch.non_tensor_batch["uid"].tolist()))
+        n = self.config.actor_rollout_ref.rollout.n
+        count = max(1, self._row_multiple() // math.gcd(self._row_multiple(), n))
+        chosen = set(uids[:count])
+        return np.array([uid in chosen for uid in batch.non_tensor_batch["uid"]])
+
+    def _keep_rows(self, batch: DataProto, keep: np.ndarray, metrics: dict, skipped: bool = False) -> None:
+        """Shrink `batch` in place to the kept rows, then pad it with no-op rows (response mask and rewards 0, a
+        group of their own: no gradient) up to the row multiple veRL needs."""
+        rows = np.flatnonzero(keep)
+        if len(rows) < len(batch):
+            batch.reorder(torch.as_tensor(rows))
+        pad = (-len(batch)) % self._row_multiple()
+        if pad:
+            merged = DataProto.concat([batch, noop_rows(batch, pad)])
+            batch.batch, batch.non_tensor_batch = merged.batch, merged.non_tensor_batch
+        if not skipped:
+            mask = batch.batch["response_mask"]
+            metrics["rollout/update_trajectories"] = float(len(rows))
+            metrics["rollout/update_tokens"] = float(mask.sum())
+            metrics["rollout/pad_trajectories"] = float(pad)
+
+    def _dynamic_sampling(self, batch: DataProto) -> None:
+        """DAPO's dynamic sampling: replace zero-variance groups with groups of fresh prompts from up to
+        `algorithm.max_extra_gen_batches` extra generation batches (the same seeds as the torch backend)."""
+        from recipes import filtering
+        from recipes.verl.data import extra_prompt_batch
+
+        for extra in range(1, self.cfg.algorithm.max_extra_gen_batches + 1):
+            trajectories = list(batch.non_tensor_batch["orch_trajectory"])
+            stats = filtering.group_stats([t.episode_return for t in trajectories], batch.non_tensor_batch["uid"])
+            if not stats.zero_variance.any():
+                break
+            self.checkpoint_manager.wake_up_replicas()
+            fresh = extra_prompt_batch(self, int(self.global_steps), extra)
+            self.checkpoint_manager.sleep_replicas()
+            place_turn_rewards(fresh)
+            self.step_metrics["rollout/gen_batches"] += 1
+            fresh_trajectories = list(fresh.non_tensor_batch["orch_trajectory"])
+            fresh_stats = filtering.group_stats([t.episode_return for t in fresh_trajectories],
+                                                fresh.non_tensor_batch["uid"])
+            replacements = [key for key, zero in zip(fresh_stats.keys, fresh_stats.zero_variance, strict=True)
+                            if not zero]
+            holes = [key for key, zero in zip(stats.keys, stats.zero_variance, strict=True) if zero]
+            swap = dict(zip(holes, replacements, strict=False))
+            if not swap:
+                continue
+            keep_old = np.array([uid not in swap for uid in batch.non_tensor_batch["uid"]])
+            take_new = np.array([uid in swap.values() for uid in fresh.non_tensor_batch["uid"]])
+            merged = DataProto.concat([batch.select_idxs(np.flatnonzero(keep_old)),
+                                       fresh.select_idxs(np.flatnonzero(take_new))])
+            batch.batch, batch.non_tensor_batch = merged.batch, merged.non_tensor_batch
+        zero = filtering.group_stats([t.episode_return for t in batch.non_tensor_batch["orch_trajectory"]],
+                                     batch.non_tensor_batch["uid"]).zero_variance
+        self.step_metrics["rollout/dynamic_sampling_groups"] = float((~zero).sum())
+
+    # -- the update ----------------------------------------------------------------------------------------------
+
+    def _update_critic(self, batch: DataProto) -> DataProto:
+        if self.skip_update:
+            return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
+        return super()._update_critic(batch)
+
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        if self.skip_update:
+            return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
+        if self.advantage_scale != 1.0:
+            batch.batch["advantages"] = batch.batch["advantages"] * self.advantage_scale
+        return super()._update_actor(batch)
+
+    # -- checkpoints ---------------------------------------------------------------------------------------------
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()
+        folder = Path(self.config.trainer.default_local_dir) / f"global_step_{int(self.global_steps)}"
+        state = {"empty_steps": self.empty_steps, "validation": self.validation, "mlflow_run_id": self.tracker.run_id,
+                 "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()}}
+        (folder / STATE_FILE).write_text(json.dumps(state, default=_jsonable))
+
+    def _load_checkpoint(self) -> Any:
+        result = super()._load_checkpoint()
+        if self.global_steps:
+            state_file = Path(self.config.trainer.default_local_dir) / f"global_step_{int(self.global_steps)}" / STATE_FILE
+            if state_file.is_file():
+                state = json.loads(state_file.read_text())
+                self.empty_steps, self.validation = state["empty_steps"], state["validation"]
+                for name, hook in self.hooks.items():
+                    hook.load_state_dict(state["hooks"].get(name, {}))
+        return result
+
+    # -- validation ----------------------------------------------------------------------------------------------
+
+    def _validate(self, merged: bool = False) -> dict[str, float]:
+        """One episode per validation seed at `val_temperature`: orch's `val/*` metrics."""
+        from verl.trainer.ppo.ray_trainer import pad_dataproto_to_divisor, unpad_dataproto
+
+        from recipes.rollout_stats import validation_metrics
+
+        trajectories, generated = [], {}
+        for data in self.val_dataloader:
+            batch = DataProto.from_single_dict(data)
+            batch.non_tensor_batch["uid"] = np.array([uuid.uuid4().hex for _ in range(len(batch))], dtype=object)
+            gen = self._get_gen_batch(batch)
+            gen.meta_info = {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
+                             "recompute_log_prob": False, "do_sample": True, "validate": True,
+                             "global_steps": self.global_steps}
+            padded, pad = pad_dataproto_to_divisor(gen, self.config.actor_rollout_ref.rollout.agent.num_workers)
+            output = unpad_dataproto(self.async_rollout_manager.generate_sequences(padded), pad_size=pad)
+            trajectories += list(output.non_tensor_batch["orch_trajectory"])
+            generated.update(merged_generated(output))
+        self.validation = validation_metrics(trajectories, generated)
+        return dict(self.validation)
+
+    # -- cross-scoring through the actor workers (the MI diagnostics) --------------------------------------------
+
+    def cross_score(self, prompts: list[list[int]], samples: list[list[int]]) -> Any:
+        """`recipes.cross_scoring.CrossScores` of every sample under every prompt column, teacher-forced under the
+        current policy through the actor workers' `compute_log_prob` (the fit loop's own old-log-prob path). Each
+        (prompt, sample) pair is one row: the reference N x M method, no prefix reuse (see docs/verl.md)."""
+        from recipes.cross_scoring import CrossScores
+
+        pairs = [(prompt, sample) for sample in samples for prompt in prompts]
+        sums: list[float] = []
+        for start in range(0, len(pairs), SCORE_ROWS):
+            sums += [float(np.sum(values)) for values in self.score_pairs(pairs[start:start + SCORE_ROWS])]
+        L_sum = np.array(sums, dtype=np.float64).reshape(len(samples), len(prompts))
+        lengths = np.array([len(sample) for sample in samples], dtype=np.float64)[:, None]
+        tokens = sum(len(prompt) + len(sample) for prompt, sample in pairs)
+        return CrossScores(L=L_sum / lengths, L_sum=L_sum, tokens_processed=tokens)
+
+    def score_pairs(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        """Log-probs of each response given its prompt under the current actor (temperature 1), as the fit loop
+        computes old log-probs (ray_trainer.py `_compute_old_log_prob`). Rows: prompts left-padded, responses
+        right-padded; the batch is padded with copies of its first row to split evenly over the actor's ranks."""
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        real = len(pairs)
+        pairs = list(pairs) + [pairs[0]] * ((-real) % self._get_dp_size(self.actor_rollout_wg, "actor"))
+        width_p, width_r = max(len(p) for p, _ in pairs), max(len(r) for _, r in pairs)
+        prompts = torch.full((len(pairs), width_p), pad_id, dtype=torch.long)
+        responses = torch.full((len(pairs), width_r), pad_id, dtype=torch.long)
+        prompt_mask = torch.zeros_like(prompts)
+        response_mask = torch.zeros_like(responses)
+        for row, (prompt, response) in enumerate(pairs):
+            prompts[row, width_p - len(prompt):] = torch.tensor(prompt)
+            prompt_mask[row, width_p - len(prompt):] = 1
+            responses[row, : len(response)] = torch.tensor(response)
+            response_mask[row, : len(response)] = 1
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+        batch = DataProto.from_single_dict(
+            {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+             "attention_mask": attention_mask, "position_ids": torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
+             "response_mask": response_mask},
+            meta_info={"temperature": 1.0})
+        data = left_right_2_no_padding(batch.to_tensordict())
+        tu.assign_non_tensor(data, calculate_entropy=False, compute_loss=False)
+        output = self.actor_rollout_wg.compute_log_prob(data)
+        log_probs = no_padding_2_padding(tu.get(output, "log_probs"), data).float()
+        return [log_probs[row, : len(pairs[row][1])].tolist() for row in range(real)]
+
+    # -- metrics -------------------------------------------------------------------------------------------------
+
+    def _log(self, data: dict[str, Any], step: int) -> None:
+        """What the fit loop logs (step 0: the first validation; then every step) into the cell's MLflow run, orch's
+        values over veRL's of the same name; one line per step in the job's log."""
+        metrics = {key: _scalar(value) for key, value in data.items()}
+        if step > 0:
+            metrics.update(self.step_metrics)
+            metrics["timing_s/step"] = time.perf_counter() - self._step_started
+            metrics["timing_s/diagnostics_share"] = metrics.get("timing_s/diagnostics", 0.0) / metrics["timing_s/step"]
+        metrics = {_metric_name(key): value for key, value in metrics.items()
+                   if value is not None and math.isfinite(value)}
+        if not 0 < step <= self.orch["logged_until"]:  # a step re-run after a resume keeps its first metrics
+            self.tracker.log_metrics(metrics, step=step)
+        if self.step_tags:
+            self.tracker.set_tags(self.step_tags)
+            self.step_tags = {}
+        if step > 0:
+            log.info("step %d/%d: success %.3f, kept %.2f, %.1fs", step, self.cfg.trainer.total_steps,
+                     metrics.get("rollout/success_rate", float("nan")), metrics.get("rollout/kept_ratio", 1.0),
+                     metrics["timing_s/step"])
+            if self.pending_stop is not None:  # checkpointed by _stop_profiling, now logged: end here
+                raise self.pending_stop
+
+
+def place_turn_rewards(batch: DataProto) -> None:
+    """Each turn's reward on the last token of its reply (`rm_scores`, which veRL's fit loop turns into token-level
+    rewards), as the torch backend places them; veRL put the whole episode return on the last token."""
+    scores = torch.zeros_like(batch.batch["rm_scores"])
+    for row, (ends, rewards) in enumerate(zip(batch.non_tensor_batch["orch_turn_ends"],
+                                              batch.non_tensor_batch["orch_turn_rewards"], strict=True)):
+        for end, reward in zip(ends, rewards, strict=True):
+            scores[row, end] += float(reward)
+    batch.batch["rm_scores"] = scores
+
+
+def merged_generated(batch: DataProto) -> dict[str, list[int]]:
+    """Reply text -> sampled ids over every trajectory of the batch."""
+    generated: dict[str, list[int]] = {}
+    for entry in batch.non_tensor_batch.get("orch_generated", ()):
+        generated.update(entry or {})
+    return generated
+
+
+def noop_rows(batch: DataProto, count: int) -> DataProto:
+    """`count` copies of the batch's first row that cannot move the model: no token in the loss, no reward, and a
+    group (uid) of their own."""
+    pad = batch.select_idxs([0] * count)
+    pad.batch["response_mask"] = torch.zeros_like(pad.batch["response_mask"])
+    for key in ("rm_scores", "token_level_scores", "token_level_rewards"):
+        if key in pad.batch:
+            pad.batch[key] = torch.zeros_like(pad.batch[key])
+    pad.non_tensor_batch["uid"] = np.array([f"orch-pad-{uuid.uuid4().hex}" for _ in range(count)], dtype=object)
+    return pad
+
+
+def _scalar(value: Any) -> float | None:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool | int | float | np.integer | np.floating):
+        return float(value)
+    return None
+
+
+def _metric_name(key: str) -> str:
+    """MLflow accepts letters, digits, `_ - . / ` and spaces in metric names."""
+    return "".join(char if char.isalnum() or char in "_-./ " else "_" for char in key)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.integer | np.floating):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot write {type(value).__name__} into {STATE_FILE}")
+

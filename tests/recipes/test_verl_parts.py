@@ -1,0 +1,262 @@
+"""The verl backend's parts, without a training run: the plug-in and its guard on veRL's internals, the config
+mapping key by key, the filter decision and metric names against the torch backend's, and the Ray cluster."""
+
+from __future__ import annotations
+
+import inspect
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from envs.trajectory import Trajectory, Turn
+from orchlib.errors import OrchError
+from recipes.config import compose_train_config
+from tests.recipes.conftest import MICRO
+
+
+def test_the_plugin_is_a_verl_entry_point_and_registers_on_import() -> None:
+    from importlib.metadata import entry_points
+
+    assert [entry.value for entry in entry_points(group="verl.plugins") if entry.name == "orch"] == [
+        "recipes.verl.plugin"]
+    import verl  # noqa: F401  (loads the plug-in through the entry point)
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    assert _agent_loop_registry["orch_env"]["_target_"] == "recipes.verl.agent_loop.OrchEnvAgentLoop"
+    assert _ROLLOUT_REGISTRY[("hf", "async")] == "recipes.verl.hf_rollout.HFServerAdapter"
+    assert RolloutReplicaRegistry.get("hf").__name__ == "HFReplica"
+
+
+def test_the_private_writes_still_fit_verl() -> None:
+    """Fails loudly when veRL changes under recipes/verl/patches.py: each private target and the fit loop's order
+    that the trainer relies on, as veRL 0.9.1 has them."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.utils import distributed, model, tracking
+    from verl.workers import engine_workers
+    from verl.workers.rollout import base
+
+    from recipes.verl.patches import SUPPORTED_VERL, verl_version
+
+    assert verl_version() == SUPPORTED_VERL
+    assert isinstance(base._ROLLOUT_REGISTRY, dict)
+    for module in (distributed, engine_workers):
+        assert list(inspect.signature(module.initialize_global_process_group_ray).parameters) == [
+            "timeout_second", "backend"]
+    assert list(inspect.signature(model.load_valuehead_model).parameters) == [
+        "local_path", "torch_dtype", "model_config", "trust_remote_code"]
+    assert "step" in inspect.signature(tracking.Tracking.log).parameters
+    fit = inspect.getsource(RayPPOTrainer.fit)
+    assert "from verl.utils.tracking import Tracking" in fit  # imported at call time: the sink can swap it
+    order = [fit.index(text) for text in ("self._start_profiling(", "is_last_step =", "self._balance_batch(batch",
+                                          "_compute_old_log_prob(batch)", "self._update_critic(batch)",
+                                          "self._update_actor(batch)", "self._save_checkpoint()",
+                                          "logger.log(data=metrics")]
+    assert order == sorted(order)
+    for name in ("_balance_batch", "_update_actor", "_update_critic", "_save_checkpoint", "_load_checkpoint",
+                 "_validate", "_get_dp_size", "_get_gen_batch"):
+        assert callable(getattr(RayPPOTrainer, name))
+
+
+def test_another_verl_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recipes.verl import patches
+
+    monkeypatch.setattr(patches, "verl_version", lambda: "0.10.0")
+    with pytest.raises(OrchError, match=r"checked against veRL 0\.9\.1, but veRL 0\.10\.0 is installed"):
+        patches.check_version()
+
+
+def job(**extra):
+    from recipes.verl.config_map import VerlJob
+
+    return VerlJob(model_path="/m", tokenizer_path="/t", train_file="/d/train.parquet", val_file="/d/val.parquet",
+                   checkpoint_dir="/c/verl", prompt_length=256, **extra)
+
+
+def mapped(overrides: list[str], verl_job=None) -> dict[str, str]:
+    from recipes.verl.config_map import verl_overrides
+
+    cfg = compose_train_config(overrides)
+    return dict(line.lstrip("+").split("=", 1) for line in verl_overrides(cfg, verl_job or job()))
+
+
+def test_config_map_ppo_on_the_papers_setting() -> None:
+    lines = mapped(["trainer=paper", "algorithm=ppo", "model=hf", "model.path=/", "task=sokoban"])
+    expected = {
+        "algorithm.adv_estimator": "'gae'", "algorithm.gamma": "1.0", "algorithm.lam": "1.0",
+        "algorithm.use_kl_in_reward": "false",
+        "data.train_batch_size": "8", "actor_rollout_ref.rollout.n": "16",
+        "data.max_prompt_length": "256", "data.max_response_length": str(8192 - 256),
+        "actor_rollout_ref.actor.optim.lr": "1e-06", "critic.optim.lr": "1e-05",
+        "actor_rollout_ref.actor.clip_ratio_low": "0.2", "actor_rollout_ref.actor.clip_ratio_high": "0.28",
+        "actor_rollout_ref.actor.entropy_coeff": "0.001", "actor_rollout_ref.actor.use_kl_loss": "false",
+        "actor_rollout_ref.actor.loss_agg_mode": "'token-mean'",
+        "actor_rollout_ref.actor.loss_scale_factor": str(400 * 5),
+        "actor_rollout_ref.actor.ppo_mini_batch_size": "2",  # 32 trajectories = 2 prompts x 16 samples
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": str(4 * 8192),
+        "critic.cliprange_value": "0.5",
+        "actor_rollout_ref.rollout.name": "'vllm'", "actor_rollout_ref.rollout.temperature": "1.0",
+        "actor_rollout_ref.rollout.val_kwargs.temperature": "0.5", "actor_rollout_ref.rollout.val_kwargs.n": "1",
+        "trainer.total_training_steps": "200", "trainer.test_freq": "10", "trainer.val_before_train": "true",
+        "trainer.save_freq": "10", "trainer.resume_mode": "'disable'", "trainer.device": "'cuda'",
+        "trainer.default_local_dir": "'/c/verl'", "trainer.logger": "[]", "trainer.use_v1": "false",
+        "data.val_batch_size": "512", "actor_rollout_ref.rollout.agent.default_agent_loop": "'orch_env'",
+        "actor_rollout_ref.model.override_config.attn_implementation": "'flash_attention_2'",
+    }
+    assert {key: lines.get(key) for key in expected} == expected
+
+
+def test_config_map_algorithms_and_cpu() -> None:
+    grpo = mapped([*MICRO, "algorithm=grpo"])
+    assert grpo["algorithm.adv_estimator"] == "'grpo'" and "critic.model.path" not in grpo
+    assert grpo["actor_rollout_ref.actor.loss_agg_mode"] == "'seq-mean-token-mean'"
+    assert (grpo["trainer.device"], grpo["actor_rollout_ref.rollout.name"]) == ("'cpu'", "'hf'")
+    assert grpo["actor_rollout_ref.actor.fsdp_config.mixed_precision"].startswith("{param_dtype:fp32")
+    assert grpo["actor_rollout_ref.model.override_config.attn_implementation"] == "'sdpa'"
+    drgrpo = mapped([*MICRO, "algorithm=drgrpo"])
+    assert (drgrpo["algorithm.norm_adv_by_std_in_grpo"], drgrpo["actor_rollout_ref.actor.loss_agg_mode"]) == (
+        "false", "'seq-mean-token-sum-norm'")
+    kl = mapped([*MICRO, "algorithm=grpo", "algorithm.use_kl=true", "algorithm.kl_penalty=mse"])
+    assert (kl["actor_rollout_ref.actor.use_kl_loss"], kl["actor_rollout_ref.actor.kl_loss_type"]) == ("true", "'mse'")
+    never_saves = mapped([*MICRO, "trainer.save_every=0", "trainer.total_steps=7"])
+    assert never_saves["trainer.save_freq"] == "7"  # veRL then saves the last step only
+    resumed = mapped([*MICRO], job(resume_step=3))
+    assert (resumed["trainer.resume_mode"], resumed["trainer.resume_from_path"]) == (
+        "'resume_path'", "'/c/verl/global_step_3'")
+    assert resumed["trainer.val_before_train"] == "false"  # step 0 was logged by the first attempt
+
+
+def test_verl_config_composes_and_carries_the_train_config() -> None:
+    from recipes.verl.config_map import verl_config
+
+    cfg = compose_train_config([*MICRO, "algorithm=ppo", "backend=verl"])
+    config = verl_config(cfg, job())
+    assert config.algorithm.adv_estimator == "gae" and config.critic.strategy == "fsdp2"
+    assert config.orch.train_config.algorithm.name == "ppo" and config.orch.train_config.backend == "verl"
+
+
+def test_verl_only_takes_what_it_can_run() -> None:
+    with pytest.raises(OrchError, match="config key diagnostics.grad_every: the gradient split needs"):
+        compose_train_config([*MICRO, "backend=verl", "diagnostics.grad_every=2"])
+    compose_train_config([*MICRO, "backend=verl", "hooks=[collapse]"])
+
+
+# --- the filter decision and metric names: the same on both backends ------------------------------------------
+
+
+def trajectories(returns: list[list[float]]) -> list[Trajectory]:
+    """Countdown-like one-turn trajectories, one list of returns per prompt."""
+    out = []
+    for seed, group in enumerate(returns):
+        for reward in group:
+            messages = [{"role": "system", "content": "s"}, {"role": "user", "content": f"p{seed}"},
+                        {"role": "assistant", "content": f"<think> t{seed} </think> <answer> {reward} </answer>"}]
+            out.append(Trajectory("countdown", 100 + seed, messages,
+                                  [Turn(messages[:2], messages[2]["content"], f" t{seed} ", [], reward, True)],
+                                  success=reward > 0))
+    return out
+
+
+def verl_step(cfg, batch_trajectories, rows_multiple: int = 1):
+    """`OrchPPOTrainer._orch_step` on a DataProto of these trajectories, with no Ray (workers faked)."""
+    from omegaconf import OmegaConf
+    from verl import DataProto
+
+    from recipes.verl.trainer import OrchPPOTrainer
+
+    width = 6
+    count = len(batch_trajectories)
+    batch = DataProto.from_single_dict({
+        "responses": torch.ones(count, width, dtype=torch.long),
+        "response_mask": torch.ones(count, width, dtype=torch.long),
+        "rm_scores": torch.zeros(count, width),
+    })
+    batch.non_tensor_batch.update({
+        "uid": np.array([f"u{t.seed}" for t in batch_trajectories], dtype=object),
+        "orch_trajectory": np.array(batch_trajectories, dtype=object),
+        "orch_generated": np.array([{t.turns[0].response: [1, 2, 3]} for t in batch_trajectories], dtype=object),
+        "orch_turn_ends": np.array([[width - 1] for _ in batch_trajectories], dtype=object),
+        "orch_turn_rewards": np.array([[t.turns[0].reward] for t in batch_trajectories], dtype=object),
+    })
+    trainer = object.__new__(OrchPPOTrainer)
+    trainer.cfg, trainer.hooks, trainer.validation, trainer.encoder = cfg, {}, {}, None
+    trainer.empty_steps, trainer.global_steps, trainer.pending_stop, trainer.use_critic = 0, 1, None, False
+    trainer.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": cfg.trainer.samples_per_prompt},
+                                                             "actor": {"ppo_mini_batch_size": rows_multiple}}})
+    trainer.tracker = SimpleNamespace(log_frame=lambda *args: None)
+    trainer._get_dp_size, trainer.actor_rollout_wg = (lambda *args: 1), None
+    metrics: dict = {}
+    trainer._orch_step(batch, metrics)
+    return batch, trainer, metrics
+
+
+@pytest.mark.parametrize("filter_settings", [["filter=top_p"], ["filter=top_k", "filter.value=0.5"],
+                                             ["filter=trajectory", "filter.value=1"], ["filter=none"]])
+def test_the_same_batch_gives_the_same_filter_decision_on_both_backends(filter_settings) -> None:
+    from recipes import filtering
+    from recipes.rollout_stats import rollout_metrics
+
+    cfg = compose_train_config([*MICRO, "backend=verl", "trainer.samples_per_prompt=4", *filter_settings])
+    batch_trajectories = trajectories([[0, 1, 0, 1], [0, 0, 0, 0], [1, 0.1, 0.1, 0], [0.1, 0.1, 0.1, 1]])
+    returns = np.array([t.episode_return for t in batch_trajectories])
+    keep, scale, filter_metrics = filtering.filter_step(returns, np.array([t.seed for t in batch_trajectories]),
+                                                        cfg.filter, cfg.trainer.samples_per_prompt)  # torch backend
+    batch, trainer, metrics = verl_step(cfg, batch_trajectories)
+    kept = [t for t, k in zip(batch_trajectories, keep, strict=True) if k]
+    assert list(batch.non_tensor_batch["orch_trajectory"]) == kept
+    assert trainer.advantage_scale == scale
+    torch_names = set(filter_metrics) | set(rollout_metrics(batch_trajectories, {}, 16))
+    assert torch_names <= set(metrics)
+    assert {key: metrics[key] for key in filter_metrics} == filter_metrics
+    # each turn's reward sits on its reply's last token, as the torch backend puts it
+    assert batch.batch["rm_scores"][:, -1].tolist() == pytest.approx([t.episode_return for t in kept])
+
+
+def test_a_shrunk_batch_is_padded_to_whole_mini_batches_with_noop_rows() -> None:
+    cfg = compose_train_config([*MICRO, "backend=verl", "trainer.samples_per_prompt=2", "filter=top_k",
+                                "filter.value=0.25", "filter.include_zero=true"])
+    batch, trainer, metrics = verl_step(cfg, trajectories([[0, 1], [0, 0.5], [1, 1], [0, 0]]), rows_multiple=2)
+    assert len(batch) == 4 and metrics["rollout/update_trajectories"] == 2 and metrics["rollout/pad_trajectories"] == 2
+    assert batch.batch["response_mask"][2:].sum() == 0 and batch.batch["rm_scores"][2:].abs().sum() == 0
+
+
+def test_an_empty_filter_skips_the_update_and_counts_towards_the_stop() -> None:
+    cfg = compose_train_config([*MICRO, "backend=verl", "trainer.samples_per_prompt=2", "filter=top_p",
+                                "trainer.max_empty_steps=1"])
+    batch, trainer, metrics = verl_step(cfg, trajectories([[0, 0], [1, 1]]))
+    assert trainer.skip_update and metrics["rollout/empty_steps"] == 1.0
+    assert trainer.pending_stop is not None and trainer.pending_stop.status == "stopped"
+
+
+# --- the Ray cluster -------------------------------------------------------------------------------------------
+
+
+def test_a_two_node_ray_cluster_assembles_and_is_torn_down() -> None:
+    """The multi-node path for real on one machine: a head and a second `ray start` joining it (the launcher that
+    is `srun` in a SLURM allocation is empty here)."""
+    import ray
+
+    from recipes.verl.cluster import ClusterPlan, ray_cluster
+
+    host = socket.gethostname()
+    plan = ClusterPlan(nodes=(host, host), gpus_per_node=1, logical_gpus=True, join_timeout_s=120)
+    with ray_cluster(plan) as address:
+        assert ":" in address
+        assert len([node for node in ray.nodes() if node["Alive"]]) == 2
+        assert ray.cluster_resources()["GPU"] == 2
+    assert not ray.is_initialized()
+
+
+def test_a_node_that_never_joins_is_named(tmp_path: Path) -> None:
+    from recipes.verl.cluster import ClusterPlan, ray_cluster
+
+    plan = ClusterPlan(nodes=(socket.gethostname(), "node-that-never-joins"), gpus_per_node=1, logical_gpus=True,
+                       join_timeout_s=5, launcher=("false",))
+    with pytest.raises(OrchError, match="1 of 2 nodes joined within 5 s.*missing: node-that-never-joins"), \
+            ray_cluster(plan):
+        pass

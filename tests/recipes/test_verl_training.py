@@ -1,0 +1,139 @@
+"""The verl backend end to end on CPU: veRL 0.9.1's own trainer, Ray, FSDP2 workers and the HF rollout replica,
+with the micro model. GRPO on Countdown with the filter and the MI diagnostics, PPO with a critic on a multi-turn
+task, DAPO's dynamic sampling, a graceful stop (SIGUSR2 to every process, as SLURM sends it) and a kill -9, each
+resumed into the same MLflow run without a lost or repeated step."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from analysis import names
+from recipes.backends import run_training
+from recipes.config import compose_train_config
+
+pytestmark = pytest.mark.slow
+# A brief warm start (as in test_diagnostics): the micro model then writes <think> blocks that the MI proxies score.
+WARM = ["task=countdown", "model.warm_start.enabled=true", "model.warm_start.demos=8", "model.warm_start.epochs=60",
+        "model.warm_start.eval_every=60", "model.warm_start.lr=1e-2", "model.warm_start.batch_size=4",
+        "model.warm_start.eval_episodes=2", "model.warm_start.max_response_tokens=16"]
+
+
+def client(overrides: list[str]) -> MlflowClient:
+    return MlflowClient(next(o.split("=", 1)[1] for o in overrides if o.startswith("mlflow.tracking_uri=")))
+
+
+def history(mlflow: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in mlflow.get_metric_history(run_id, key))
+
+
+def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orchestrators_run(
+        train_overrides) -> None:
+    overrides = [*train_overrides, *WARM, "backend=verl", "algorithm=grpo", "trainer.samples_per_prompt=4",
+                 "trainer.prompts_per_step=4", "trainer.mini_batch_size=4", "trainer.max_response_tokens=64",
+                 "filter=top_k", "filter.value=0.5", "filter.include_zero=true", "hooks=[collapse]",
+                 "diagnostics.num_samples=8"]
+    mlflow = client(overrides)
+    experiment = mlflow.create_experiment("orchestrated")
+    run_id = mlflow.create_run(experiment, tags={"cell": "abc123"}).info.run_id  # as the sweep pre-creates it
+    result = run_training(compose_train_config([*overrides, f"mlflow.run_id={run_id}"]))
+    assert (result.status, result.steps_done, result.mlflow_run_id) == ("finished", 2, run_id)
+    run = mlflow.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["cell"] == "abc123" and run.data.tags["backend"] == "verl"
+    assert run.data.params["filter.name"] == "top_k" and len(run.data.params) < 200  # orch's params, not veRL's ~950
+    assert history(mlflow, run_id, "rollout/kept_ratio") == [(1, 0.5), (2, 0.5)]
+    assert [value for _, value in history(mlflow, run_id, "rollout/update_trajectories")] == [8.0, 8.0]  # of 16
+    assert [step for step, _ in history(mlflow, run_id, "actor/pg_loss")] == [1, 2]
+    assert [step for step, _ in history(mlflow, run_id, names.VAL_SUCCESS)] == [0, 1, 2]
+    assert [step for step, _ in history(mlflow, run_id, names.RETRIEVAL_ACC)] == [1]
+    assert [step for step, _ in history(mlflow, run_id, names.MI_ZSCORE_EMA)] == [1]
+    for key in (names.STEP_TIME, names.ENTROPY, names.RESPONSE_LENGTH, names.REWARD_MEAN, *names.FILTER_METRICS):
+        assert key in run.data.metrics, key
+    artifacts = {a.path for a in mlflow.list_artifacts(run_id)}
+    assert {"config.yaml", "verl_config.yaml", "rollouts"} <= artifacts
+
+
+def test_ppo_with_a_critic_plays_a_multi_turn_task(train_overrides) -> None:
+    overrides = [*train_overrides, "backend=verl", "algorithm=ppo", "task=frozenlake", "filter=none",
+                 "trainer.val_every=0"]
+    result = run_training(compose_train_config(overrides))
+    assert (result.status, result.steps_done) == ("finished", 2), result.reason
+    mlflow = client(overrides)
+    metrics = mlflow.get_run(result.mlflow_run_id).data.metrics
+    assert "critic/vf_loss" in metrics and "critic/values/mean" in metrics
+    assert metrics["rollout/num_turns_mean"] == 5.0  # five turns, the observations between them out of the loss
+    frame_path = mlflow.download_artifacts(result.mlflow_run_id, "rollouts/step_0002.parquet", str(Path.cwd()))
+    import pandas as pd
+
+    assert set(pd.read_parquet(frame_path)["turns"]) == {5}
+
+
+def test_dapo_tops_up_zero_variance_groups_with_extra_generation_batches(train_overrides) -> None:
+    overrides = [*train_overrides, "backend=verl", "algorithm=dapo", "task=countdown", "filter=none",
+                 "trainer.total_steps=1", "trainer.val_every=0"]
+    result = run_training(compose_train_config(overrides))
+    assert result.status == "finished", result.reason
+    metrics = client(overrides).get_run(result.mlflow_run_id).data.metrics
+    # a random micro model earns the format penalty everywhere: every group has zero variance, so both extra
+    # batches (algorithm.max_extra_gen_batches=2) are generated
+    assert metrics["rollout/gen_batches"] == 3.0 and metrics["rollout/dynamic_sampling_groups"] == 0.0
+
+
+def run_orch(overrides: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "train", *overrides], start_new_session=True,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def wait_for_step(mlflow: MlflowClient, step: int, process: subprocess.Popen, log: Path) -> str:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.5)
+        try:
+            runs = mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()])
+        except Exception:  # the database is still being created
+            continue
+        if runs and any(m.step >= step for m in mlflow.get_metric_history(runs[0].info.run_id, names.STEP_TIME)):
+            return runs[0].info.run_id
+    raise AssertionError("no step logged in time: " + log.read_text()[-3000:])
+
+
+def signal_session(process: subprocess.Popen, number: int) -> None:
+    """Signal every process of the run, Ray's included (what SLURM does to a job step)."""
+    pids = subprocess.run(["pgrep", "-s", str(process.pid)], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), number)
+
+
+@pytest.mark.parametrize("stop", ["SIGUSR2", "SIGKILL"])
+def test_a_stopped_run_resumes_into_the_same_run_without_a_lost_or_repeated_step(train_overrides, tmp_path,
+                                                                                 stop) -> None:
+    own_store = [o for o in train_overrides if not o.startswith("mlflow.tracking_uri=")]
+    overrides = [*own_store, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", "backend=verl",
+                 "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=20", "trainer.save_every=2",
+                 "trainer.val_every=0"]
+    mlflow = client(overrides)
+    first = run_orch(overrides, tmp_path / "first.log")
+    run_id = wait_for_step(mlflow, 3, first, tmp_path / "first.log")
+    if stop == "SIGUSR2":
+        signal_session(first, signal.SIGUSR2)
+        assert first.wait(timeout=120) == 75  # checkpointed; "requeue me"
+        assert "preempted: stop requested" in (tmp_path / "first.log").read_text()
+    else:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=60)
+    second = run_orch(overrides, tmp_path / "second.log")
+    assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    runs = mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()])
+    assert [run.info.run_id for run in runs] == [run_id] and runs[0].info.status == "FINISHED"
+    for key in (names.STEP_TIME, "actor/pg_loss"):
+        assert [step for step, _ in history(mlflow, run_id, key)] == list(range(1, 21)), key
