@@ -55,6 +55,16 @@ def test_cpu_profile_rehearses_a_paper_sweep(name: str) -> None:
     assert {cell.settings["model"] for cell in plan.cells} == {"tiny"}
 
 
+@pytest.mark.parametrize("name", [name for name in FILES if name != "demo.yaml"])
+def test_cpu_verl_profile_rehearses_a_paper_sweep_on_the_verl_backend(name: str) -> None:
+    plan = build_plan(load_sweep(SWEEPS / name, profile="cpu-verl"))
+    plan.check_submittable()
+    assert {cell.backend for cell in plan.cells} == {"verl"}
+    assert all(cell.resources.gpus_per_node == 0 for cell in plan.cells)
+    assert {cell.settings["model"] for cell in plan.cells} == {"tiny"}
+    assert len(plan.cells) == len(build_plan(load_sweep(SWEEPS / name, profile="cpu")).cells)
+
+
 def test_table4_rows_match_the_paper() -> None:
     plan = build_plan(load_sweep(SWEEPS / "table4.yaml"))
     rows = {
