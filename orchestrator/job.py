@@ -19,16 +19,14 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import threading
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import submitit
 
 from orchestrator.states import FROM_TRAIN_STATUS, State
 from orchestrator.store import JobContext, Store
+from orchlib.background import every
 from orchlib.errors import OrchError
 from recipes.stop import StopRequest
 
@@ -143,26 +141,16 @@ def _job_identity() -> tuple[str | None, str | None, str | None]:
         return None, None, None
 
 
-@contextmanager
-def _heartbeat(store: Store, attempt_id: int) -> Iterator[None]:
+def _heartbeat(store: Store, attempt_id: int) -> Any:
     """Report liveness every `$ORCH_HEARTBEAT_S` seconds (default 30) from a daemon thread."""
-    interval = float(os.environ.get(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S))
-    done = threading.Event()
 
     def beat() -> None:
-        while not done.wait(interval):
-            try:
-                store.heartbeat(attempt_id)
-            except Exception as err:  # a store hiccup must not kill the training run
-                print(f"orch: heartbeat failed: {err}", file=sys.stderr)
+        try:
+            store.heartbeat(attempt_id)
+        except Exception as err:  # a store hiccup must not kill the training run
+            print(f"orch: heartbeat failed: {err}", file=sys.stderr)
 
-    thread = threading.Thread(target=beat, name="orch-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(timeout=5)
+    return every(float(os.environ.get(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)), beat, "orch-heartbeat")
 
 
 def _failure_reason(err: BaseException) -> str:

@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchlib.background import every
 from orchlib.errors import OrchError
 from recipes.backends import TrainResult, register_backend
 from recipes.config import TrainConfig, flatten_config
@@ -194,21 +193,13 @@ def _config_yaml(config: Any) -> str:
     return OmegaConf.to_yaml(config, resolve=True)
 
 
-@contextmanager
-def _stop_file_when(should_stop: Callable[[], bool], stop_file: Path) -> Iterator[None]:
-    """Create `stop_file` once `should_stop()` turns true (polled from a thread while the trainer runs)."""
-    done = threading.Event()
+def _stop_file_when(should_stop: Callable[[], bool], stop_file: Path) -> Any:
+    """Create `stop_file` once `should_stop()` turns true (polled while the trainer runs)."""
 
-    def watch() -> None:
-        while not done.wait(POLL_S):
-            if should_stop():
-                stop_file.touch()
-                return
+    def check() -> bool:
+        if should_stop():
+            stop_file.touch()
+            return True
+        return False
 
-    thread = threading.Thread(target=watch, name="orch-stop-watch", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(timeout=5)
+    return every(POLL_S, check, "orch-stop-watch")

@@ -46,11 +46,18 @@ def test_dry_run_prints_cells_and_writes_nothing(workdir: Path) -> None:
     assert not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
 
 
-def test_verl_cells_are_refused_before_anything_is_written(workdir: Path) -> None:
-    result = invoke("sweep", str(REPO / "sweeps" / "table5.yaml"))
+def test_cells_their_backend_cannot_run_are_refused_before_anything_is_written(workdir: Path, sweep_file) -> None:
+    path = sweep_file("""
+        name: wide
+        backend: torch
+        base: {trainer: test}
+        resources: {default: {nodes: 2, gpus_per_node: 4}}
+    """)
+    result = invoke("sweep", str(path))
     assert result.exit_code == 2
-    assert "backend 'verl'" in result.output and "not implemented yet" in result.output
+    assert "the torch backend runs one process on one device" in result.output and "backend: verl" in result.output
     assert not (workdir / ".orch").exists()
+    assert invoke("sweep", str(REPO / "sweeps" / "table5.yaml"), "--dry-run").exit_code == 0  # verl cells plan
 
 
 def test_bad_file_and_unknown_names_exit_2(workdir: Path, sweep_file) -> None:
