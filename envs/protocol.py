@@ -1,4 +1,4 @@
-"""The multi-turn chat protocol (RAGEN-2 (arXiv 2604.06268)'s prompt and reply format): user-turn text, reply format, and the strict reply parser.
+"""The multi-turn chat protocol (the prompt and reply format of RAGEN-2, arXiv 2604.06268): user-turn text, reply format, and the strict reply parser.
 
 A reply must be exactly ``<think> reasoning </think> <answer> action || action </answer>`` (whitespace allowed
 around and between the blocks, nothing else). `parse_response` is total: any string gives either the parsed

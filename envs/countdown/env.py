@@ -1,4 +1,4 @@
-"""The Countdown environment (RAGEN-2 (arXiv 2604.06268)'s setup): one turn, one arithmetic expression."""
+"""The Countdown environment (the setup of RAGEN-2, arXiv 2604.06268): one turn, one arithmetic expression."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The FrozenLake environment (RAGEN-2 (arXiv 2604.06268)'s setup): 4×4 random map, holes end the episode, optional slip."""
+"""The FrozenLake environment (the setup of RAGEN-2, arXiv 2604.06268): 4×4 random map, holes end the episode, optional slip."""
 
 from __future__ import annotations
 

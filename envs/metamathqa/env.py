@@ -1,4 +1,4 @@
-"""The MetaMathQA environment (RAGEN-2 (arXiv 2604.06268)'s setup): answer a math question, retrying after "incorrect";
+"""The MetaMathQA environment (the setup of RAGEN-2, arXiv 2604.06268): answer a math question, retrying after "incorrect";
 the reward of a correct answer halves with every earlier attempt (1, 1/2, 1/4, ...)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Sokoban environment (RAGEN-2 (arXiv 2604.06268)'s setup): 6×6 with one box by default, 8×8 with two as `sokoban_8x8`."""
+"""The Sokoban environment (the setup of RAGEN-2, arXiv 2604.06268): 6×6 with one box by default, 8×8 with two as `sokoban_8x8`."""
 
 from __future__ import annotations
 

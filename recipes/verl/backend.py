@@ -42,6 +42,8 @@ def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> Trai
     from recipes.verl.patches import check_version
 
     check_version()
+    if cfg.trainer.device != "cpu" and not cfg.infra.verl.gpus_per_node:
+        _gpus_per_node()  # OrchError before anything is written when this job sees no GPU
     infra = cfg.infra
     checkpoint_dir = Path(infra.checkpoint_dir) if infra.checkpoint_dir else None
     run_file = checkpoint_dir / RUN_FILE if checkpoint_dir else None
