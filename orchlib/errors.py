@@ -71,12 +71,6 @@ def validation_error(err: Any, where: str = "", key_prefix: str = "", model: Any
     return OrchError((f"{where}: " if where else "") + "; ".join(parts))
 
 
-def one_line(err: BaseException) -> str:
-    """The first line of an error's message (its class name when it has none)."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else err.__class__.__name__
-
-
 def _model_at(model: Any, loc: tuple[Any, ...]) -> Any:
     """The pydantic model class found at `loc` inside `model` (through lists, dicts and optionals), or None."""
     current: Any = model

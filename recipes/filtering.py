@@ -509,11 +509,6 @@ def select_groups(
         raise ValueError(f"strategy {strategy} keeps trajectories, not whole groups: use filter_groups or "
                          "select_trajectories")
     _check_choice("filter strategy", strategy, strategy_names(whole_groups_only=True))
-    _check_choice("prob_mode", prob_mode, PROB_MODES)
-    _check_choice("select_type", select_type, SELECT_TYPES)
-    scores = _as_numpy(scores, "scores")
-    if scores.size == 0:
-        raise ValueError("no groups to select from: scores is empty")
     config = filter_config(strategy=strategy, value=value, prob_mode=prob_mode, select_type=select_type,
                            include_zero=include_zero, eps=eps)
     return keep_groups(scores, config)

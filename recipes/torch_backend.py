@@ -50,7 +50,7 @@ from recipes.backends import TrainResult, register_backend
 from recipes.batch import TrainBatch, build_batch
 from recipes.chat import ChatEncoder
 from recipes.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_states, save_checkpoint
-from recipes.config import TrainConfig, flatten_config
+from recipes.config import TrainConfig
 from recipes.hooks import StepContext, StepHook, build_hooks
 from recipes.models import count_parameters, load_critic, load_policy, load_tokenizer
 from recipes.progress import TrainProgress
@@ -247,10 +247,7 @@ def setup(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path) -> tuple[
     run = Run(cfg, tracker, checkpoint_dir, models, algorithm, build_hooks(cfg.hooks, cfg), settings,
               actor_config(cfg.algorithm, settings, trainer.samples_per_prompt))
     setup_seconds = time.perf_counter() - started
-    tracker.log_params(flatten_config(cfg))
-    tracker.set_tags({"task": cfg.task.name, "algorithm": cfg.algorithm.name, "model": cfg.model.name,
-                      "backend": "torch", "filter": cfg.filter.name, "orch.checkpoint_dir": str(checkpoint_dir)})
-    tracker.log_text(yaml.safe_dump(cfg.to_tree(), sort_keys=False), "config.yaml")
+    tracker.log_run_config(cfg, checkpoint_dir)
     figures = {"setup/policy_parameters": count_parameters(models.policy), "timing_s/setup": setup_seconds,
                **{f"warm_start/{k}": float(v) for k, v in warm_start.items() if isinstance(v, int | float)}}
     return run, figures

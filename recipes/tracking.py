@@ -82,6 +82,18 @@ class RunTracker:
         history = self.client.get_metric_history(self.run_id, key)
         return max((metric.step for metric in history), default=None)
 
+    def log_run_config(self, cfg: Any, checkpoint_dir: Path) -> None:
+        """A training run's config: its params (the flattened `conf/` layout; kept as they are on a resumed run),
+        the tags analysis and `orch runs` read, and the whole config as `config.yaml`."""
+        import yaml
+
+        from recipes.config import flatten_config
+
+        self.log_params(flatten_config(cfg))
+        self.set_tags({"task": cfg.task.name, "algorithm": cfg.algorithm.name, "model": cfg.model.name,
+                       "backend": cfg.backend, "filter": cfg.filter.name, "orch.checkpoint_dir": str(checkpoint_dir)})
+        self.log_text(yaml.safe_dump(cfg.to_tree(), sort_keys=False), "config.yaml")
+
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
 

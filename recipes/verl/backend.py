@@ -27,7 +27,7 @@ from typing import Any
 from orchlib.background import every
 from orchlib.errors import OrchError
 from recipes.backends import TrainResult, register_backend
-from recipes.config import TrainConfig, flatten_config
+from recipes.config import TrainConfig
 from recipes.tracking import RunTracker, default_tracking_uri, tracked_run
 
 log = logging.getLogger("orch.verl")
@@ -58,7 +58,6 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
           should_stop: Callable[[], bool]) -> TrainResult:
     """Prepare the inputs, start Ray, train in the TaskRunner, tear Ray down."""
     import ray
-    import yaml
 
     from recipes.verl.cluster import ray_cluster
     from recipes.verl.task_runner import OrchTaskRunner
@@ -77,10 +76,7 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
         log.warning("steps %d..%d were logged after the last checkpoint: they are re-run, not logged again",
                     resume + 1, logged)
         tracker.set_tags({"orch.replayed_steps": f"{resume + 1}-{logged}"})
-    tracker.log_params(flatten_config(cfg))
-    tracker.set_tags({"task": cfg.task.name, "algorithm": cfg.algorithm.name, "model": cfg.model.name,
-                      "backend": "verl", "filter": cfg.filter.name, "orch.checkpoint_dir": str(checkpoint_dir)})
-    tracker.log_text(yaml.safe_dump(cfg.to_tree(), sort_keys=False), "config.yaml")
+    tracker.log_run_config(cfg, checkpoint_dir)
     tracker.log_text(_config_yaml(config), "verl_config.yaml")
     if resume is None:
         tracker.log_metrics(figures, step=0)

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from recipes.config import TrainConfig
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_ENV = {"VERL_PLATFORM": "cpu", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 BF16 = "{param_dtype:bf16,reduce_dtype:fp32,buffer_dtype:fp32}"
@@ -228,17 +230,10 @@ def verl_config(cfg: TrainConfig, job: VerlJob) -> Any:
     return config
 
 
-def worker_env(cfg: TrainConfig, extra: dict[str, str] | None = None) -> dict[str, str]:
+def worker_env(cfg: TrainConfig) -> dict[str, str]:
     """Environment variables every Ray process of the run needs: the CPU platform and one thread per worker on
     cpu; `PYTHONPATH` so that orch (and its `verl.plugins` entry point) imports where this process imports it."""
     env = dict(CPU_ENV) if cfg.trainer.device == "cpu" else {}
-    paths = [entry for entry in (os.environ.get("PYTHONPATH", ""),) if entry]
-    env["PYTHONPATH"] = os.pathsep.join([str(_repo_root()), *paths])
-    env.update(extra or {})
+    inherited = os.environ.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), inherited] if inherited else [str(REPO_ROOT)])
     return env
-
-
-def _repo_root() -> Any:
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[2]

@@ -77,7 +77,6 @@ class OrchPPOTrainer(RayPPOTrainer):
         self.pending_stop: Stop | None = None
         self.skip_update = False
         self.advantage_scale = 1.0
-        self.result = {"status": "finished", "reason": f"completed {self.cfg.trainer.total_steps} steps"}
         self._step_started = 0.0
 
     # -- the loop ------------------------------------------------------------------------------------------------
@@ -90,9 +89,9 @@ class OrchPPOTrainer(RayPPOTrainer):
             with tracking_sink(self._log):
                 super().fit()
         except Stop as stop:
-            self.result = {"status": stop.status, "reason": stop.reason}
-            return {**self.result, "steps_done": int(self.global_steps)}
-        return {**self.result, "steps_done": int(self.global_steps) - 1}  # fit counts one past its last step
+            return {"status": stop.status, "reason": stop.reason, "steps_done": int(self.global_steps)}
+        return {"status": "finished", "reason": f"completed {self.cfg.trainer.total_steps} steps",
+                "steps_done": int(self.global_steps) - 1}  # fit counts one past its last step
 
     def _start_profiling(self, do_profile: bool) -> None:
         """The step begins (the first call of every step)."""
@@ -191,7 +190,8 @@ class OrchPPOTrainer(RayPPOTrainer):
         """A keep-mask of the smallest whole-group batch veRL accepts (an empty step still runs its phases)."""
         uids = list(dict.fromkeys(batch.non_tensor_batch["uid"].tolist()))
         n = self.config.actor_rollout_ref.rollout.n
-        count = max(1, self._row_multiple() // math.gcd(self._row_multiple(), n))
+        multiple = self._row_multiple()
+        count = max(1, multiple // math.gcd(multiple, n))
         chosen = set(uids[:count])
         return np.array([uid in chosen for uid in batch.non_tensor_batch["uid"]])
 
