@@ -11,13 +11,15 @@ Configured by the `diagnostics:` section of the training config (`recipes.diagno
   the L2 norms of the gradients of the task part and of the regularisation part of the actor loss are logged
   (`grad_norm/bucket_<k>/{task, reg, rv_min, rv_max}`, bucket 0 the lowest reward variance). The trainer's own
   unfiltered batch is scored by the trainer's own function (`StepContext.score`: reference log-probs, values,
-  advantages of the run's estimator on all groups); nothing is applied to the policy.
+  advantages of the run's estimator on all groups; on veRL the fit loop's own scoring calls and the actor workers'
+  `orch_gradient_norms`, recipes.verl.workers); nothing is applied to the policy.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -41,18 +43,30 @@ def turn_encoder(encoder: ChatEncoder, generated: dict[str, list[int]]) -> TurnE
 
 def gradient_split(ctx: StepContext, num_buckets: int) -> dict[str, float]:
     """Per reward-variance bucket, the L2 norms of the task and regularisation gradients of the actor loss (each
-    bucket's rows normalised as part of the whole batch, so the bucket gradients sum to the batch gradient)."""
-    batch = ctx.score(ctx.rollout_batch, old_log_probs=False)  # the loss uses the current log-probs, detached
+    bucket's rows normalised as part of the whole batch, so the bucket gradients sum to the batch gradient): by the
+    backend's own `ctx.gradient_norms` where the policy lives elsewhere (veRL), else here with `ctx.policy`."""
     returns = np.array([t.episode_return for t in ctx.trajectories])
-    info = global_batch_info(batch, ctx.actor_config.loss_scale_factor)
+    buckets = reward_variance_buckets(returns, ctx.group_ids, num_buckets)
+    norms = (ctx.gradient_norms or partial(local_gradient_norms, ctx))([bucket.rows for bucket in buckets])
     metrics = {}
-    for index, bucket in enumerate(reward_variance_buckets(returns, ctx.group_ids, num_buckets)):
-        task, regularisation = loss_part_gradients(
-            ctx.policy, batch.select(bucket.rows), ctx.actor_config, info, ctx.cfg.trainer.micro_batch_size)
+    for index, (bucket, norm) in enumerate(zip(buckets, norms, strict=True)):
         prefix = f"grad_norm/bucket_{index}"
-        metrics.update({f"{prefix}/task": gradient_norm(task), f"{prefix}/reg": gradient_norm(regularisation),
+        metrics.update({f"{prefix}/task": norm["task"], f"{prefix}/reg": norm["reg"],
                         f"{prefix}/rv_min": bucket.rv_min, f"{prefix}/rv_max": bucket.rv_max})
     return metrics
+
+
+def local_gradient_norms(ctx: StepContext, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
+    """`StepContext.gradient_norms` with the policy in this process: the trainer's own scoring of the unfiltered
+    batch (`ctx.score`: reference log-probs, values, advantages of the run's estimator on all groups)."""
+    batch = ctx.score(ctx.rollout_batch, old_log_probs=False)  # the loss uses the current log-probs, detached
+    info = global_batch_info(batch, ctx.actor_config.loss_scale_factor)
+    norms = []
+    for rows in row_sets:
+        task, regularisation = loss_part_gradients(
+            ctx.policy, batch.select(rows), ctx.actor_config, info, ctx.cfg.trainer.micro_batch_size)
+        norms.append({"task": gradient_norm(task), "reg": gradient_norm(regularisation)})
+    return norms
 
 
 @register_hook("collapse")

@@ -251,9 +251,6 @@ class TrainConfig(Section):
                  "on the verl backend (backend=verl); the torch backend and its tiny/small models are text-only: "
                  "use task.env.observation=text")
         if self.backend == "verl":
-            _require(self.diagnostics.grad_every == 0, "diagnostics.grad_every",
-                     "the gradient split needs the policy's gradients in the trainer's process: torch backend only; "
-                     "set diagnostics.grad_every=0 with backend=verl")
             _require(set(self.hooks) <= {"collapse"}, "hooks",
                      f"{sorted(set(self.hooks) - {'collapse'})}: on backend=verl only the collapse hook runs (it "
                      "cross-scores through veRL's actor workers); other hooks need the policy in the trainer's process")

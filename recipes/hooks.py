@@ -46,6 +46,10 @@ class StepContext:
         trainer scores its update batch (the same function); None where the backend has no such batch (veRL).
     cross_score: `cross_score(prompts, samples)` -> `recipes.cross_scoring.CrossScores` under the current policy,
         where the policy is not in this process (veRL: through its actor workers); None: score with `policy`.
+    gradient_norms: `gradient_norms(row_sets)` -> one `{"task": norm, "reg": norm}` per set of trajectory rows: the
+        norms of the actor loss's task and regularisation gradients over those rows at the current policy, every
+        row normalised by the whole batch, nothing applied; where the policy is not in this process (veRL: its
+        actor workers); None: computed with `policy` and `score`.
     batch: the kept trajectories as a `recipes.batch.TrainBatch` with advantages (only in `on_batch`).
     stop_reason: set to stop the run after this step.
     tags: MLflow tags to set on the run after this step (e.g. `collapse_alert_step`).
@@ -66,6 +70,7 @@ class StepContext:
     rollout_batch: Any = None
     score: Callable[..., Any] | None = None
     cross_score: Callable[..., Any] | None = None
+    gradient_norms: Callable[..., Any] | None = None
     batch: Any = None
     stop_reason: str | None = None
     tags: dict[str, str] = field(default_factory=dict)

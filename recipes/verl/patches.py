@@ -1,6 +1,6 @@
 """The only place where orch writes into veRL's internals (veRL 0.9.1; file:line refer to it).
 
-Everything else goes through veRL's public registries (recipes.verl.plugin). The four writes below have no public
+Everything else goes through veRL's public registries (recipes.verl.plugin). The five writes below have no public
 extension point. They are installed only on the veRL version they were written against (`SUPPORTED_VERL`); on any
 other, `check_version` makes the verl backend refuse to start, and tests/recipes/test_verl_plugin.py fails until
 each write is checked again against the new veRL source.
@@ -25,6 +25,12 @@ P4  critic attention  (verl/utils/model.py:641-651 `load_valuehead_model`, calle
     `AutoModelForTokenClassification` with the attention implementation of the passed config (default "sdpa").
     The engine imports the function at call time (`from verl.utils.model import load_valuehead_model`), so
     replacing the module attribute is enough.
+
+P5  reference model on CPU  (verl/workers/engine/fsdp/transformer_impl.py:459-463 `_build_fsdp_module`)
+    A forward-only FSDP2 engine (the frozen reference policy of a KL loss, `algorithm.use_kl=true`) is always
+    sharded with `CPUOffloadPolicy(pin_memory=True)`, and pinning memory needs an accelerator: on a CPU-only
+    machine the reference model cannot be built. On the cpu platform we replace the module's `CPUOffloadPolicy`
+    name (looked up at call time) with one that does not pin; elsewhere it is torch's own class, unchanged.
 
 P3  metrics sink  (ray_trainer.py:1417-1424 `from verl.utils.tracking import Tracking` inside fit())
     The legacy fit loop builds its own `Tracking` and hands it the per-step `metrics` dict (ray_trainer.py:1442,
@@ -116,14 +122,33 @@ def _p4_valuehead(module) -> None:
     module.load_valuehead_model = load_valuehead_model
 
 
+def _unpinned_offload_policy(original):
+    if getattr(original, "_orch_unpinned", False):
+        return original
+
+    def cpu_offload_policy(pin_memory: bool = True):
+        from verl.utils.device import get_device_name
+
+        return original(pin_memory=pin_memory and get_device_name() != "cpu")
+
+    cpu_offload_policy._orch_unpinned = True
+    return cpu_offload_policy
+
+
+def _p5_reference_offload(module) -> None:
+    module.CPUOffloadPolicy = _unpinned_offload_policy(module.CPUOffloadPolicy)
+
+
 def install() -> None:
-    """Install P1, P2 and P4 as their modules are imported (P3 is a context manager); nothing on another veRL."""
+    """Install P1, P2, P4 and P5 as their modules are imported (P3 is a context manager); nothing on another
+    veRL."""
     if verl_version() != SUPPORTED_VERL:
         return
     after_import("verl.workers.rollout.base", _p1_rollout_adapter)
     after_import("verl.utils.distributed", _p2_gloo_in)
     after_import("verl.workers.engine_workers", _p2_gloo_in)
     after_import("verl.utils.model", _p4_valuehead)
+    after_import("verl.workers.engine.fsdp.transformer_impl", _p5_reference_offload)
 
 
 @contextlib.contextmanager

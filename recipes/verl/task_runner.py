@@ -1,6 +1,6 @@
 """The TaskRunner of an orch run on veRL: veRL's own set-up (its `BaseTaskRunner` helpers, datasets, resource
 pools, workers), with `OrchPPOTrainer` instead of `RayPPOTrainer` (veRL's `TaskRunner` hard-codes its class,
-verl/trainer/main_ppo_v0.py). A Ray actor on the head node; `run(config)` returns how the run ended.
+verl/trainer/main_ppo_v0.py) and `OrchActorRolloutRefWorker` (recipes.verl.workers) as the actor's worker. A Ray actor on the head node; `run(config)` returns how the run ended.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ class TaskRunnerBody:
     def run(self, config: Any) -> dict[str, Any]:
         from omegaconf import OmegaConf
         from verl.trainer.main_ppo_v0 import BaseTaskRunner
+        from verl.trainer.ppo.ray_trainer import Role
         from verl.trainer.ppo.utils import (
             create_rl_dataset,
             create_rl_sampler,
@@ -28,12 +29,16 @@ class TaskRunnerBody:
 
         from recipes.progress import setup_logging
         from recipes.verl.trainer import OrchPPOTrainer
+        from recipes.verl.workers import OrchActorRolloutRefWorker
 
         setup_logging()
         logging.getLogger("orch").setLevel(logging.INFO)  # veRL set the root logger to WARNING
         OmegaConf.resolve(config)
         base = BaseTaskRunner()
         _, worker_group_cls = base.add_actor_rollout_worker(config)
+        for role in (Role.ActorRollout, Role.ActorRolloutRef):  # veRL's worker + orch's gradient-split method
+            if role in base.role_worker_mapping:
+                base.role_worker_mapping[role] = ray.remote(OrchActorRolloutRefWorker)
         base.add_critic_worker(config)
         base.add_reward_model_resource_pool(config)
         base.add_teacher_model_resource_pool(config)

@@ -27,6 +27,7 @@ import logging
 import math
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         started = time.perf_counter()
         context = StepContext(step=step, cfg=cfg, policy=None, encoder=self.encoder, trajectories=trajectories,
                               group_ids=group_ids, generated=generated, metrics=out, validation=self.validation,
-                              cross_score=self.cross_score)
+                              cross_score=self.cross_score, gradient_norms=partial(self.gradient_norms, batch))
         for hook in self.hooks.values():
             out.update(hook.on_rollout(context))
         self.step_tags.update(context.tags)
@@ -347,6 +348,54 @@ class OrchPPOTrainer(RayPPOTrainer):
         output = self.actor_rollout_wg.compute_log_prob(data)
         log_probs = no_padding_2_padding(tu.get(output, "log_probs"), data).float()
         return [log_probs[row, : len(pairs[row][1])].tolist() for row in range(real)]
+
+    # -- the gradient split through the actor workers (the `collapse` diagnostics, diagnostics.grad_every) --------
+
+    def gradient_norms(self, batch: DataProto, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
+        """`StepContext.gradient_norms` on veRL: the unfiltered `batch` scored as the fit loop scores its update
+        batch (the current log-probs as old log-probs: ratio 1; reference log-probs, values and advantages of the
+        run's estimator over all groups), then per row set the actor workers' `orch_gradient_norms`
+        (recipes.verl.workers), every row normalised by the whole batch. Nothing is applied."""
+        scored = self.scored_copy(batch)
+        tokens, rows = float(scored.batch["response_mask"].sum()), len(scored)
+        dp = self._get_dp_size(self.actor_rollout_wg, "actor")
+        norms = []
+        for row_set in row_sets:
+            part = scored.select_idxs(np.asarray(row_set))
+            pad = (-len(part)) % dp
+            if pad:
+                part = DataProto.concat([part, noop_rows(part, pad)])
+            data = left_right_2_no_padding(part.to_tensordict())
+            tu.assign_non_tensor(data, orch_batch_num_tokens=tokens, orch_global_batch_size=rows,
+                                 calculate_entropy=True, compute_loss=True)
+            output = self.actor_rollout_wg.orch_gradient_norms(data)
+            metrics = tu.get(output, "metrics")
+            norms.append(metrics[0] if isinstance(metrics, list) else metrics)
+        return norms
+
+    def scored_copy(self, batch: DataProto) -> DataProto:
+        """A copy of `batch` with old log-probs, reference log-probs, values and advantages, by the fit loop's own
+        calls (ray_trainer.py `fit`: `_compute_old_log_prob`, `_compute_ref_log_prob`, `_compute_values`,
+        `compute_advantage`; orch never puts a KL penalty in the reward)."""
+        from verl.trainer.ppo.ray_trainer import compute_advantage
+
+        scored = batch.select_idxs(np.arange(len(batch)))
+        scored.meta_info = {**batch.meta_info,  # as fit sets it after _balance_batch (its worker metrics need it)
+                            "global_token_num": torch.sum(scored.batch["attention_mask"], dim=-1).tolist()}
+        old_log_probs, _ = self._compute_old_log_prob(scored)
+        old_log_probs.batch.pop("entropys")
+        scored = scored.union(old_log_probs)
+        if self.use_reference_policy:
+            scored = scored.union(self._compute_ref_log_prob(scored))
+        if self.use_critic:
+            scored = scored.union(self._compute_values(scored))
+        scored.batch["token_level_scores"] = scored.batch["rm_scores"]
+        scored.batch["token_level_rewards"] = scored.batch["rm_scores"]
+        algorithm = self.config.algorithm
+        return compute_advantage(scored, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma,
+                                 lam=algorithm.lam, num_repeat=self.config.actor_rollout_ref.rollout.n,
+                                 norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
+                                 config=algorithm)
 
     # -- metrics -------------------------------------------------------------------------------------------------
 

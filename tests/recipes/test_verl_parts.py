@@ -51,6 +51,17 @@ def test_the_private_writes_still_fit_verl() -> None:
     assert list(inspect.signature(model.load_valuehead_model).parameters) == [
         "local_path", "torch_dtype", "model_config", "trust_remote_code"]
     assert "step" in inspect.signature(tracking.Tracking.log).parameters
+    from verl.workers.engine.fsdp import transformer_impl
+
+    assert "offload_policy = CPUOffloadPolicy(pin_memory=True)" in inspect.getsource(
+        transformer_impl.FSDPEngine._build_fsdp_module)  # P5: looked up in the module at call time
+    assert transformer_impl.CPUOffloadPolicy._orch_unpinned  # installed when the engine module was imported
+    from torch.distributed.fsdp import CPUOffloadPolicy
+    from verl.plugin.platform import platform_manager  # noqa: F401  (the cpu platform registers on import)
+    from verl.utils.device import get_device_name
+
+    assert transformer_impl.CPUOffloadPolicy(pin_memory=True) == CPUOffloadPolicy(
+        pin_memory=get_device_name() != "cpu")
     fit = inspect.getsource(RayPPOTrainer.fit)
     assert "from verl.utils.tracking import Tracking" in fit  # imported at call time: the sink can swap it
     order = [fit.index(text) for text in ("self._start_profiling(", "is_last_step =", "self._balance_batch(batch",
@@ -140,10 +151,49 @@ def test_verl_config_composes_and_carries_the_train_config() -> None:
     assert config.orch.train_config.algorithm.name == "ppo" and config.orch.train_config.backend == "verl"
 
 
-def test_verl_only_takes_what_it_can_run() -> None:
-    with pytest.raises(OrchError, match="config key diagnostics.grad_every: the gradient split needs"):
-        compose_train_config([*MICRO, "backend=verl", "diagnostics.grad_every=2"])
-    compose_train_config([*MICRO, "backend=verl", "hooks=[collapse]"])
+def test_verl_takes_the_gradient_split() -> None:
+    cfg = compose_train_config([*MICRO, "backend=verl", "hooks=[collapse]", "diagnostics.grad_every=2"])
+    assert cfg.diagnostics.grad_due(2) and not cfg.diagnostics.grad_due(1)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_the_gradient_splits_loss_parts_add_up_to_verls_ppo_loss(mode: str) -> None:
+    """The actor workers' split (recipes.verl.workers.loss_terms) against veRL's own `ppo_loss` on one engine
+    micro-batch (no padding, as the engine hands it over): task + regularisation is veRL's loss, and the
+    regularisation is -entropy_coeff x entropy + kl_loss_coef x KL."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.config.actor import ActorConfig
+    from verl.workers.utils.losses import ppo_loss
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    from recipes.verl.workers import loss_terms
+
+    torch.manual_seed(0)
+    rows, prompt_len, response_len = 3, 4, 5
+    prompt_mask = torch.ones(rows, prompt_len, dtype=torch.long)
+    prompt_mask[0, :2] = 0
+    response_mask = torch.ones(rows, response_len, dtype=torch.long)
+    response_mask[1, 3:], response_mask[2, 1:] = 0, 0
+    attention = torch.cat([prompt_mask, response_mask], 1)
+    prompts, responses = torch.randint(1, 50, (rows, prompt_len)), torch.randint(1, 50, (rows, response_len))
+    data = left_right_2_no_padding(tu.get_tensordict({
+        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
+        "attention_mask": attention, "position_ids": torch.clamp(attention.cumsum(-1) - 1, min=0),
+        "response_mask": response_mask, "old_log_probs": -torch.rand(rows, response_len),
+        "advantages": torch.randn(rows, response_len), "ref_log_prob": -torch.rand(rows, response_len)}))
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(response_mask.sum()), global_batch_size=rows)
+    lengths = attention.sum(1).tolist()
+    output = {"log_probs": torch.nested.nested_tensor([-torch.rand(n) for n in lengths], layout=torch.jagged),
+              "entropy": torch.nested.nested_tensor([torch.rand(n) for n in lengths], layout=torch.jagged)}
+    config = ActorConfig(strategy="fsdp2", rollout_n=1, ppo_mini_batch_size=rows, ppo_micro_batch_size_per_gpu=rows,
+                         use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl", entropy_coeff=0.01,
+                         loss_agg_mode=mode)
+    reference, metrics = ppo_loss(config, output, data)
+    terms = loss_terms(config, output, data)
+    assert float(terms.pg + terms.regularisation(config)) == pytest.approx(float(reference), abs=1e-6)
+    assert float(terms.pg) == pytest.approx(metrics["actor/pg_loss"].aggregate(), abs=1e-6)
+    assert float(terms.regularisation(config)) == pytest.approx(
+        -0.01 * metrics["actor/entropy_loss"].aggregate() + 0.1 * metrics["kl_loss"].aggregate(), abs=1e-6)
 
 
 # --- the filter decision and metric names: the same on both backends ------------------------------------------

@@ -61,9 +61,10 @@ def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orc
     assert {"config.yaml", "verl_config.yaml", "rollouts"} <= artifacts
 
 
-def test_ppo_with_a_critic_plays_a_multi_turn_task(train_overrides) -> None:
+def test_ppo_with_a_critic_plays_a_multi_turn_task_and_splits_the_gradient(train_overrides) -> None:
     overrides = [*train_overrides, "backend=verl", "algorithm=ppo", "task=frozenlake", "filter=none",
-                 "trainer.val_every=0"]
+                 "trainer.val_every=0", "trainer.mini_batch_size=4", "hooks=[collapse]", "diagnostics.mi_every=0",
+                 "diagnostics.grad_every=2", "diagnostics.grad_buckets=1", "algorithm.use_kl=true"]
     result = run_training(compose_train_config(overrides))
     assert (result.status, result.steps_done) == ("finished", 2), result.reason
     mlflow = client(overrides)
@@ -74,6 +75,14 @@ def test_ppo_with_a_critic_plays_a_multi_turn_task(train_overrides) -> None:
     import pandas as pd
 
     assert set(pd.read_parquet(frame_path)["turns"]) == {5}
+    # The gradient split at step 2 (grad_every=2) through the actor workers, under the torch backend's names: the
+    # task and regularisation (entropy bonus + KL to the reference) gradient norms of the one bucket (every group).
+    # With no filter and one mini-batch, the update's first gradient is task + regularisation over the same rows,
+    # normalised alike, so veRL's own grad_norm lies within the regularisation norm of the task norm.
+    assert [step for step, _ in history(mlflow, result.mlflow_run_id, "grad_norm/bucket_0/task")] == [2]
+    task, reg = metrics["grad_norm/bucket_0/task"], metrics["grad_norm/bucket_0/reg"]
+    assert task > 0.0 and reg > 0.0
+    assert abs(metrics["actor/grad_norm"] - task) <= reg * 1.001 + 1e-6, (metrics["actor/grad_norm"], task, reg)
 
 
 def test_dapo_tops_up_zero_variance_groups_with_extra_generation_batches(train_overrides) -> None:
