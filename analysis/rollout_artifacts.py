@@ -92,6 +92,34 @@ def load_batches(
     return batches
 
 
+def run_batch(tracking_uri: str, run_id: str, step: int | None = None) -> tuple[pd.DataFrame, str]:
+    """The rollout batch run `run_id` dumped at `step` (default: its first dumped step, the predictor's "one
+    rollout batch"), validated, with a source label for messages. OrchError when the run is unknown, dumped no
+    batch, or dumped none at `step` (naming the steps it did dump)."""
+    from mlflow import MlflowClient
+
+    from analysis.mlflow_sql import _engine
+    from recipes.rollouts import load_rollout_batch
+
+    _engine(tracking_uri).dispose()  # a missing SQLite file is an error here, never a new empty store
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        client.get_run(run_id)
+    except Exception as err:  # unknown run id, unreachable store
+        raise OrchError(f"--run {run_id}: no such run in {tracking_uri} ({str(err).splitlines()[0]})") from None
+    steps = dumped_steps(client, run_id)
+    if not steps:
+        raise OrchError(f"--run {run_id}: the run logged no rollout batch ({names.ROLLOUT_DIR}/step_NNNN.parquet; "
+                        "trainer.dump_every > 0 writes them)")
+    chosen = min(steps) if step is None else step
+    if chosen not in steps:
+        raise OrchError(f"--step {step}: run {run_id} logged rollout batches at steps {sorted(steps)}")
+    with _quiet_downloads(), tempfile.TemporaryDirectory(prefix="orch-rollouts-") as tmp:
+        local = Path(client.download_artifacts(run_id, steps[chosen], tmp))
+        frame = load_rollout_batch(local)
+    return frame.assign(step=chosen) if "step" not in frame.columns else frame, f"run {run_id} step {chosen}"
+
+
 def predictions(batches: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, list[str]]:
     """The Std(RV)/Mean(RV) predictor on every step of every batch: columns :data:`PREDICTION_COLUMNS`, and a note
     per run whose batch the predictor refuses (e.g. one trajectory per prompt)."""

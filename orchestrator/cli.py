@@ -57,19 +57,35 @@ def _fail(message: str, code: int = 2) -> None:
 
 @app.command("predict-filter-gain")
 def predict_filter_gain(
-    batch: BatchArg,
+    batch: Annotated[Path | None, typer.Argument(
+        help="Rollout batch: .parquet, .jsonl/.json or .csv (see docs/rollout_batch.md); or use --run.")] = None,
+    run: Annotated[str | None, typer.Option(
+        "--run", help="Instead of a file: the rollout batch this MLflow run logged (its first dumped step, or --step).")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(
+        "--tracking-uri", help="With --run: MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")] = None,
     step: StepOpt = None,
     metric: MetricOpt = "var",
     helps_above: Annotated[float, typer.Option(help="Ratio std(RV)/mean(RV) at or above which filtering likely helps.")] = 1.0,
     hurts_below: Annotated[float, typer.Option(help="Ratio below which filtering is unlikely to help.")] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
-    """Predict from ONE rollout batch whether SNR-Aware Filtering will help (Std(RV)/Mean(RV) ratio)."""
+    """Predict from ONE rollout batch (a file, or a run's logged batch) whether SNR-Aware Filtering will help."""
+    if (batch is None) == (run is None):
+        _fail("give a rollout-batch file (BATCH) or --run RUN_ID, not both or neither")
+    if tracking_uri is not None and run is None:
+        _fail("--tracking-uri goes with --run RUN_ID")
     try:
-        from analysis.predictor import PredictorThresholds, predict_batch_file
+        from analysis.predictor import PredictorThresholds, predict_batch_file, predict_frame
 
         thresholds = PredictorThresholds(helps_above=helps_above, hurts_below=hurts_below)
-        reports = predict_batch_file(batch, step=step, metric=metric, thresholds=thresholds)
+        if run is None:
+            reports = predict_batch_file(batch, step=step, metric=metric, thresholds=thresholds)
+        else:
+            from analysis.mlflow_store import resolve_tracking_uri
+            from analysis.rollout_artifacts import run_batch
+
+            frame, source = run_batch(resolve_tracking_uri(tracking_uri), run, step)
+            reports = predict_frame(frame, source, metric=metric, thresholds=thresholds)
     except OrchError as err:
         _fail(str(err))
     from analysis.predictor_view import print_reports

@@ -22,6 +22,7 @@ signal-to-noise analysis of RAGEN-2). :class:`DiagnosticsConfig` is the config's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -34,6 +35,8 @@ from recipes.collapse import CollapseDetector, CollapseRule, CollapseStatus
 from recipes.cross_scoring import SCORING_METHODS, CrossScores, cross_score
 from recipes.filtering import group_stats
 from recipes.mi import ZScoreEMA, mi_proxies
+
+log = logging.getLogger(__name__)
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SAMPLE_SETS = ("first_turn", "trajectory")
@@ -182,6 +185,7 @@ class CollapseMonitor:
         self.emas = {name: ZScoreEMA() for name in config.sets}
         self.detector = CollapseDetector(config.rule)
         self.last_status: CollapseStatus | None = None
+        self.warned: set[str] = set()  # sets already reported empty in this process (one warning per set per run)
 
     def compute(
         self, step: int, score: Scorer, encoder: TurnEncoder, trajectories: Sequence[Any], success: float | None
@@ -194,7 +198,9 @@ class CollapseMonitor:
         metrics: dict[str, float] = {}
         for name in self.config.sets:
             sample_set = SAMPLE_SET_BUILDERS[name](trajectories, encoder, self.config.num_samples, rng)
+            metrics[f"collapse/{name}/num_samples"] = 0.0 if sample_set is None else float(len(sample_set.samples))
             if sample_set is None:
+                self.warn_empty(name, step, trajectories)
                 continue
             scores = score(sample_set.prompts, sample_set.samples)
             proxies = mi_proxies(scores.L, scores.L_sum, sample_set.column, sample_set.column_classes)
@@ -213,6 +219,19 @@ class CollapseMonitor:
             metrics["collapse/alert"] = float(self.last_status.alert)
             metrics["collapse/mi_drop"] = self.last_status.mi_drop
         return metrics
+
+    def warn_empty(self, name: str, step: int, trajectories: Sequence[Any]) -> None:
+        """Say once per set why it has no MI proxies (`collapse/<set>/num_samples` is 0 at every such step)."""
+        if name in self.warned:
+            return
+        self.warned.add(name)
+        turns = [turn for t in trajectories for turn in (t.turns[:1] if name == "first_turn" else t.turns)]
+        log.warning(
+            "step %d: MI diagnostics, sample set %r: none of the %d %s of the batch holds reasoning (a complete "
+            "%s...%s block with text in it), so its MI proxies are not computed; collapse/%s/num_samples logs 0 "
+            "at every such step (a warm start teaches the tiny models the format: model.warm_start.enabled=true)",
+            step, name, len(turns), "first-turn replies" if name == "first_turn" else "replies", THINK_OPEN,
+            THINK_CLOSE, name)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -143,3 +143,42 @@ def test_filter_options_are_the_filter_configs_fields(tmp_path):
     assert report["loss_scale"] == pytest.approx(report["metrics"]["rollout/kept_ratio"] ** 0.5)
     result = orch("filter", batch, "--loss-scaling", "cubic")
     assert result.returncode == 2 and "valid choices: none, linear, sqrt" in result.stderr
+
+
+def test_predict_reads_the_rollout_batch_a_run_logged(tmp_path):
+    """`--run RUN_ID`: the batch the run dumped (its first step by default, or --step), the same report as the
+    file; a wrong run, step or store is one line and exit 2, and nothing is created where no store was."""
+    from mlflow import MlflowClient
+
+    from analysis.predictor import predict_batch_file
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    frame = pd.read_parquet(EXAMPLES / "sokoban_bimodal.parquet")
+    for step in (1, 3):
+        rows = frame[frame["step"] == step].drop(columns="step")
+        (tmp_path / "rollouts").mkdir(exist_ok=True)
+        rows.to_parquet(tmp_path / "rollouts" / f"step_{step:04d}.parquet")
+        client.log_artifact(run_id, str(tmp_path / "rollouts" / f"step_{step:04d}.parquet"), "rollouts")
+    result = orch("predict-filter-gain", "--run", run_id, "--tracking-uri", uri, "--json")
+    assert result.returncode == 0, result.stderr
+    (report,) = json.loads(result.stdout)["reports"]
+    expected = predict_batch_file(EXAMPLES / "sokoban_bimodal.parquet", step=1)[0].to_json()
+    assert {key: report[key] for key in ("step", "ratio", "verdict", "num_prompts")} == {
+        key: json.loads(json.dumps(expected))[key] for key in ("step", "ratio", "verdict", "num_prompts")}
+    assert report["source"] == f"run {run_id} step 1"
+    third = orch("predict-filter-gain", "--run", run_id, "--tracking-uri", uri, "--step", "3", "--json")
+    assert json.loads(third.stdout)["reports"][0]["step"] == 3
+    for args, message in [
+        (["--run", run_id, "--tracking-uri", uri, "--step", "2"], f"--step 2: run {run_id} logged rollout batches "
+                                                                 "at steps [1, 3]"),
+        (["--run", "0" * 32, "--tracking-uri", uri], f"--run {'0' * 32}: no such run"),
+        (["--run", run_id, "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"], "no MLflow store there"),
+        ([str(EXAMPLES / "sokoban_bimodal.parquet"), "--run", run_id], "not both or neither"),
+        ([], "not both or neither"),
+    ]:
+        result = orch("predict-filter-gain", *args)
+        assert result.returncode == 2 and result.stdout == "", (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, (args, result.stderr)
+    assert not (tmp_path / "none.db").exists()

@@ -102,6 +102,29 @@ def test_monitor_metrics_and_state_roundtrip():
     assert restored.compute(5, score, ENCODER, batch(), 0.1) == monitor.compute(5, score, ENCODER, batch(), 0.1)
 
 
+def test_an_empty_sample_set_is_said_once_and_counted(caplog):
+    """A batch without reasoning builds no sample set: the run is told once per set why, and every computation
+    logs how many samples each set had (0 here), so an empty diagnostics section has a visible cause."""
+    config = DiagnosticsConfig(num_samples=16, batch_size=8)
+    monitor = CollapseMonitor(config, seed=0)
+    no_reasoning = [trajectory(seed, ["<answer>Up</answer>", "Up"]) for seed in range(3)]
+    never = lambda prompts, samples: pytest.fail("nothing to score")  # noqa: E731
+    with caplog.at_level("WARNING", logger="recipes.diagnostics"):
+        first = monitor.compute(1, never, ENCODER, no_reasoning, success=None)
+        again = monitor.compute(5, never, ENCODER, no_reasoning, success=None)
+    assert first == again == {"collapse/first_turn/num_samples": 0.0, "collapse/trajectory/num_samples": 0.0}
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 2  # one per set, at the first step only
+    assert "sample set 'first_turn': none of the 3 first-turn replies" in warnings[0]
+    assert "sample set 'trajectory': none of the 6 replies" in warnings[1] and "<think>...</think>" in warnings[1]
+    reasoning = CollapseMonitor(config, seed=0).compute(
+        1, scorer(Qwen2ForCausalLM(Qwen2Config(vocab_size=97, hidden_size=16, num_hidden_layers=1,
+                                               num_attention_heads=2, num_key_value_heads=1,
+                                               intermediate_size=32)), config, pad_id=0),
+        ENCODER, batch(), success=None)
+    assert reasoning["collapse/first_turn/num_samples"] == 12.0 and reasoning["collapse/trajectory/num_samples"] == 16.0
+
+
 def test_config_rejects_unknown_sets():
     with pytest.raises(ValueError, match="valid choices: first_turn, trajectory"):
         DiagnosticsConfig(sets=("all",))
