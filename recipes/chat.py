@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from envs.protocol import IMAGE_PLACEHOLDER
 from orchlib.errors import OrchError
 
 _PROBE_USER, _PROBE_REPLY = "orch-probe-user", "orch-probe-reply"
@@ -40,18 +41,24 @@ class EncodedChat:
 
 
 class ChatEncoder:
-    """Renders chats with the tokenizer's chat template and tokenises them segment by segment.
+    """Renders chats with the tokenizer's chat template and tokenises them segment by segment. With `image_markup`
+    (a vision-language model's image text, see `recipes.vision`) the image placeholder of user turns is rendered as it.
 
     Attributes:
         end_of_turn_id: the token the template closes an assistant reply with (generation stops on it).
         end_of_turn_text: its text.
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, image_markup: str | None = None) -> None:
         self.tokenizer = tokenizer
+        self.image_markup = image_markup  # replaces the image placeholder of user turns (recipes.vision)
         self.end_of_turn_id, self.end_of_turn_text = self._probe_end_of_turn()
 
     def _render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
+        if self.image_markup is not None:
+            messages = [message if message["role"] == "assistant" else
+                        {**message, "content": message["content"].replace(IMAGE_PLACEHOLDER, self.image_markup)}
+                        for message in messages]
         return self.tokenizer.apply_chat_template(
             list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
         )

@@ -251,10 +251,22 @@ class TrainConfig(Section):
                  "on the verl backend (backend=verl); the torch backend and its tiny/small models are text-only: "
                  "use task.env.observation=text")
         if self.backend == "verl":
+            _require(env.observation == "text" or self.rollout_engine() == "vllm", "task.env.observation",
+                     "image observations on the verl backend need vLLM rollouts of a Qwen2.5-VL checkpoint on GPU "
+                     "(trainer.device=cuda; the hf rollout replica for CPU is text-only): use task.env.observation=text")
+            _require(env.observation == "text" or "collapse" not in self.hooks or self.diagnostics.mi_every == 0,
+                     "hooks", "the MI diagnostics cross-score text prompts through veRL's actor workers and do not "
+                     "take image observations yet: set diagnostics.mi_every=0 (the gradient split still runs) or "
+                     "use task.env.observation=text")
             _require(set(self.hooks) <= {"collapse"}, "hooks",
                      f"{sorted(set(self.hooks) - {'collapse'})}: on backend=verl only the collapse hook runs (it "
                      "cross-scores through veRL's actor workers); other hooks need the policy in the trainer's process")
         return self
+
+    def rollout_engine(self) -> str:
+        """The verl backend's rollout engine: `verl.rollout`, or `hf` on cpu and `vllm` on cuda when it is auto."""
+        chosen = self.infra.verl.rollout
+        return ("hf" if self.trainer.device == "cpu" else "vllm") if chosen == "auto" else chosen
 
     def check_host(self) -> TrainConfig:
         """What only the host that trains can check (a sweep plans on another host): the model folder exists."""

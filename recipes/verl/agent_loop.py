@@ -48,21 +48,32 @@ class OrchEnvAgentLoop(AgentLoopBase):
         from envs.episode import Episode
         from envs.registry import build_config, env_class
         from recipes.chat import ChatEncoder
+        from recipes.vision import ImageTokens, to_image
 
         cfg = train_config(self.config)
         seed = int(row["extra_info"]["seed"])
         env = env_class(cfg.task.name)(build_config(cfg.task.name, cfg.task.env))
-        if env.config.observation != "text":
-            raise NotImplementedError(
-                "image observations through veRL need the Qwen2.5-VL processor path, which this version does not "
-                "implement; use task.env.observation=text")
+        vision = ImageTokens.from_processor(self.processor) if env.config.observation == "image" else None
         episode = Episode(env, seed, dynamics_seed=random.getrandbits(31))  # own slips per sample, as the torch backend
-        encoder = ChatEncoder(self.tokenizer)
+        encoder = ChatEncoder(self.tokenizer, image_markup=vision.markup if vision else None)
+        frames: list[Any] = []  # the state images shown so far, in chat order (image observations)
+        counts: list[int] = []  # visual features of each
+
+        def show_frame() -> None:
+            if vision is not None and episode.image is not None:
+                frames.append(to_image(episode.image))
+                counts.extend(vision.feature_counts(frames[-1:]))
+
+        def encode(messages: list[dict], generated: dict[str, list[int]], prompt: bool) -> Any:
+            chat = encoder.encode(messages, generated, add_generation_prompt=prompt)
+            return vision.expand(chat, counts) if vision is not None else chat
+
+        show_frame()
         budget = int(self.rollout_config.response_length)
         generated: dict[str, list[int]] = {}
         logprobs: list[list[float]] = []
         request_id = uuid4().hex
-        prompt_ids = encoder.encode(episode.messages, add_generation_prompt=True).input_ids
+        prompt_ids = encode(episode.messages, generated, True).input_ids
         context = list(prompt_ids)
         extra: dict[str, Any] = {}
         while not episode.done:
@@ -73,6 +84,7 @@ class OrchEnvAgentLoop(AgentLoopBase):
                 request_id=request_id, prompt_ids=context,
                 sampling_params={**sampling_params, "max_tokens": min(cfg.trainer.max_response_tokens, room),
                                  "stop_token_ids": [encoder.end_of_turn_id]},
+                image_data=list(frames) or None,
             )
             extra.update({key: value for key, value in out.extra_fields.items() if key.endswith("global_steps")})
             ids = list(out.token_ids)
@@ -80,14 +92,17 @@ class OrchEnvAgentLoop(AgentLoopBase):
             generated[text] = ids
             logprobs.append(list(out.log_probs) if out.log_probs is not None else [0.0] * len(ids))
             episode.act(text)
-            context = encoder.encode(episode.messages, generated, add_generation_prompt=not episode.done).input_ids
-        return self._output(episode.trajectory(), encoder, generated, logprobs, prompt_ids, budget, extra)
+            if not episode.done:
+                show_frame()
+            context = encode(episode.messages, generated, not episode.done).input_ids
+        chat = encode(episode.trajectory().messages, generated, False)
+        return self._output(episode.trajectory(), chat, logprobs, prompt_ids, budget, generated, extra, frames)
 
-    def _output(self, trajectory: Any, encoder: Any, generated: dict[str, list[int]], logprobs: list[list[float]],
-                prompt_ids: list[int], budget: int, extra: dict[str, Any]) -> AgentLoopOutput:
+    def _output(self, trajectory: Any, chat: Any, logprobs: list[list[float]], prompt_ids: list[int], budget: int,
+                generated: dict[str, list[int]], extra: dict[str, Any], frames: list[Any]) -> AgentLoopOutput:
         """The chat after the prompt as one response: reply tokens in the loss (with their rollout log-probs),
-        template and observation tokens not; each turn's reward and the index of its last reply token."""
-        chat = encoder.encode(trajectory.messages, generated)
+        template, observation and image tokens not; each turn's reward and the index of its last reply token; the
+        state images (image observations) as veRL's multi-modal data."""
         if chat.input_ids[: len(prompt_ids)] != prompt_ids:
             raise RuntimeError("the chat template rendered the first prompt differently in the full chat")
         start = len(prompt_ids)
@@ -104,6 +119,7 @@ class OrchEnvAgentLoop(AgentLoopBase):
             reward_score=float(sum(rewards)),
             num_turns=2 * trajectory.num_turns + 1,
             metrics={},
+            multi_modal_data={"images": frames} if frames else None,
             extra_fields={
                 **extra,
                 "orch_turn_ends": turn_ends,

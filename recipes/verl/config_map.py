@@ -65,12 +65,6 @@ class VerlJob:
     resume_step: int | None = None
 
 
-def rollout_engine(cfg: TrainConfig) -> str:
-    """`hf` on cpu, `vllm` on cuda, unless `verl.rollout` names one."""
-    chosen = cfg.infra.verl.rollout
-    return ("hf" if cfg.trainer.device == "cpu" else "vllm") if chosen == "auto" else chosen
-
-
 def _value(value: Any) -> str:
     from recipes.compose import hydra_overrides
 
@@ -85,7 +79,7 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
     prompts_per_mini_batch = max(1, trainer.mini_batch_size // trainer.samples_per_prompt)
     token_budget = trainer.micro_batch_size * trainer.max_context_tokens
     precision = FP32 if cpu or model.dtype == "float32" else BF16
-    engine = rollout_engine(cfg)
+    engine = cfg.rollout_engine()
     overrides = {
         # --- algorithm
         "algorithm.adv_estimator": "gae" if uses_critic else "grpo",

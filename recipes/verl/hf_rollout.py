@@ -73,6 +73,9 @@ class HFRolloutServer:
         video_data=None,
         **kwargs,
     ) -> TokenOutput:
+        if image_data or video_data:
+            raise ValueError("the hf rollout replica generates text only; image observations on the verl backend "
+                             "need vLLM rollouts on GPU (verl.rollout=vllm)")
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self._pending.append((list(prompt_ids), dict(sampling_params or {}), fut))

@@ -310,3 +310,108 @@ def test_a_node_that_never_joins_is_named(tmp_path: Path) -> None:
     with pytest.raises(OrchError, match="1 of 2 nodes joined within 5 s.*missing: node-that-never-joins"), \
             ray_cluster(plan):
         pass
+
+
+# --- image observations: the agent loop's vision path (no Ray, no GPU: a scripted server) ----------------------
+
+def vision_tokenizer():
+    from recipes.models import protocol_corpus
+    from recipes.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(protocol_corpus(4), 600)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|vision_start|>", "<|vision_end|>",
+                                                                "<|image_pad|>"]})
+    return tokenizer
+
+
+def vision_processor(tokenizer):
+    """What the agent loop reads of a Qwen2.5-VL processor: its image token, tokenizer and (real) image processor.
+    (transformers builds the whole processor only with torchvision, which this CPU machine cannot load.)"""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    image_processor = Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16, patch_size=14,
+                                               merge_size=2, temporal_patch_size=2)
+    return SimpleNamespace(image_token="<|image_pad|>", tokenizer=tokenizer, image_processor=image_processor)
+
+
+def test_image_tokens_expand_each_frame_to_its_features_outside_the_loss() -> None:
+    from recipes.chat import EncodedChat
+    from recipes.vision import ImageTokens
+
+    tokenizer = vision_tokenizer()
+    vision = ImageTokens.from_processor(vision_processor(tokenizer))
+    assert vision.markup == "<|vision_start|><|image_pad|><|vision_end|>"
+    pad = vision.pad_id
+    chat = EncodedChat(input_ids=[1, pad, 2, 7, 8, 3, pad, 4, 9], loss_mask=[0, 0, 0, 1, 1, 0, 0, 0, 1],
+                       turn_ends=[4, 8])
+    out = vision.expand(chat, [3, 2])
+    assert out.input_ids == [1, pad, pad, pad, 2, 7, 8, 3, pad, pad, 4, 9]
+    assert out.loss_mask == [0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1] and out.turn_ends == [6, 11]
+    frame = np.zeros((60, 60, 3), dtype=np.uint8)
+    assert vision.feature_counts([frame]) == [int(vision.image_processor(images=[frame], return_tensors="pt")[
+        "image_grid_thw"][0].prod()) // 4]
+
+
+def vl_checkpoint(tmp_path: Path) -> list[str]:
+    (tmp_path / "config.json").write_text("{}")  # what the config's host check looks for
+    return ["model=hf", f"model.path={tmp_path}"]
+
+
+def test_the_agent_loop_shows_every_frame_as_image_tokens_never_in_the_loss(tmp_path: Path) -> None:
+    """Sokoban with image observations through `orch_env`: every generation call gets the frames shown so far and a
+    prompt with one run of image pad tokens per frame (as many as the vision tower's features); the episode's output
+    carries the frames as veRL's multi-modal data, its image tokens out of the loss and its replies in it."""
+    import asyncio
+
+    from verl.workers.rollout.replica import TokenOutput
+
+    from recipes.verl.agent_loop import OrchEnvAgentLoop
+    from recipes.verl.config_map import verl_config
+    from recipes.vision import ImageTokens
+
+    cfg = compose_train_config([*MICRO, *vl_checkpoint(tmp_path), "backend=verl", "task=sokoban",
+                                "trainer.device=cuda", "task.env.observation=image"])
+    tokenizer = vision_tokenizer()
+    processor = vision_processor(tokenizer)
+    vision = ImageTokens.from_processor(processor)
+    reply = tokenizer("<think>push</think><answer>Up</answer>", add_special_tokens=False)["input_ids"]
+    calls = []
+
+    class Server:
+        async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, **kwargs):
+            calls.append((list(prompt_ids), list(image_data or [])))
+            return TokenOutput(token_ids=[*reply, tokenizer.convert_tokens_to_ids("<|im_end|>")],
+                               log_probs=[-0.5] * (len(reply) + 1))
+
+    loop = OrchEnvAgentLoop.__new__(OrchEnvAgentLoop)  # veRL's constructor needs a running worker; set its fields
+    loop.config = verl_config(cfg, job())
+    loop.rollout_config = loop.config.actor_rollout_ref.rollout
+    loop.server_manager, loop.tokenizer, loop.processor = Server(), tokenizer, processor
+    out = asyncio.run(loop.run({"temperature": 1.0}, extra_info={"seed": 3}))
+    trajectory = out.extra_fields["orch_trajectory"]
+    assert len(calls) == trajectory.num_turns >= 2
+    for turn, (prompt, images) in enumerate(calls, start=1):
+        assert len(images) == turn  # every frame so far, in chat order
+        assert prompt.count(vision.pad_id) == sum(vision.feature_counts(images))
+    frames = out.multi_modal_data["images"]
+    assert len(frames) == len(trajectory.images) == len(trajectory.turns)  # one per user turn: none after the end
+    sequence = out.prompt_ids + out.response_ids
+    mask = [0] * len(out.prompt_ids) + out.response_mask
+    assert sequence.count(vision.pad_id) == sum(vision.feature_counts(frames))
+    assert all(m == 0 for token, m in zip(sequence, mask, strict=True) if token == vision.pad_id)
+    assert sum(out.response_mask) == len(calls) * (len(reply) + 1)  # the replies, end-of-turn included
+    assert np.array_equal(np.asarray(frames[0]), trajectory.images[0])
+
+
+def test_image_observations_on_verl_are_refused_where_they_cannot_run(tmp_path: Path) -> None:
+    image = [*MICRO, *vl_checkpoint(tmp_path), "backend=verl", "task=sokoban", "task.env.observation=image"]
+    with pytest.raises(OrchError, match="config key task.env.observation: image observations on the verl backend "
+                                        "need vLLM rollouts"):
+        compose_train_config(image)
+    with pytest.raises(OrchError, match="config key task.env.observation: image observations on the verl backend"):
+        compose_train_config([*image, "trainer.device=cuda", "verl.rollout=hf"])
+    with pytest.raises(OrchError, match="config key hooks: the MI diagnostics cross-score text prompts"):
+        compose_train_config([*image, "trainer.device=cuda", "hooks=[collapse]"])
+    cfg = compose_train_config([*image, "trainer.device=cuda", "hooks=[collapse]", "diagnostics.mi_every=0",
+                                "diagnostics.grad_every=5"])
+    assert cfg.rollout_engine() == "vllm"
