@@ -14,9 +14,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "orchestrator")]
 
-from tests.orchestrator import races  # noqa: E402
+import races  # noqa: E402  (tests/orchestrator/races.py: the scenarios the race tests run)
 
 
 def main() -> None:
