@@ -21,10 +21,10 @@ PAGE = 50_000  # MLflow's largest search page
 
 
 def _client(uri: str) -> MlflowClient:
-    from mlflow import MlflowClient
+    from recipes.tracking import mlflow_client
 
     try:
-        return MlflowClient(tracking_uri=uri)
+        return mlflow_client(uri)
     except Exception as err:  # unreachable server, out-of-date schema, bad URI
         raise OrchError(f"{uri}: cannot open the tracking store: {str(err).splitlines()[0]}") from None
 

@@ -72,11 +72,11 @@ def load_batches(
     """run_id -> validated rollout-batch frame (the ``which`` dumped step(s) concatenated, with a ``step``
     column); runs without dumped batches are left out."""
     import pandas as pd
-    from mlflow import MlflowClient
 
     from recipes.rollouts import load_rollout_batch
+    from recipes.tracking import mlflow_client
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     batches = {}
     with _quiet_downloads(), tempfile.TemporaryDirectory(prefix="orch-rollouts-") as tmp:
         for done, run_id in enumerate(run_ids, start=1):

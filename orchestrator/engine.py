@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,11 +71,21 @@ def submit_plan(plan: Plan, store: Store, executor: str, *, tracking_uri: str | 
     report.new = store.add_cells(sweep.id, cell_fields(plan))
     report.lost = reconcile(store, sweep)
     rows = store.cell_rows(sweep.id, digests=[cell.digest for cell in plan.cells])
-    wanted = MISSING | ({State.FAILED} if retry_failed else set())
-    todo = [row for row in rows if row.state in wanted]
-    report.not_submitted = dict(Counter(row.state for row in rows if row.state not in wanted))
-    report.submitted = submit_cells(store, sweep, todo, executor)
+    wanted = MISSING | ({State.FAILED} if retry_failed else frozenset())
+    _submit(report, store, sweep, rows, executor, wanted)
     return report
+
+
+def _submit(report: SubmitReport, store: Store, sweep: SweepRow, rows: list[CellRow], executor: str,
+            wanted: frozenset[str]) -> None:
+    """Submit the `rows` in a `wanted` state; count in `report` those submitted and those left as they are (in
+    another state, or claimed first by another process: counted in the state they have now)."""
+    todo = [row for row in rows if row.state in wanted]
+    claimed = submit_cells(store, sweep, todo, executor, wanted)
+    report.submitted = len(claimed)
+    left = Counter(row.state for row in rows if row.state not in wanted)
+    left.update(store.cell_states([row.id for row in todo if row.id not in claimed]).values())
+    report.not_submitted = dict(left)
 
 
 def cell_fields(plan: Plan) -> list[dict]:
@@ -99,18 +109,25 @@ def cell_fields(plan: Plan) -> list[dict]:
     return rows
 
 
-def submit_cells(store: Store, sweep: SweepRow, rows: list[CellRow], executor: str) -> int:
-    """Create missing MLflow runs, open an attempt per cell, hand the cells to the executor. Returns how many."""
+def submit_cells(store: Store, sweep: SweepRow, rows: list[CellRow], executor: str,
+                 wanted: Iterable[str] = MISSING) -> set[int]:
+    """Claim the cells (those still in one of the `wanted` states: another `orch sweep` or `orch resume` of the
+    sweep may have claimed some since `rows` were read), create their missing MLflow runs, hand them to the
+    executor. Returns the ids of the cells claimed and submitted."""
     if not rows:
-        return 0
-    _ensure_runs(store, sweep, rows)
+        return set()
     from orchestrator.resources import Resources
 
     runner = get_executor(executor)(_context(store, sweep))
-    attempt_ids = store.record_submissions(executor, [row.id for row in rows], runner.upfront_job_id())
+    attempt_ids = store.record_submissions(executor, [row.id for row in rows], runner.upfront_job_id(),
+                                           only_states=wanted)
+    rows = [row for row in rows if row.id in attempt_ids]
+    if not rows:
+        return set()
     tasks = [CellTask(row.id, attempt_ids[row.id], row.digest, Resources.model_validate_json(row.resources_json))
              for row in rows]
     try:
+        _ensure_runs(store, sweep, rows)
         submissions = runner.submit(tasks)
     except SubmitError as err:
         store.assign_jobs(err.submitted)
@@ -121,7 +138,7 @@ def submit_cells(store: Store, sweep: SweepRow, rows: list[CellRow], executor: s
         store.mark([row.id for row in rows], State.PENDING, f"submission failed: {err}", only_states=[State.QUEUED])
         raise
     store.assign_jobs(submissions)
-    return len(rows)
+    return set(attempt_ids)
 
 
 def _ensure_runs(store: Store, sweep: SweepRow, rows: list[CellRow]) -> None:
@@ -177,12 +194,10 @@ def resume(store: Store, name: str, executor: str | None = None, retry_failed: b
     report = SubmitReport(sweep=name, executor=executor, cells=len(cells))
     report.lost = reconcile(store, sweep)
     rows = store.cell_rows(sweep.id)
-    wanted = MISSING | ({State.FAILED} if retry_failed else set())
-    todo = [row for row in rows if row.state in wanted]
-    report.not_submitted = dict(Counter(row.state for row in rows if row.state not in wanted))
+    wanted = MISSING | ({State.FAILED} if retry_failed else frozenset())
     if executor != sweep.executor:
         store.update_sweep(sweep.id, executor=executor)
-    report.submitted = submit_cells(store, sweep, todo, executor)
+    _submit(report, store, sweep, rows, executor, wanted)
     return report
 
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import case, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.states import (
@@ -38,6 +39,7 @@ from orchestrator.states import (
 from orchestrator.store_schema import AttemptRow, CellRow, SweepRow, display_url, ensure_schema, make_engine
 from orchlib.errors import OrchError
 
+T = TypeVar("T")
 STORE_ENV = "ORCH_STORE"
 DEFAULT_DIR = ".orch"
 
@@ -131,17 +133,21 @@ class Store:
 
     def save_sweep(self, fields: dict[str, Any]) -> SweepRow:
         """Create the sweep `fields["name"]`, or update its fields."""
-        now = time.time()
-        with Session(self.engine, expire_on_commit=False) as session, session.begin():
-            row = session.scalars(select(SweepRow).where(SweepRow.name == fields["name"])).one_or_none()
-            if row is None:
-                row = SweepRow(created_at=now, **fields)
-                session.add(row)
-            else:
-                for key, value in fields.items():
-                    setattr(row, key, value)
-            row.updated_at = now
-        return row
+
+        def write() -> SweepRow:
+            now = time.time()
+            with Session(self.engine, expire_on_commit=False) as session, session.begin():
+                row = session.scalars(select(SweepRow).where(SweepRow.name == fields["name"])).one_or_none()
+                if row is None:
+                    row = SweepRow(created_at=now, **fields)
+                    session.add(row)
+                else:
+                    for key, value in fields.items():
+                        setattr(row, key, value)
+                row.updated_at = now
+            return row
+
+        return _again_on_conflict(write)
 
     def update_sweep(self, sweep_id: int, **fields: Any) -> None:
         """Set some fields of a sweep."""
@@ -150,18 +156,22 @@ class Store:
 
     def add_cells(self, sweep_id: int, cells: Sequence[dict[str, Any]]) -> int:
         """Insert the cells whose digest the sweep does not have yet; return how many were new."""
-        now = time.time()
-        with Session(self.engine) as session, session.begin():
-            existing = set(session.scalars(select(CellRow.digest).where(CellRow.sweep_id == sweep_id)))
-            new = [
-                {**cell, "sweep_id": sweep_id, "state": State.PENDING, "attempts": 0, "requeues": 0,
-                 "created_at": now, "updated_at": now}
-                for cell in cells
-                if cell["digest"] not in existing
-            ]
-            if new:  # Core executemany: several times faster than the ORM's bulk path for 10,000 rows
-                session.connection().execute(CellRow.__table__.insert(), new)
-        return len(new)
+
+        def write() -> int:
+            now = time.time()
+            with Session(self.engine) as session, session.begin():
+                existing = set(session.scalars(select(CellRow.digest).where(CellRow.sweep_id == sweep_id)))
+                new = [
+                    {**cell, "sweep_id": sweep_id, "state": State.PENDING, "attempts": 0, "requeues": 0,
+                     "created_at": now, "updated_at": now}
+                    for cell in cells
+                    if cell["digest"] not in existing
+                ]
+                if new:  # Core executemany: several times faster than the ORM's bulk path for 10,000 rows
+                    session.connection().execute(CellRow.__table__.insert(), new)
+            return len(new)
+
+        return _again_on_conflict(write)
 
     def cell_rows(self, sweep_id: int, digests: Iterable[str] | None = None,
                   states: Iterable[str] | None = None) -> list[CellRow]:
@@ -221,30 +231,42 @@ class Store:
 
     # -- submissions and job reports --------------------------------------------------------------------------------
 
-    def record_submissions(self, executor: str, cell_ids: Sequence[int], job_id: str | None = None) -> dict[int, int]:
+    def record_submissions(self, executor: str, cell_ids: Sequence[int], job_id: str | None = None,
+                           only_states: Iterable[str] | None = None) -> dict[int, int]:
         """Open a queued attempt per cell (before the cluster sees it, so a fast job finds it); the cells become
-        queued. `job_id` is known up front for in-process runs only. Returns {cell_id: attempt_id};
-        `TransitionError`, and nothing written, if a cell may not be submitted (see `states.TRANSITIONS`)."""
+        queued. `job_id` is known up front for in-process runs only. Returns {cell_id: attempt_id}.
+
+        Without `only_states`, `TransitionError`, and nothing written, if a cell may not be submitted (see
+        `states.TRANSITIONS`). With it, this is a claim: the cells are locked and only those still in one of
+        `only_states` are submitted; the others were claimed (or cancelled) by another process since the caller
+        read them, and are left out of the result. Two `orch sweep` of one file thus submit each cell once."""
+        allowed = None if only_states is None else {
+            str(state) for state in check_sources(only_states, State.QUEUED, "cells to submit")}
         if not cell_ids:
             return {}
         now = time.time()
         with Session(self.engine) as session, session.begin():
             cells = session.execute(select(CellRow.id, CellRow.digest, CellRow.state, CellRow.attempts)
-                                    .where(CellRow.id.in_(cell_ids)).with_for_update())
+                                    .where(CellRow.id.in_(cell_ids)).order_by(CellRow.id).with_for_update())
             numbers = {}
             for cell in cells:
+                if allowed is not None and cell.state not in allowed:
+                    continue
                 check_transition(cell.state, State.QUEUED, f"cell {cell.digest}")
                 numbers[cell.id] = cell.attempts
+            claimed = [cell_id for cell_id in cell_ids if cell_id in numbers]
+            if not claimed:
+                return {}
             created = session.execute(insert(AttemptRow).returning(AttemptRow.cell_id, AttemptRow.id), [
                 {"cell_id": cell_id, "number": numbers[cell_id] + 1, "executor": executor, "state": State.QUEUED,
                  "submitted_at": now, "job_id": job_id}
-                for cell_id in cell_ids
+                for cell_id in claimed
             ])
             attempt_ids = dict(created.all())
             session.execute(update(CellRow), [
                 {"id": cell_id, "state": State.QUEUED, "attempts": numbers[cell_id] + 1, "job_id": job_id,
                  "reason": None, "updated_at": now}
-                for cell_id in cell_ids
+                for cell_id in claimed
             ])
             return attempt_ids
 
@@ -261,13 +283,15 @@ class Store:
             session.execute(update(CellRow), [{"id": item.cell_id, "job_id": item.job_id} for item in submissions])
 
     def queued_attempts(self, sweep_id: int, executor: str) -> list[dict[str, Any]]:
-        """Attempts of `executor` waiting for a job (no job id yet), in sweep order (for the local runner)."""
+        """Attempts of `executor` waiting for a job (no job id yet), in sweep order (for the local runner). A cell
+        just claimed by `orch sweep` is left out until its MLflow run is recorded (its job attaches to it)."""
         columns = (AttemptRow.id, AttemptRow.cell_id, CellRow.resources_json, CellRow.digest)
         with Session(self.engine) as session:
             rows = session.execute(
                 select(*columns).join(CellRow, CellRow.id == AttemptRow.cell_id)
                 .where(CellRow.sweep_id == sweep_id, AttemptRow.executor == executor,
-                       AttemptRow.state == State.QUEUED, AttemptRow.job_id.is_(None))
+                       AttemptRow.state == State.QUEUED, AttemptRow.job_id.is_(None),
+                       CellRow.mlflow_run_id.is_not(None))
                 .order_by(CellRow.position)
             )
             return [dict(row._mapping) for row in rows]
@@ -360,12 +384,14 @@ class Store:
             return 0
         now = time.time()
         with Session(self.engine) as session, session.begin():
-            ids = list(session.scalars(select(CellRow.id).where(CellRow.id.in_(list(cell_ids)),
-                                                                 CellRow.state.in_(allowed))))
+            # One conditional UPDATE: a cell that changed state since the caller looked (a job ended, another
+            # process submitted or cancelled it) is changed only if it is still in an allowed state.
+            ids = list(session.scalars(
+                update(CellRow).where(CellRow.id.in_(list(cell_ids)), CellRow.state.in_(allowed))
+                .values(state=state, reason=reason, updated_at=now).returning(CellRow.id)
+            ))
             if not ids:
                 return 0
-            session.execute(update(CellRow).where(CellRow.id.in_(ids))
-                            .values(state=state, reason=reason, updated_at=now))
             latest = (select(CellRow.attempts).where(CellRow.id == AttemptRow.cell_id).scalar_subquery())
             session.execute(update(AttemptRow)
                             .where(AttemptRow.cell_id.in_(ids), AttemptRow.number == latest,
@@ -427,6 +453,16 @@ class Store:
         with Session(self.engine, expire_on_commit=False) as session:
             return list(session.scalars(select(AttemptRow).where(AttemptRow.cell_id == cell_id)
                                         .order_by(AttemptRow.number)))
+
+
+def _again_on_conflict(write: Callable[[], T]) -> T:
+    """`write()`, run a second time if it lost a race to insert the same unique row (PostgreSQL lets two
+    transactions read "absent" and insert; SQLite's up-front write lock never does): the second run finds the row
+    the winner wrote, and updates or skips it."""
+    try:
+        return write()
+    except IntegrityError:
+        return write()
 
 
 def _move(row: CellRow | AttemptRow, state: str, what: str) -> None:

@@ -27,16 +27,20 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    func,
+    insert,
     inspect,
+    select,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from orchestrator.states import State
 from orchlib.errors import OrchError
 
 SCHEMA_VERSION = 1
+SCHEMA_LOCK = 0x6F726368_73746F01  # "orch" "sto" 1: PostgreSQL advisory lock held while creating the schema
 
 
 class Base(DeclarativeBase):
@@ -133,7 +137,9 @@ def display_url(engine: Engine) -> str:
 
 def ensure_schema(engine: Engine, create: bool = True) -> None:
     """Create the tables of an empty database (unless `create` is false: then `OrchError`), or check the schema
-    version of an existing one."""
+    version of an existing one. Safe when many processes open a new store at once: the check and the creation are
+    one transaction that holds the write lock (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: an advisory lock), so one
+    process creates the tables and the version together and the others find both."""
     where = f"store {display_url(engine)}"
     database = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
     if database and database != ":memory:" and not Path(database).exists():
@@ -141,29 +147,24 @@ def ensure_schema(engine: Engine, create: bool = True) -> None:
             raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     try:
-        if MetaRow.__tablename__ not in set(inspect(engine).get_table_names()):
-            if not create:
-                raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
-            _create_tables(engine)
-            return
-        with Session(engine) as session:
-            row = session.get(MetaRow, "schema_version")
+        with engine.begin() as connection:
+            if create and engine.url.get_backend_name() == "postgresql":
+                connection.execute(select(func.pg_advisory_xact_lock(SCHEMA_LOCK)))
+            if MetaRow.__tablename__ not in set(inspect(connection).get_table_names()):
+                if not create:
+                    raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
+                Base.metadata.create_all(connection)
+                connection.execute(insert(MetaRow).values(key="schema_version", value=str(SCHEMA_VERSION)))
+                return
+            value = connection.scalar(select(MetaRow.value).where(MetaRow.key == "schema_version"))
     except SQLAlchemyError as err:
         raise OrchError(f"{where}: {err.__class__.__name__}: {_first_line(err)}") from None
-    version = int(row.value) if row else 0
+    version = int(value) if value else 0
     if version != SCHEMA_VERSION:
         raise OrchError(
             f"{where}: schema version {version}, this orch understands {SCHEMA_VERSION}"
             + ("; upgrade orch" if version > SCHEMA_VERSION else "; no migration exists from it")
         )
-
-
-def _create_tables(engine: Engine) -> None:
-    """Every table, and the schema version (once, should two processes create the store at the same time)."""
-    Base.metadata.create_all(engine)
-    with Session(engine) as session, session.begin():
-        if session.get(MetaRow, "schema_version") is None:
-            session.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
 
 
 def make_engine(url: str) -> Engine:

@@ -34,10 +34,10 @@ class ChildRun:
 def _client(uri: str) -> Any:
     import logging
 
-    from mlflow.tracking import MlflowClient
+    from recipes.tracking import mlflow_client
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    return MlflowClient(tracking_uri=uri)
+    return mlflow_client(uri)
 
 
 def ensure_sweep_runs(uri: str, sweep: str, parent_run_id: str | None, params: dict[str, Any]) -> tuple[str, str]:
@@ -45,14 +45,13 @@ def ensure_sweep_runs(uri: str, sweep: str, parent_run_id: str | None, params: d
 
     Returns (experiment_id, parent_run_id).
     """
+    from recipes.tracking import experiment_of
+
     client = _client(uri)
-    experiment = client.get_experiment_by_name(sweep)
-    if experiment is None:
-        experiment_id = client.create_experiment(sweep, tags={"orch.sweep": sweep})
-    else:
-        experiment_id = experiment.experiment_id
-        if experiment.lifecycle_stage == "deleted":
-            client.restore_experiment(experiment_id)
+    experiment = experiment_of(client, sweep, tags={"orch.sweep": sweep})
+    experiment_id = experiment.experiment_id
+    if experiment.lifecycle_stage == "deleted":
+        client.restore_experiment(experiment_id)
     if parent_run_id:
         try:
             run = client.get_run(parent_run_id)

@@ -1,7 +1,8 @@
 """MLflow bookkeeping of one training run: open or attach to the run, params, tags, metrics, artifacts.
 
 Uses `MlflowClient` with an explicit run id (no global active run), so several runs can live in one process.
-`default_tracking_uri` is the one rule for where runs go when no URI is given, for training, sweeps and analysis.
+`default_tracking_uri` is the one rule for where runs go when no URI is given, and `mlflow_client` the one way to
+open a tracking store, for training, sweeps and analysis.
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from orchlib.errors import OrchError
+from orchlib.locks import file_lock
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
 
@@ -27,6 +31,75 @@ def default_tracking_uri(explicit: str | None = None, workdir: Path | None = Non
     return f"sqlite:///{(workdir or Path.cwd()).resolve() / 'mlflow.db'}"
 
 
+# pg_advisory_lock key held while MLflow creates or checks its tables in a PostgreSQL database.
+MLFLOW_SCHEMA_LOCK = 0x6F726368_6D6C6601  # "orch" "mlf" 1
+
+
+def mlflow_client(uri: str) -> Any:
+    """An `MlflowClient` on `uri` whose store is open. MLflow creates (and migrates) its tables in a new SQL
+    database on first use, and processes doing that at the same time break the database for good; here the first
+    process creates them while the others wait: a lock file beside an SQLite database (`<file>.lock`), a
+    PostgreSQL advisory lock. Other stores (a tracking server, a folder) are opened as they are."""
+    from mlflow import MlflowClient
+
+    with _first_use_lock(uri):
+        return MlflowClient(tracking_uri=uri)  # opens the store: creates or checks MLflow's tables
+
+
+def experiment_of(client: Any, name: str, tags: dict[str, str] | None = None) -> Any:
+    """The experiment called `name`, created (with `tags`) if missing; when several processes create it at once,
+    the ones that lose the race get the winner's."""
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment
+    with suppress(MlflowException):  # created meanwhile by another process (other problems show just below)
+        client.create_experiment(name, tags=tags)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        raise OrchError(f"MLflow experiment {name!r} could not be created at {client.tracking_uri}")
+    return experiment
+
+
+@contextmanager
+def _first_use_lock(uri: str) -> Iterator[bool]:
+    """Hold the lock that serialises MLflow's table creation in the SQL database `uri` (none for stores that
+    are not SQLite or PostgreSQL); yields whether one is held."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:  # http://, file:, a folder: MLflow's own business
+        yield False
+        return
+    backend = url.get_backend_name()
+    if backend == "sqlite" and url.database and url.database != ":memory:":
+        path = Path(url.database)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(path.with_name(path.name + ".lock")) as locked:
+            yield locked
+    elif backend == "postgresql":
+        from sqlalchemy import create_engine, text
+        from sqlalchemy.pool import NullPool
+
+        engine = create_engine(url, poolclass=NullPool)
+        try:
+            with engine.connect() as connection:
+                connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MLFLOW_SCHEMA_LOCK})
+                connection.commit()
+                try:
+                    yield True
+                finally:
+                    connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MLFLOW_SCHEMA_LOCK})
+                    connection.commit()
+        finally:
+            engine.dispose()
+    else:
+        yield False
+
+
 class RunTracker:
     """One MLflow run, created or attached.
 
@@ -38,10 +111,9 @@ class RunTracker:
     """
 
     def __init__(self, uri: str, experiment_name: str, run_id: str | None, run_name: str | None = None) -> None:
-        from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = mlflow_client(uri)
         if run_id is not None:
             try:
                 run = self.client.get_run(run_id)
@@ -50,10 +122,7 @@ class RunTracker:
             self.run_id = run.info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
         else:
-            experiment = self.client.get_experiment_by_name(experiment_name)
-            experiment_id = (
-                experiment.experiment_id if experiment else self.client.create_experiment(experiment_name)
-            )
+            experiment_id = experiment_of(self.client, experiment_name).experiment_id
             self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
 
     def log_params(self, params: dict[str, str]) -> None:
