@@ -96,13 +96,12 @@ def run_batch(tracking_uri: str, run_id: str, step: int | None = None) -> tuple[
     """The rollout batch run `run_id` dumped at `step` (default: its first dumped step, the predictor's "one
     rollout batch"), validated, with a source label for messages. OrchError when the run is unknown, dumped no
     batch, or dumped none at `step` (naming the steps it did dump)."""
-    from mlflow import MlflowClient
-
     from analysis.mlflow_sql import _engine
     from recipes.rollouts import load_rollout_batch
+    from recipes.tracking import mlflow_client
 
     _engine(tracking_uri).dispose()  # a missing SQLite file is an error here, never a new empty store
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     try:
         client.get_run(run_id)
     except Exception as err:  # unknown run id, unreachable store
