@@ -229,7 +229,7 @@ class CollapseMonitor:
         log.warning(
             "step %d: MI diagnostics, sample set %r: none of the %d %s of the batch holds reasoning (a complete "
             "%s...%s block with text in it), so its MI proxies are not computed; collapse/%s/num_samples logs 0 "
-            "at every such step (a warm start teaches the tiny models the format: model.warm_start.enabled=true)",
+            "at every such step",
             step, name, len(turns), "first-turn replies" if name == "first_turn" else "replies", THINK_OPEN,
             THINK_CLOSE, name)
 
