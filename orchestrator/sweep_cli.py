@@ -89,8 +89,20 @@ def _wait(store, name: str) -> None:
     from orchestrator.engine import wait
     from orchestrator.views import _console, counts_line
 
-    with Live(console=_console(), refresh_per_second=2, transient=False) as live:
-        counts = wait(store, name, on_poll=lambda counts: live.update(f"sweep {name}: {counts_line(counts)}"))
+    console = _console()
+    if console.is_terminal:
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            counts = wait(store, name, on_poll=lambda counts: live.update(f"sweep {name}: {counts_line(counts)}"))
+    else:  # a file or a pipe: one whole line whenever the counts change (a log that reads as it grows)
+        shown: list[str] = []
+
+        def show(counts: dict[str, int]) -> None:
+            line = f"sweep {name}: {counts_line(counts)}"
+            if not shown or shown[-1] != line:
+                console.print(line, soft_wrap=True)
+                shown.append(line)
+
+        counts = wait(store, name, on_poll=show)
     if counts.get("failed") or counts.get("lost"):
         raise typer.Exit(1)
 

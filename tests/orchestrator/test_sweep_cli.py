@@ -101,5 +101,6 @@ def test_sweep_status_logs_cancel_resume_round(workdir: Path, sweep_file, test_b
     assert "0 cell(s) cancelled" in invoke("cancel", "cli").output
     result = invoke("resume", "cli")
     assert result.exit_code == 0 and "submitted 0" in result.output
-    again = invoke("sweep", str(path), "--cluster", "debug")
+    again = invoke("sweep", str(path), "--cluster", "debug", "--wait")
     assert "submitted 0" in again.output and "2 finished" in again.output
+    assert again.output.endswith("sweep cli: finished 2\n")  # not a terminal: whole lines, the last one ended
