@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from analysis.mlflow_query import Progress, RawRuns, RunQuery, select_metric_keys, uri_scheme
 from orchlib.errors import OrchError
+from orchlib.sqlurl import readonly_url
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -38,6 +39,7 @@ REQUIRED_COLUMNS = {
     "metrics": {"run_uuid", "key", "step", "timestamp", "value", "is_nan"},
     "alembic_version": {"version_num"},
 }
+NOT_MLFLOW = "not an MLflow tracking database"
 CHUNK = 500  # run ids per IN (...) list: far below every backend's bound-parameter limit
 
 
@@ -59,7 +61,7 @@ def _engine(uri: str) -> sa.Engine:
         if path and path != ":memory:" and not Path(path).is_file():
             raise OrchError(f"{uri}: no MLflow store there (file {path} does not exist); set --tracking-uri or MLFLOW_TRACKING_URI")
     try:
-        return sa.create_engine(uri)
+        return sa.create_engine(readonly_url(uri))  # reading never creates or changes anything in the file
     except Exception as err:  # missing DB driver, malformed URI
         raise OrchError(f"{uri}: cannot open the tracking store: {err}") from None
 
@@ -74,7 +76,7 @@ def schema_problem(uri: str) -> str | None:
         tables = set(inspector.get_table_names())
         missing = sorted(set(REQUIRED_COLUMNS) - tables)
         if missing:
-            return f"not an MLflow tracking database (missing tables {', '.join(missing)})"
+            return f"{NOT_MLFLOW} (missing tables {', '.join(missing)})"
         with engine.connect() as conn:
             revision = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
         if revision not in known_revisions():

@@ -9,8 +9,9 @@ between them that every state change of the store is checked against.
 
     running ──the job restarts without having reported an end (a new attempt)──▶ running
     pending | queued | running | requeued ──orch cancel──▶ cancelled
-    queued | running | requeued ──its job vanished without reporting (reconcile)──▶ lost
-    queued | running | requeued ──local job exited without reporting an end──▶ failed
+    queued | running | requeued ──its job vanished or was killed by a signal without reporting──▶ lost
+    queued | running | requeued ──local job exited without reporting an end, or restarted past
+                                  cluster.max_requeues──▶ failed
     cancelled ──its job reports a requeue request or a failure──▶ cancelled
     cancelled ──its job completed before it saw the cancel──▶ finished | stopped
     cancelled | lost | failed (`--retry-failed`) ──submitted again──▶ queued
@@ -63,8 +64,10 @@ FROM_TRAIN_STATUS = {
 }
 
 _CANCEL = "`orch cancel`"
-_VANISHED = "its job vanished without reporting (reconcile), or the cluster restarted it without an end report"
-_EXITED = "its local job exited without reporting an end"
+_VANISHED = ("its job vanished without reporting (reconcile), a signal killed its local job (kill -9, OOM), or the "
+             "cluster restarted it without an end report")
+_EXITED = ("its local job exited without reporting an end, its job restarted past cluster.max_requeues, or it "
+           "stalled under `cluster.stall: {action: fail}`")
 _RESUBMIT = "submitted again (`orch sweep`, `orch resume`)"
 
 # (from, to) -> what makes a cell (or an attempt) take that step. Nothing else is allowed.

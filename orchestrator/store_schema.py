@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sqlalchemy import (
     Float,
@@ -35,6 +36,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from orchestrator.states import State
 from orchlib.errors import OrchError
+from orchlib.sqlurl import readonly_url
 
 SCHEMA_VERSION = 1
 
@@ -127,23 +129,34 @@ class AttemptRow(Base):
 
 
 def display_url(engine: Engine) -> str:
-    """The engine's URL without a password."""
-    return engine.url.render_as_string(hide_password=True)
+    """The engine's URL without a password (a read-only SQLite URL as the plain one)."""
+    path = _sqlite_file(engine)
+    return f"sqlite:///{path}" if path else engine.url.render_as_string(hide_password=True)
+
+
+def _sqlite_file(engine: Engine) -> str | None:
+    """The database file of an SQLite engine (read-only or not), None for other backends."""
+    if engine.url.get_backend_name() != "sqlite" or not engine.url.database:
+        return None
+    database = engine.url.database
+    return unquote(database[len("file:"):]) if engine.url.query.get("uri") else database
 
 
 def ensure_schema(engine: Engine, create: bool = True) -> None:
     """Create the tables of an empty database (unless `create` is false: then `OrchError`), or check the schema
     version of an existing one."""
     where = f"store {display_url(engine)}"
-    database = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    database = _sqlite_file(engine)
     if database and database != ":memory:" and not Path(database).exists():
         if not create:
             raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     try:
-        if MetaRow.__tablename__ not in set(inspect(engine).get_table_names()):
+        tables = set(inspect(engine).get_table_names())
+        if MetaRow.__tablename__ not in tables:
             if not create:
-                raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
+                found = f"it holds other tables ({', '.join(sorted(tables)[:5])})" if tables else "it is empty"
+                raise OrchError(f"{where}: not an orch store ({found}); run `orch sweep` to create one")
             _create_tables(engine)
             return
         with Session(engine) as session:
@@ -166,11 +179,17 @@ def _create_tables(engine: Engine) -> None:
             session.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
 
 
-def make_engine(url: str) -> Engine:
-    """An engine with the settings each backend needs for many concurrent writers."""
-    if url.startswith("sqlite"):
-        return _sqlite_engine(url)
+def make_engine(url: str, readonly: bool = False) -> Engine:
+    """An engine with the settings each backend needs for many concurrent writers; or, `readonly`, one that
+    cannot write (SQLite's `mode=ro`, PostgreSQL's read-only transactions) and changes nothing when it connects."""
     try:
+        if readonly:
+            if url.startswith("sqlite"):
+                return create_engine(readonly_url(url))
+            return create_engine(url, pool_pre_ping=True,
+                                 connect_args={"options": "-c default_transaction_read_only=on"})
+        if url.startswith("sqlite"):
+            return _sqlite_engine(url)
         return create_engine(url, pool_pre_ping=True)
     except Exception as err:  # bad URL or missing driver: one clear line
         raise OrchError(f"store {url!r}: {err}") from None

@@ -180,16 +180,22 @@ def test_local_time_limit_checkpoints_and_requeues(make_sweep, tracking: str, mo
 
 
 @pytest.mark.slow
-def test_a_killed_job_is_marked_failed_and_retried(make_sweep, tracking: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.5")
+def test_a_job_killed_by_sigkill_is_lost_and_a_plain_resume_finishes_it(make_sweep, tracking: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.3")
     _, store, _ = submit(make_sweep(name="kill", steps=20, seeds="[1]"), "local", tracking)
     sweep = store.require_sweep("kill")
-    wait_for(lambda: store.counts(sweep.id).get("running", 0) >= 1)
-    (victim,) = store.cell_rows(sweep.id, states=["running"])[:1]
-    (attempt,) = store.attempts(victim.id)[-1:]
-    os.kill(attempt.pid, signal.SIGKILL)  # the job dies without a word (as on an OOM kill)
+    wait_for(lambda: any(Path(".orch/sweeps/kill/checkpoints").glob("*/step.txt")))  # a step is checkpointed
+    victim = next(row for row in store.cell_rows(sweep.id, states=["running"])
+                  if Path(".orch/sweeps/kill/checkpoints", row.digest, "step.txt").exists())
+    os.kill(store.attempts(victim.id)[-1].pid, signal.SIGKILL)  # dies without a word (OOM kill), mid-step
     wait(store, "kill", poll_s=0.5, timeout_s=300)
     (dead,) = store.cell_rows(sweep.id, digests=[victim.digest])
-    assert dead.state == "failed" and "code" in dead.reason and "without reporting" in dead.reason
-    resume(store, "kill", retry_failed=True)
+    assert dead.state == "lost", dead.reason
+    assert "killed by SIGKILL" in dead.reason and "without reporting" in dead.reason
+    report = resume(store, "kill")  # no --retry-failed: a killed cell is resumable as it is
+    assert report.submitted == 1
     assert wait(store, "kill", poll_s=0.5, timeout_s=300) == {"finished": 2}
+    run = runs_by_cell(tracking, "kill")[victim.digest]
+    assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0  # from its checkpoint
+    assert sorted(metric_values(tracking, run.info.run_id, "test/step"))[-1] == 20  # no step lost

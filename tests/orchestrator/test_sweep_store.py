@@ -143,3 +143,24 @@ def test_concurrent_job_reports(store_url: str) -> None:
                for index in range(4)]
     assert [worker.wait(120) for worker in workers] == [0, 0, 0, 0]
     assert store.counts(sweep_id) == {"finished": 40}
+
+
+def test_every_restart_counts_against_max_requeues(store_url: str) -> None:
+    """Restarts the job did not ask for (`scontrol requeue`, a node failure: no end reported) count as requeues
+    like the reported ones; the restart past `cluster.max_requeues` (2 here) fails the cell instead of running."""
+    store = Store.open(store_url)
+    sweep_id = _sweep(store)
+    store.add_cells(sweep_id, _cells(1))
+    (cell,) = store.cell_rows(sweep_id)
+    store.record_submissions("slurm", [cell.id], "9")
+    first = store.job_started(cell.id, "slurm", "9", "node1", 1)
+    store.job_ended(first, State.REQUEUED, "preempted")  # a requeue the job asked for: requeues 1
+    assert store.job_started(cell.id, "slurm", "9", "node1", 2) is not None  # no extra count for it
+    assert store.job_started(cell.id, "slurm", "9", "node2", 3) is not None  # silent restart: requeues 2
+    assert store.job_started(cell.id, "slurm", "9", "node3", 4) is None  # requeues 3 > 2: not run
+    (row,) = store.cell_rows(sweep_id)
+    assert (row.state, row.requeues, row.attempts) == ("failed", 3, 4)
+    assert "restarted 3 times (cluster.max_requeues=2)" in row.reason
+    attempts = store.attempts(cell.id)
+    assert [a.state for a in attempts] == ["requeued", "lost", "lost", "failed"]
+    assert attempts[-1].reason == row.reason
