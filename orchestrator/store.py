@@ -213,12 +213,14 @@ class Store:
             return {state: count for state, count in rows}
 
     def status_rows(self, sweep_id: int, limit: int | None = None) -> list[dict[str, Any]]:
-        """Light rows for `orch status` (no ORM objects): every cell in sweep order, or the first `limit` cells
-        in display order (active states first, see `states.ORDER`), chosen by the database."""
+        """Light rows for `orch status` (no ORM objects, with the latest attempt's `heartbeat_at`): every cell in
+        sweep order, or the first `limit` cells in display order (active states first, see `states.ORDER`),
+        chosen by the database."""
         columns = (CellRow.id, CellRow.digest, CellRow.position, CellRow.axis, CellRow.seed, CellRow.state,
                    CellRow.attempts, CellRow.job_id, CellRow.varied_json, CellRow.steps_done, CellRow.reason,
-                   CellRow.mlflow_run_id, CellRow.updated_at)
-        query = select(*columns).where(CellRow.sweep_id == sweep_id)
+                   CellRow.mlflow_run_id, CellRow.updated_at, AttemptRow.heartbeat_at)
+        latest = (AttemptRow.cell_id == CellRow.id) & (AttemptRow.number == CellRow.attempts)
+        query = select(*columns).outerjoin(AttemptRow, latest).where(CellRow.sweep_id == sweep_id)
         if limit is None:
             query = query.order_by(CellRow.position)
         else:

@@ -144,7 +144,10 @@ def status_command(
 def _print_json(store, sweep) -> None:
     import json
 
+    from orchestrator.views import mark_stalled
+
     cells = store.status_rows(sweep.id)
+    mark_stalled(sweep, cells, time.time())
     for cell in cells:
         cell["varied"] = json.loads(cell.pop("varied_json"))
     typer.echo(json.dumps({"sweep": sweep.name, "executor": sweep.executor, "counts": store.counts(sweep.id),

@@ -10,6 +10,7 @@ starts it again.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -120,6 +121,13 @@ class LocalExecutor(Executor):
                     os.kill(int(attempt["job_id"]), signal.SIGTERM)
                 except ProcessLookupError:
                     continue
+
+    def kill(self, attempts: list[dict[str, Any]]) -> None:
+        """SIGKILL the job processes (a hung or stopped process ignores SIGTERM); their controllers then end."""
+        for attempt in attempts:
+            if attempt["pid"] and process_alive(int(attempt["pid"]), attempt["host"]):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(attempt["pid"]), signal.SIGKILL)
 
     @staticmethod
     def requeue_current_job(job_id: str | None) -> None:

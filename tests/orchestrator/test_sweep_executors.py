@@ -199,3 +199,58 @@ def test_a_job_killed_by_sigkill_is_lost_and_a_plain_resume_finishes_it(make_swe
     run = runs_by_cell(tracking, "kill")[victim.digest]
     assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0  # from its checkpoint
     assert sorted(metric_values(tracking, run.info.run_id, "test/step"))[-1] == 20  # no step lost
+
+
+def _stall_sweep(make_sweep, name: str, action: str) -> Path:
+    path = make_sweep(name=name, steps=400, seeds="[1]")
+    text = path.read_text().replace("max_requeues: 5}", f"max_requeues: 5, stall: {{after_s: 3, action: {action}}}}}")
+    path.write_text(text)
+    return path
+
+
+def _status_json(name: str) -> dict:
+    import json
+
+    result = CliRunner().invoke(app, ["status", name, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_a_hung_job_is_flagged_stalled_then_recovers(make_sweep, tracking: str) -> None:
+    """A job frozen with SIGSTOP (heartbeats every second here) stops beating: `orch status` flags its cell after
+    `cluster.stall.after_s`, and nothing more under the default `flag` action; once thawed it beats again."""
+    _, store, _ = submit(_stall_sweep(make_sweep, "hang", "flag"), "local", tracking)
+    sweep = store.require_sweep("hang")
+    wait_for(lambda: store.counts(sweep.id).get("running", 0) == 2)
+    victim = store.cell_rows(sweep.id)[0]
+    pid = store.attempts(victim.id)[-1].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: any(cell["stalled"] for cell in _status_json("hang")["cells"]), timeout=60)
+        cells = {cell["digest"]: cell for cell in _status_json("hang")["cells"]}
+        assert cells[victim.digest]["stalled"] and cells[victim.digest]["state"] == "running"
+        assert sum(cell["stalled"] for cell in cells.values()) == 1
+        assert "stalled" in CliRunner().invoke(app, ["status", "hang"]).stdout
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: not any(cell["stalled"] for cell in _status_json("hang")["cells"]), timeout=60)
+    cancel(store, "hang")
+    wait(store, "hang", poll_s=0.5, timeout_s=120)
+
+
+@pytest.mark.slow
+def test_a_hung_job_is_killed_and_failed_under_the_fail_rule(make_sweep, tracking: str) -> None:
+    _, store, _ = submit(_stall_sweep(make_sweep, "hangfail", "fail"), "local", tracking)
+    sweep = store.require_sweep("hangfail")
+    wait_for(lambda: store.counts(sweep.id).get("running", 0) == 2)
+    victim, other = store.cell_rows(sweep.id)
+    pid = store.attempts(victim.id)[-1].pid
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: _status_json("hangfail")["counts"].get("failed") == 1, timeout=60)  # status reconciles
+    (row,) = store.cell_rows(sweep.id, digests=[victim.digest])
+    assert row.state == "failed" and "stalled: no heartbeat for" in row.reason and "its job was killed" in row.reason
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2])
+    assert store.cell_rows(sweep.id, digests=[other.digest])[0].state == "running"  # the healthy cell runs on
+    cancel(store, "hangfail")
+    assert wait(store, "hangfail", poll_s=0.5, timeout_s=120) == {"failed": 1, "cancelled": 1}
