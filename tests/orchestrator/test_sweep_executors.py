@@ -254,3 +254,85 @@ def test_a_hung_job_is_killed_and_failed_under_the_fail_rule(make_sweep, trackin
     assert store.cell_rows(sweep.id, digests=[other.digest])[0].state == "running"  # the healthy cell runs on
     cancel(store, "hangfail")
     assert wait(store, "hangfail", poll_s=0.5, timeout_s=120) == {"failed": 1, "cancelled": 1}
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_job_mid_step_checkpoints_requeues_and_loses_no_step(make_sweep, tracking: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM straight to the job process (a preemption, an admin's kill): it stops at the step boundary,
+    checkpoints, reports requeued, and submitit's local controller starts it again from the checkpoint."""
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.3")
+    _, store, _ = submit(make_sweep(name="term", steps=20, seeds="[1]"), "local", tracking)
+    sweep = store.require_sweep("term")
+    wait_for(lambda: any(Path(".orch/sweeps/term/checkpoints").glob("*/step.txt")))
+    victim = next(row for row in store.cell_rows(sweep.id, states=["running"])
+                  if Path(".orch/sweeps/term/checkpoints", row.digest, "step.txt").exists())
+    os.kill(store.attempts(victim.id)[-1].pid, signal.SIGTERM)
+    assert wait(store, "term", poll_s=0.5, timeout_s=300) == {"finished": 2}
+    (row,) = store.cell_rows(sweep.id, digests=[victim.digest])
+    assert row.requeues == 1 and [a.state for a in store.attempts(row.id)] == ["requeued", "finished"]
+    assert "checkpointed at step" in store.attempts(row.id)[0].reason
+    run = runs_by_cell(tracking, "term")[victim.digest]
+    assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0
+    assert sorted(set(metric_values(tracking, run.info.run_id, "test/step"))) == list(range(1, 21))
+
+
+def _mlflow_server(folder: Path, port: int):
+    import subprocess
+    import sys
+    import urllib.request
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{folder / 'served.db'}", "--artifacts-destination", str(folder / "art")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def up() -> bool:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200
+        except OSError:
+            return False
+
+    wait_for(up, timeout=120, step=0.5)
+    return process
+
+
+def _stop(process) -> None:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+@pytest.mark.slow
+def test_mlflow_unreachable_mid_run_fails_the_cell_and_a_retry_loses_no_step(make_sweep, workdir: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tracking server dies mid-run: the job's next metric write fails (after the client's retries, one here),
+    the cell ends failed with the reason; once the server is back, `--retry-failed` resumes from the checkpoint
+    into the same run and every step is there."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.3")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    tracking = f"http://127.0.0.1:{port}"
+    server = _mlflow_server(workdir, port)
+    try:
+        _, store, _ = submit(make_sweep(name="nomlflow", steps=40, seeds="[1]"), "local", tracking)
+        sweep = store.require_sweep("nomlflow")
+        wait_for(lambda: len(list(Path(".orch/sweeps/nomlflow/checkpoints").glob("*/step.txt"))) == 2)
+    finally:
+        _stop(server)
+    assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"failed": 2}
+    for row in store.cell_rows(sweep.id):
+        assert "127.0.0.1" in row.reason or "onnection" in row.reason, row.reason
+    server = _mlflow_server(workdir, port)
+    try:
+        assert resume(store, "nomlflow", retry_failed=True).submitted == 2
+        assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"finished": 2}
+        for run in runs_by_cell(tracking, "nomlflow").values():
+            assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0
+            assert sorted(set(metric_values(tracking, run.info.run_id, "test/step"))) == list(range(1, 41))
+    finally:
+        _stop(server)
