@@ -164,3 +164,17 @@ def test_every_restart_counts_against_max_requeues(store_url: str) -> None:
     attempts = store.attempts(cell.id)
     assert [a.state for a in attempts] == ["requeued", "lost", "lost", "failed"]
     assert attempts[-1].reason == row.reason
+
+
+def test_a_read_only_store_reads_and_cannot_write(store_url: str) -> None:
+    with pytest.raises(OrchError, match="no orch store here|not an orch store \\(it is empty\\)"):
+        Store.open_readonly(store_url)  # nothing there yet: refused...
+    with pytest.raises(OrchError):
+        Store.open_readonly(store_url)  # ...and nothing was created by the first try
+    store = Store.open(store_url)
+    _sweep(store)
+    reader = Store.open_readonly(store_url)
+    assert reader.sweep_names() == ["s"] and reader.display_url() == store.display_url()
+    with pytest.raises(Exception, match="(?i)read-only|readonly"):
+        reader.update_sweep(reader.require_sweep("s").id, executor="slurm")
+    assert store.require_sweep("s").executor == "local"
