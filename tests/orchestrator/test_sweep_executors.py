@@ -4,6 +4,7 @@ test_sweep_e2e.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -277,6 +278,14 @@ def test_sigterm_to_a_job_mid_step_checkpoints_requeues_and_loses_no_step(make_s
     assert sorted(set(metric_values(tracking, run.info.run_id, "test/step"))) == list(range(1, 21))
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _mlflow_server(folder: Path, port: int):
     import subprocess
     import sys
@@ -297,42 +306,84 @@ def _mlflow_server(folder: Path, port: int):
     return process
 
 
-def _stop(process) -> None:
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+class _Link:
+    """A TCP link from `port` to the MLflow server's port: `cut()` drops it (open connections too), as a network
+    partition would; `restore()` opens it again on the same port."""
+
+    def __init__(self, port: int, target: int) -> None:
+        self.port, self.target, self.server, self.open = port, target, None, set()
+        self.restore()
+
+    def restore(self) -> None:
+        import socket
+        import socketserver
+        import threading
+
+        link = self
+
+        class Pipe(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                upstream = socket.create_connection(("127.0.0.1", link.target))
+                link.open.update({self.request, upstream})
+
+                def pump(source, sink) -> None:
+                    try:
+                        while data := source.recv(65536):
+                            sink.sendall(data)
+                    except OSError:
+                        pass
+                    for end in (source, sink):
+                        with contextlib.suppress(OSError):
+                            end.shutdown(socket.SHUT_RDWR)
+
+                back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
+                back.start()
+                pump(self.request, upstream)
+                back.join()
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", self.port), Pipe)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def cut(self) -> None:
+        import socket
+
+        self.server.shutdown()
+        self.server.server_close()
+        for connection in list(self.open):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.mark.slow
 def test_mlflow_unreachable_mid_run_fails_the_cell_and_a_retry_loses_no_step(make_sweep, workdir: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tracking server dies mid-run: the job's next metric write fails (after the client's retries, one here),
-    the cell ends failed with the reason; once the server is back, `--retry-failed` resumes from the checkpoint
-    into the same run and every step is there."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.3")
+    """The tracking server becomes unreachable mid-run (the link to it is cut): the job's next metric write fails
+    (after the client's retries, one here), the cell ends failed with the reason; once the link is back,
+    `--retry-failed` resumes from the checkpoint into the same run and every step is there."""
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.2")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    server_port, port = _free_port(), _free_port()
+    server = _mlflow_server(workdir, server_port)
+    link = _Link(port, server_port)
     tracking = f"http://127.0.0.1:{port}"
-    server = _mlflow_server(workdir, port)
     try:
-        _, store, _ = submit(make_sweep(name="nomlflow", steps=40, seeds="[1]"), "local", tracking)
+        _, store, _ = submit(make_sweep(name="nomlflow", steps=30, seeds="[1]"), "local", tracking)
         sweep = store.require_sweep("nomlflow")
         wait_for(lambda: len(list(Path(".orch/sweeps/nomlflow/checkpoints").glob("*/step.txt"))) == 2)
-    finally:
-        _stop(server)
-    assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"failed": 2}
-    for row in store.cell_rows(sweep.id):
-        assert "127.0.0.1" in row.reason or "onnection" in row.reason, row.reason
-    server = _mlflow_server(workdir, port)
-    try:
+        link.cut()
+        assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"failed": 2}
+        for row in store.cell_rows(sweep.id):
+            assert f"127.0.0.1:{port}" in row.reason or "onnection" in row.reason, row.reason
+        link.restore()
         assert resume(store, "nomlflow", retry_failed=True).submitted == 2
         assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"finished": 2}
         for run in runs_by_cell(tracking, "nomlflow").values():
             assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0
-            assert sorted(set(metric_values(tracking, run.info.run_id, "test/step"))) == list(range(1, 41))
+            assert sorted(set(metric_values(tracking, run.info.run_id, "test/step"))) == list(range(1, 31))
     finally:
-        _stop(server)
+        link.cut()
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
