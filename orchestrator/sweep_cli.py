@@ -115,7 +115,8 @@ def status_command(
     show_all: Annotated[bool, typer.Option("--all", help="Show every cell (default: the first 50, active first).")] = False,
     store_url: StoreOpt = None,
 ) -> None:
-    """Counts per state and one row per cell, from the store (reconciled with squeue where jobs run on SLURM)."""
+    """Counts per state and one row per cell, from the store (reconciled with squeue where jobs run on SLURM); a
+    running cell whose heartbeat is older than the sweep's cluster.stall.after_s shows as stalled."""
     from orchlib.errors import OrchError
 
     try:
