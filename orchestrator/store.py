@@ -298,7 +298,7 @@ class Store:
                 sweep=sweep.name, sweep_id=sweep.id, parent_run_id=sweep.parent_run_id, cell_id=cell.id, digest=cell.digest, overrides=json.loads(cell.overrides_json),
                 mlflow_run_id=cell.mlflow_run_id, tracking_uri=sweep.tracking_uri, experiment_name=sweep.name,
                 run_dir=sweep.run_dir, state=cell.state, requeues=cell.requeues,
-                max_requeues=int(json.loads(sweep.cluster_json).get("max_requeues", 5)),
+                max_requeues=_max_requeues(sweep),
             )
 
     def job_started(self, cell_id: int, executor: str, job_id: str | None, host: str, pid: int,
@@ -321,10 +321,9 @@ class Store:
                 job_id is None or latest.job_id in (None, job_id))
             if not reusable:
                 latest = _restart_attempt(session, cell, latest, executor, job_id, now)
-                limit = int(json.loads(session.get(SweepRow, cell.sweep_id).cluster_json).get("max_requeues", 5))
+                limit = _max_requeues(session.get(SweepRow, cell.sweep_id))
                 if cell.requeues > limit:  # every restart counts, whoever requeued the job
-                    reason = (f"restarted {cell.requeues} times (cluster.max_requeues={limit}); not running it "
-                              f"again (`orch resume --retry-failed` submits it anew)")
+                    reason = f"restarted {cell.requeues} times (cluster.max_requeues={limit}); not running it again"
                     for row, what in ((latest, _attempt_name(cell, latest)), (cell, f"cell {cell.digest}")):
                         _move(row, State.FAILED, what)
                         row.reason = reason
@@ -453,6 +452,11 @@ class Store:
 def _move(row: CellRow | AttemptRow, state: str, what: str) -> None:
     """Set the state of a cell or attempt row, if `states.TRANSITIONS` allows it (`TransitionError` otherwise)."""
     row.state = check_transition(row.state, state, what)
+
+
+def _max_requeues(sweep: SweepRow) -> int:
+    """The sweep's `cluster.max_requeues` (5 when its cluster settings do not say)."""
+    return int(json.loads(sweep.cluster_json).get("max_requeues", 5))
 
 
 def _attempt_name(cell: CellRow, attempt: AttemptRow) -> str:
