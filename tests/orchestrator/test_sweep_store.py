@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,31 @@ def test_a_read_only_store_reads_and_cannot_write(store_url: str) -> None:
     with pytest.raises(Exception, match="(?i)read-only|readonly"):
         reader.update_sweep(reader.require_sweep("s").id, executor="slurm")
     assert store.require_sweep("s").executor == "local"
+
+
+@pytest.mark.parametrize(("action", "state"), [("flag", "running"), ("fail", "failed"), ("requeue", "lost")])
+def test_reconcile_ends_stalled_cells_under_the_stall_rule(store_url: str, tmp_path: Path, action: str,
+                                                           state: str) -> None:
+    """A running cell whose heartbeat is older than `cluster.stall.after_s` is left (flag), failed, or lost (so
+    `orch resume` runs it again); a cell that beats in time is never touched. Debug-executor attempts of this
+    live process: nothing is there to kill."""
+    from orchestrator.engine import reconcile
+
+    store = Store.open(store_url)
+    sweep = store.save_sweep({"name": "st", "spec_path": "s.yaml", "spec_text": "name: st", "executor": "debug",
+                              "cluster_json": json.dumps({"stall": {"after_s": 60, "action": action}}),
+                              "run_dir": str(tmp_path)})
+    store.add_cells(sweep.id, _cells(2))
+    hung, alive = store.cell_rows(sweep.id)
+    store.record_submissions("debug", [hung.id, alive.id], f"debug-{os.getpid()}")
+    for cell in (hung, alive):
+        store.job_started(cell.id, "debug", f"debug-{os.getpid()}", socket.gethostname(), os.getpid())
+    with store.engine.begin() as connection:  # the hung job's last beat was 2 minutes ago
+        connection.execute(text("UPDATE attempts SET heartbeat_at = heartbeat_at - 120 WHERE cell_id = :id"),
+                           {"id": hung.id})
+    assert reconcile(store, sweep) == (0 if action == "flag" else 1)
+    rows = {row.id: row for row in store.cell_rows(sweep.id)}
+    assert (rows[hung.id].state, rows[alive.id].state) == (state, "running")
+    if action != "flag":
+        assert "stalled: no heartbeat for 12" in rows[hung.id].reason and f"action {action}" in rows[hung.id].reason
+        assert store.attempts(hung.id)[-1].state == state
