@@ -53,7 +53,7 @@ def known_revisions() -> frozenset[str]:
     return frozenset(path.name.split("_", 1)[0] for path in versions.glob("*_*.py"))
 
 
-def _engine(uri: str) -> sa.Engine:
+def _engine(uri: str, first_look: bool = False) -> sa.Engine:
     import sqlalchemy as sa
 
     if uri_scheme(uri) == "sqlite":
@@ -61,7 +61,7 @@ def _engine(uri: str) -> sa.Engine:
         if path and path != ":memory:" and not Path(path).is_file():
             raise OrchError(f"{uri}: no MLflow store there (file {path} does not exist); set --tracking-uri or MLFLOW_TRACKING_URI")
     try:
-        return sa.create_engine(readonly_url(uri))  # reading never creates or changes anything in the file
+        return sa.create_engine(readonly_url(uri, first_look))  # reading never creates or changes anything in it
     except Exception as err:  # missing DB driver, malformed URI
         raise OrchError(f"{uri}: cannot open the tracking store: {err}") from None
 
@@ -70,7 +70,7 @@ def schema_problem(uri: str) -> str | None:
     """Why the bulk reader cannot read this store (None when it can)."""
     import sqlalchemy as sa
 
-    engine = _engine(uri)
+    engine = _engine(uri, first_look=True)  # a first look: creates nothing, even beside a WAL-mode file
     try:
         inspector = sa.inspect(engine)
         tables = set(inspector.get_table_names())

@@ -101,7 +101,11 @@ class Store:
         """Connect to the existing store at `url` (default: `default_store_url()`) for reading only: nothing is
         created or written, whatever the file holds; `OrchError` (one line) if it is not an orch store."""
         store = cls(url or default_store_url(), readonly=True)
-        store.ensure_schema(create=False)
+        first_look = make_engine(store.url, readonly=True, first_look=True)  # no file at all next to a stranger
+        try:
+            ensure_schema(first_look, create=False)
+        finally:
+            first_look.dispose()
         return store
 
     def ensure_schema(self, create: bool = True) -> None:

@@ -179,13 +179,14 @@ def _create_tables(engine: Engine) -> None:
             session.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
 
 
-def make_engine(url: str, readonly: bool = False) -> Engine:
+def make_engine(url: str, readonly: bool = False, first_look: bool = False) -> Engine:
     """An engine with the settings each backend needs for many concurrent writers; or, `readonly`, one that
-    cannot write (SQLite's `mode=ro`, PostgreSQL's read-only transactions) and changes nothing when it connects."""
+    cannot write (SQLite's `mode=ro`, PostgreSQL's read-only transactions) and changes nothing when it connects
+    (`first_look`: no file created beside a file that may not be ours; see `orchlib.sqlurl.readonly_url`)."""
     try:
         if readonly:
             if url.startswith("sqlite"):
-                return create_engine(readonly_url(url))
+                return create_engine(readonly_url(url, first_look=first_look))
             return create_engine(url, pool_pre_ping=True,
                                  connect_args={"options": "-c default_transaction_read_only=on"})
         if url.startswith("sqlite"):

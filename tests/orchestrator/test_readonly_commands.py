@@ -17,8 +17,10 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
 
 
-def _foreign(path: Path) -> None:
+def _foreign(path: Path, wal: bool = False) -> None:
     with sqlite3.connect(path) as connection:
+        if wal:  # a WAL-mode file: even SQLite's read-only mode would create its -shm and -wal files beside it
+            connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
         connection.execute("INSERT INTO invoices (total) VALUES (12.5)")
     connection.close()
@@ -28,6 +30,7 @@ KINDS = {
     "empty": lambda path: path.write_bytes(b""),
     "text": lambda path: path.write_text("not a database\n" * 20),
     "foreign": _foreign,
+    "foreign-wal": lambda path: _foreign(path, wal=True),
 }
 COMMANDS = {
     "status": (lambda url: ["status", "--store", url], "not an orch store"),
