@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from analysis.mlflow_query import Progress, RawRuns, RunQuery, select_metric_keys, uri_scheme
 from orchlib.errors import OrchError
+from orchlib.sqlurl import readonly_url
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -38,6 +39,7 @@ REQUIRED_COLUMNS = {
     "metrics": {"run_uuid", "key", "step", "timestamp", "value", "is_nan"},
     "alembic_version": {"version_num"},
 }
+NOT_MLFLOW = "not an MLflow tracking database"
 CHUNK = 500  # run ids per IN (...) list: far below every backend's bound-parameter limit
 
 
@@ -51,7 +53,7 @@ def known_revisions() -> frozenset[str]:
     return frozenset(path.name.split("_", 1)[0] for path in versions.glob("*_*.py"))
 
 
-def _engine(uri: str) -> sa.Engine:
+def _engine(uri: str, first_look: bool = False) -> sa.Engine:
     import sqlalchemy as sa
 
     if uri_scheme(uri) == "sqlite":
@@ -59,7 +61,7 @@ def _engine(uri: str) -> sa.Engine:
         if path and path != ":memory:" and not Path(path).is_file():
             raise OrchError(f"{uri}: no MLflow store there (file {path} does not exist); set --tracking-uri or MLFLOW_TRACKING_URI")
     try:
-        return sa.create_engine(uri)
+        return sa.create_engine(readonly_url(uri, first_look))  # reading never creates or changes anything in it
     except Exception as err:  # missing DB driver, malformed URI
         raise OrchError(f"{uri}: cannot open the tracking store: {err}") from None
 
@@ -68,13 +70,13 @@ def schema_problem(uri: str) -> str | None:
     """Why the bulk reader cannot read this store (None when it can)."""
     import sqlalchemy as sa
 
-    engine = _engine(uri)
+    engine = _engine(uri, first_look=True)  # a first look: creates nothing, even beside a WAL-mode file
     try:
         inspector = sa.inspect(engine)
         tables = set(inspector.get_table_names())
         missing = sorted(set(REQUIRED_COLUMNS) - tables)
         if missing:
-            return f"not an MLflow tracking database (missing tables {', '.join(missing)})"
+            return f"{NOT_MLFLOW} (missing tables {', '.join(missing)})"
         with engine.connect() as conn:
             revision = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
         if revision not in known_revisions():

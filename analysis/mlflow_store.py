@@ -84,6 +84,9 @@ def load_runs(
     if reader == "auto" and uri_scheme(uri) in SQL_SCHEMES:
         problem = mlflow_sql.schema_problem(uri)
         use_sql = problem is None
+        if problem is not None and problem.startswith(mlflow_sql.NOT_MLFLOW):
+            # MlflowClient would create its schema in it: say so instead, and write nothing
+            raise OrchError(f"{uri}: {problem}; set --tracking-uri or MLFLOW_TRACKING_URI")
         if problem is not None:
             import warnings
 

@@ -38,7 +38,7 @@ def sweep_cells(sweep: str, store_url: str | None = None) -> list[CellState] | N
     """The cells of `sweep` in the store at `store_url` (default: `$ORCH_STORE`, else `.orch/orch.db`), in sweep
     order; None when there is no store there or it does not know the sweep."""
     try:
-        store = Store.open(store_url, create=False)
+        store = Store.open_readonly(store_url)  # `orch report` only reads: nothing is written to the file
     except OrchError:
         return None
     try:

@@ -165,7 +165,8 @@ def _context(store: Store, sweep: SweepRow) -> SweepContext:
 
 
 def reconcile(store: Store, sweep: SweepRow) -> int:
-    """Mark `lost` the active cells whose job vanished without reporting. Returns how many were marked.
+    """Mark `lost` the active cells whose job vanished without reporting, and end stalled ones under the sweep's
+    `cluster.stall` rule. Returns how many were ended.
 
     Where the cluster cannot be asked from here (no `squeue` on this machine), nothing is changed.
     """
@@ -181,7 +182,28 @@ def reconcile(store: Store, sweep: SweepRow) -> int:
             continue
         for attempt_id, reason in gone.items():
             lost += store.end_attempts([attempt_id], State.LOST, reason)
-    return lost
+    return lost + _end_stalled(store, sweep, attempts)
+
+
+def _end_stalled(store: Store, sweep: SweepRow, attempts: list[dict]) -> int:
+    """Under `cluster.stall: {action: fail | requeue}`, kill the jobs of running cells whose heartbeat is older
+    than `after_s` and end their cells failed (fail) or lost (requeue: the next `orch resume` runs them again)."""
+    from orchestrator.spec import ClusterSettings
+
+    rule = ClusterSettings.model_validate_json(sweep.cluster_json).stall
+    now = time.time()
+    stalled = [attempt for attempt in attempts if rule.stalled(attempt["state"], attempt["heartbeat_at"], now)]
+    if rule.action == "flag" or not stalled:
+        return 0
+    state = State.FAILED if rule.action == "fail" else State.LOST
+    ended = 0
+    for attempt in stalled:
+        reason = (f"stalled: no heartbeat for {now - attempt['heartbeat_at']:.0f} s (cluster.stall.after_s="
+                  f"{rule.after_s:g}, action {rule.action}); its job was killed")
+        if store.end_attempts([attempt["id"]], state, reason):
+            ended += 1
+            get_executor(attempt["executor"])(_context(store, sweep)).kill([attempt])
+    return ended
 
 
 def resume(store: Store, name: str, executor: str | None = None, retry_failed: bool = False) -> SubmitReport:

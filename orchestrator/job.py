@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import submitit
 
-from orchestrator.states import FROM_TRAIN_STATUS, State
+from orchestrator.states import FROM_TRAIN_STATUS, State, TransitionError
 from orchestrator.store import JobContext, Store
 from orchlib.background import every
 from orchlib.errors import OrchError
@@ -64,10 +64,16 @@ def run_cell(store_url: str, cell_id: int, executor: str) -> str:
     store = Store.open(store_url, create=False)
     context = store.job_context(cell_id)
     job_id, stdout, stderr = _job_identity()
-    attempt_id = store.job_started(cell_id, executor, job_id, socket.gethostname(), os.getpid(), stdout, stderr)
+    try:
+        attempt_id = store.job_started(cell_id, executor, job_id, socket.gethostname(), os.getpid(), stdout, stderr)
+    except TransitionError as err:  # e.g. the cluster restarted the job of a cell that has ended meanwhile
+        print(f"orch: not running it: {err}", file=sys.stderr)
+        return "not started"
     if attempt_id is None:
-        print(f"orch: cell {context.digest} was cancelled before it started; not running it", file=sys.stderr)
-        return State.CANCELLED
+        (state,) = store.cell_states([cell_id]).values()
+        why = "was cancelled before it started" if state == State.CANCELLED else f"is {state}: {_reason(store, cell_id)}"
+        print(f"orch: cell {context.digest} {why}; not running it", file=sys.stderr)
+        return state
     print(f"orch: cell {context.digest} of sweep {context.sweep} starts on {socket.gethostname()} "
           f"(job {job_id}, attempt id {attempt_id})", file=sys.stderr, flush=True)
     try:
@@ -151,6 +157,11 @@ def _heartbeat(store: Store, attempt_id: int) -> Any:
             print(f"orch: heartbeat failed: {err}", file=sys.stderr)
 
     return every(float(os.environ.get(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)), beat, "orch-heartbeat")
+
+
+def _reason(store: Store, cell_id: int) -> str:
+    attempts = store.attempts(cell_id)
+    return (attempts[-1].reason or "") if attempts else ""
 
 
 def _failure_reason(err: BaseException) -> str:

@@ -2,8 +2,9 @@
 
     python -m orchestrator.local_runner --store URL --sweep NAME
 
-One runner per sweep (a lock file in the sweep's folder). It loops: reap ended jobs (a job that exited without
-reporting is marked failed with the end of its log), stop jobs whose cell was cancelled, start queued cells while
+One runner per sweep (a lock file in the sweep's folder). It loops: reap ended jobs (a job that ended without
+reporting is marked lost if a signal killed it, failed otherwise, with how it ended and the end of its log; see
+`orchestrator.local_task`), stop jobs whose cell was cancelled, start queued cells while
 CPU cores are free, and exit once nothing is queued or running.
 """
 
@@ -12,13 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator.executors.local import RUNNER_LOCK, RunnerLock
+from orchestrator.local_task import exit_note
 from orchestrator.resources import Resources
 from orchestrator.spec import ClusterSettings
 from orchestrator.states import State
@@ -76,7 +80,9 @@ class LocalRunner:
             used = sum(item.cpus for item in self.running.values())
             if self.running and used + cpus > self.cores:
                 continue
-            executor = submitit.LocalExecutor(folder=self.log_dir, max_num_timeout=self.cluster.max_requeues)
+            python = shlex.quote(sys.executable)
+            executor = submitit.LocalExecutor(folder=self.log_dir, max_num_timeout=self.cluster.max_requeues,
+                                              python=f"{python} -m orchestrator.local_task {python}")
             executor.update_parameters(timeout_min=resources.time_min, signal_delay_s=self.cluster.signal_delay_s)
             os.environ["ORCH_CPUS"] = str(cpus)  # the job inherits it: its trainer uses this many threads
             job = executor.submit(CellJob(self.store.url, attempt["cell_id"], "local"))
@@ -89,9 +95,12 @@ class LocalRunner:
             del self.running[item.attempt_id]
             unreported = self.store.open_attempt_ids(self.sweep.id, str(item.job.job_id))
             if unreported:
-                code = item.job._process.returncode if item.job._process else None
-                reason = f"local job exited (code {code}) without reporting an end\n{_tail(item.job.paths.stderr)}"
-                self.store.end_attempts(unreported, State.FAILED, reason.strip())
+                # Killed by a signal (kill -9, the OOM killer): lost, so a plain `orch resume` runs it again.
+                # Any other silent exit is the job's own failure.
+                how = exit_note(self.log_dir, str(item.job.job_id)) or "exited"
+                state = State.LOST if how.startswith("killed") else State.FAILED
+                reason = f"local job {item.job.job_id} {how} without reporting an end\n{_tail(item.job.paths.stderr)}"
+                self.store.end_attempts(unreported, state, reason.strip())
 
     def _stop_cancelled(self) -> None:
         if not self.running:

@@ -14,7 +14,7 @@ A sweep file names a base config and the dimensions that vary it (see docs/sweep
     seeds: [1, 2, 3]
     exclude: [{axis: modality, task: [metamathqa, countdown]}]
     resources: {default: {gpus_per_node: 1}, rules: [...]}
-    cluster: {partition: gpu, array_parallelism: 32}
+    cluster: {partition: gpu, array_parallelism: 32, stall: {after_s: 900, action: fail}}
     profiles: {cpu: {backend: torch, set: {model: tiny}}}
 
 `load_sweep(path, profile, sets)` validates the whole file (schema here, cells in `orchestrator.plan`) and returns
@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -38,6 +38,25 @@ KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 PROFILES_FILE = "profiles.yaml"
 SPEC_SET_PREFIXES = ("cluster.", "resources.")
+
+
+class StallRule(BaseModel):
+    """When a running cell counts as stalled (its job's heartbeat is too old) and what the engine does then."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    after_s: float = Field(
+        600, gt=0, description="A running cell whose last heartbeat is older than this is stalled (jobs beat every "
+        "$ORCH_HEARTBEAT_S, 30 s by default: keep this several beats long)."
+    )
+    action: Literal["flag", "fail", "requeue"] = Field(
+        "flag", description="flag: `orch status` shows it; fail: its job is killed and the cell fails; requeue: its "
+        "job is killed and the cell is lost, so `orch resume` or `orch sweep` runs it again from its checkpoint."
+    )
+
+    def stalled(self, state: str, heartbeat_at: float | None, now: float) -> bool:
+        """Whether a cell (or attempt) in `state` that last beat at `heartbeat_at` is stalled at `now`."""
+        return state == "running" and heartbeat_at is not None and now - heartbeat_at > self.after_s
 
 
 class ClusterSettings(BaseModel):
@@ -64,6 +83,7 @@ class ClusterSettings(BaseModel):
         None, ge=1, description="--cluster local: cells at once (default: CPU cores / cpus_per_task)."
     )
     python: str | None = Field(None, description="Python command on the compute nodes (default: this interpreter).")
+    stall: StallRule = Field(default_factory=StallRule, description="Hung jobs: when and what (see StallRule).")
 
 
 class Profile(BaseModel):

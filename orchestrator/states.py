@@ -9,8 +9,10 @@ between them that every state change of the store is checked against.
 
     running ──the job restarts without having reported an end (a new attempt)──▶ running
     pending | queued | running | requeued ──orch cancel──▶ cancelled
-    queued | running | requeued ──its job vanished without reporting (reconcile)──▶ lost
-    queued | running | requeued ──local job exited without reporting an end──▶ failed
+    queued | running | requeued ──its job vanished or was killed by a signal without reporting, or
+                                  stalled (cluster.stall)──▶ lost
+    queued | running | requeued ──local job exited without reporting an end, or restarted past
+                                  cluster.max_requeues, or stalled (cluster.stall)──▶ failed
     cancelled ──its job reports a requeue request or a failure──▶ cancelled
     cancelled ──its job completed before it saw the cancel──▶ finished | stopped
     cancelled | lost | failed (`--retry-failed`) ──submitted again──▶ queued
@@ -63,8 +65,10 @@ FROM_TRAIN_STATUS = {
 }
 
 _CANCEL = "`orch cancel`"
-_VANISHED = "its job vanished without reporting (reconcile), or the cluster restarted it without an end report"
+_VANISHED = ("its job vanished without reporting (reconcile), a signal killed its local job (kill -9, OOM), or the "
+             "cluster restarted it without an end report")
 _EXITED = "its local job exited without reporting an end"
+_TOO_MANY = "its job was restarted past cluster.max_requeues"
 _RESUBMIT = "submitted again (`orch sweep`, `orch resume`)"
 
 # (from, to) -> what makes a cell (or an attempt) take that step. Nothing else is allowed.
@@ -75,18 +79,19 @@ TRANSITIONS: Mapping[tuple[State, State], str] = MappingProxyType({
     (State.QUEUED, State.RUNNING): "its job started",
     (State.QUEUED, State.CANCELLED): _CANCEL,
     (State.QUEUED, State.LOST): _VANISHED,
-    (State.QUEUED, State.FAILED): _EXITED,
+    (State.QUEUED, State.FAILED): f"{_EXITED}, or (an attempt) {_TOO_MANY}",
     (State.RUNNING, State.RUNNING): "its job restarted without having reported an end (a new attempt)",
     (State.RUNNING, State.FINISHED): "its job ended: all steps done",
     (State.RUNNING, State.STOPPED): "its job ended: the trainer stopped early on purpose",
-    (State.RUNNING, State.FAILED): "its job ended with an error, or " + _EXITED,
+    (State.RUNNING, State.FAILED): f"its job ended with an error, {_EXITED}, {_TOO_MANY}, or it stalled "
+                                   "(cluster.stall action fail)",
     (State.RUNNING, State.REQUEUED): "its job checkpointed on preemption or time limit and asked to be requeued",
     (State.RUNNING, State.CANCELLED): _CANCEL,
-    (State.RUNNING, State.LOST): _VANISHED,
+    (State.RUNNING, State.LOST): f"{_VANISHED}, or it stalled (cluster.stall action requeue)",
     (State.REQUEUED, State.RUNNING): "its job restarted (a new attempt resumes from the checkpoint)",
     (State.REQUEUED, State.CANCELLED): _CANCEL,
     (State.REQUEUED, State.LOST): _VANISHED,
-    (State.REQUEUED, State.FAILED): _EXITED,
+    (State.REQUEUED, State.FAILED): f"{_EXITED}, or {_TOO_MANY}",
     (State.FAILED, State.QUEUED): "submitted again with --retry-failed",
     (State.CANCELLED, State.QUEUED): _RESUBMIT,
     (State.CANCELLED, State.CANCELLED): "its job reported a requeue request or a failure after `orch cancel`",

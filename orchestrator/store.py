@@ -85,9 +85,9 @@ class JobContext:
 class Store:
     """Access to one store database. Thread-safe per instance (a session per call)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, readonly: bool = False) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, readonly=readonly)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -96,6 +96,18 @@ class Store:
         """Connect to `url` (default: `default_store_url()`), creating or checking the schema."""
         store = cls(url or default_store_url())
         store.ensure_schema(create=create)
+        return store
+
+    @classmethod
+    def open_readonly(cls, url: str | None = None) -> Store:
+        """Connect to the existing store at `url` (default: `default_store_url()`) for reading only: nothing is
+        created or written, whatever the file holds; `OrchError` (one line) if it is not an orch store."""
+        store = cls(url or default_store_url(), readonly=True)
+        first_look = make_engine(store.url, readonly=True, first_look=True)  # no file at all next to a stranger
+        try:
+            ensure_schema(first_look, create=False)
+        finally:
+            first_look.dispose()
         return store
 
     def ensure_schema(self, create: bool = True) -> None:
@@ -215,12 +227,14 @@ class Store:
             return {state: count for state, count in rows}
 
     def status_rows(self, sweep_id: int, limit: int | None = None) -> list[dict[str, Any]]:
-        """Light rows for `orch status` (no ORM objects): every cell in sweep order, or the first `limit` cells
-        in display order (active states first, see `states.ORDER`), chosen by the database."""
+        """Light rows for `orch status` (no ORM objects, with the latest attempt's `heartbeat_at`): every cell in
+        sweep order, or the first `limit` cells in display order (active states first, see `states.ORDER`),
+        chosen by the database."""
         columns = (CellRow.id, CellRow.digest, CellRow.position, CellRow.axis, CellRow.seed, CellRow.state,
                    CellRow.attempts, CellRow.job_id, CellRow.varied_json, CellRow.steps_done, CellRow.reason,
-                   CellRow.mlflow_run_id, CellRow.updated_at)
-        query = select(*columns).where(CellRow.sweep_id == sweep_id)
+                   CellRow.mlflow_run_id, CellRow.updated_at, AttemptRow.heartbeat_at)
+        latest = (AttemptRow.cell_id == CellRow.id) & (AttemptRow.number == CellRow.attempts)
+        query = select(*columns).outerjoin(AttemptRow, latest).where(CellRow.sweep_id == sweep_id)
         if limit is None:
             query = query.order_by(CellRow.position)
         else:
@@ -312,14 +326,16 @@ class Store:
                 sweep=sweep.name, sweep_id=sweep.id, parent_run_id=sweep.parent_run_id, cell_id=cell.id, digest=cell.digest, overrides=json.loads(cell.overrides_json),
                 mlflow_run_id=cell.mlflow_run_id, tracking_uri=sweep.tracking_uri, experiment_name=sweep.name,
                 run_dir=sweep.run_dir, state=cell.state, requeues=cell.requeues,
-                max_requeues=int(json.loads(sweep.cluster_json).get("max_requeues", 5)),
+                max_requeues=_max_requeues(sweep),
             )
 
     def job_started(self, cell_id: int, executor: str, job_id: str | None, host: str, pid: int,
                     stdout_path: str | None = None, stderr_path: str | None = None) -> int | None:
         """The job of `cell_id` started: reuse its queued attempt for this job id, or open a new attempt (a
-        requeued job restarting). The cell becomes running. Returns the attempt id, or None when the cell was
-        cancelled meanwhile (the job must not run); `TransitionError` if the cell may not start (finished...)."""
+        requeued job restarting: a restart the job did not ask for, by `scontrol requeue` or a node failure,
+        counts as a requeue too). The cell becomes running. Returns the attempt id, or None when the job must not
+        run: the cell was cancelled meanwhile, or this restart is one more than `cluster.max_requeues` (the cell
+        is then failed, with the reason); `TransitionError` if the cell may not start (finished...)."""
         now = time.time()
         with Session(self.engine) as session, session.begin():
             cell = session.get(CellRow, cell_id, with_for_update=True)
@@ -333,6 +349,14 @@ class Store:
                 job_id is None or latest.job_id in (None, job_id))
             if not reusable:
                 latest = _restart_attempt(session, cell, latest, executor, job_id, now)
+                limit = _max_requeues(session.get(SweepRow, cell.sweep_id))
+                if cell.requeues > limit:  # every restart counts, whoever requeued the job
+                    reason = f"restarted {cell.requeues} times (cluster.max_requeues={limit}); not running it again"
+                    for row, what in ((latest, _attempt_name(cell, latest)), (cell, f"cell {cell.digest}")):
+                        _move(row, State.FAILED, what)
+                        row.reason = reason
+                    latest.ended_at = cell.updated_at = now
+                    return None
             latest.job_id = job_id = job_id or latest.job_id
             _move(latest, State.RUNNING, _attempt_name(cell, latest))
             latest.started_at = latest.heartbeat_at = now
@@ -470,6 +494,11 @@ def _move(row: CellRow | AttemptRow, state: str, what: str) -> None:
     row.state = check_transition(row.state, state, what)
 
 
+def _max_requeues(sweep: SweepRow) -> int:
+    """The sweep's `cluster.max_requeues` (5 when its cluster settings do not say)."""
+    return int(json.loads(sweep.cluster_json).get("max_requeues", 5))
+
+
 def _attempt_name(cell: CellRow, attempt: AttemptRow) -> str:
     return f"attempt {attempt.number} of cell {cell.digest}"
 
@@ -480,6 +509,7 @@ def _restart_attempt(session: Session, cell: CellRow, latest: AttemptRow | None,
     if latest is not None and latest.state in (State.QUEUED, State.RUNNING):
         _move(latest, State.LOST, _attempt_name(cell, latest))
         latest.ended_at, latest.reason = now, "restarted by the cluster without reporting an end"
+        cell.requeues += 1  # a requeue the job did not report (a reported one was counted by `job_ended`)
     previous_job = latest.job_id if latest is not None else None
     attempt = AttemptRow(cell_id=cell.id, number=cell.attempts + 1, executor=executor,
                          job_id=job_id or previous_job, state=State.QUEUED, submitted_at=now)

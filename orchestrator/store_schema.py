@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from sqlalchemy import (
     Float,
@@ -38,6 +39,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from orchestrator.states import State
 from orchlib.errors import OrchError
+from orchlib.sqlurl import readonly_url
 
 SCHEMA_VERSION = 1
 SCHEMA_LOCK = 0x6F726368_73746F01  # "orch" "sto" 1: PostgreSQL advisory lock held while creating the schema
@@ -131,8 +133,17 @@ class AttemptRow(Base):
 
 
 def display_url(engine: Engine) -> str:
-    """The engine's URL without a password."""
-    return engine.url.render_as_string(hide_password=True)
+    """The engine's URL without a password (a read-only SQLite URL as the plain one)."""
+    path = _sqlite_file(engine)
+    return f"sqlite:///{path}" if path else engine.url.render_as_string(hide_password=True)
+
+
+def _sqlite_file(engine: Engine) -> str | None:
+    """The database file of an SQLite engine (read-only or not), None for other backends."""
+    if engine.url.get_backend_name() != "sqlite" or not engine.url.database:
+        return None
+    database = engine.url.database
+    return unquote(database[len("file:"):]) if engine.url.query.get("uri") else database
 
 
 def ensure_schema(engine: Engine, create: bool = True) -> None:
@@ -141,7 +152,7 @@ def ensure_schema(engine: Engine, create: bool = True) -> None:
     one transaction that holds the write lock (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: an advisory lock), so one
     process creates the tables and the version together and the others find both."""
     where = f"store {display_url(engine)}"
-    database = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    database = _sqlite_file(engine)
     if database and database != ":memory:" and not Path(database).exists():
         if not create:
             raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
@@ -150,9 +161,11 @@ def ensure_schema(engine: Engine, create: bool = True) -> None:
         with engine.begin() as connection:
             if create and engine.url.get_backend_name() == "postgresql":
                 connection.execute(select(func.pg_advisory_xact_lock(SCHEMA_LOCK)))
-            if MetaRow.__tablename__ not in set(inspect(connection).get_table_names()):
+            tables = set(inspect(connection).get_table_names())
+            if MetaRow.__tablename__ not in tables:
                 if not create:
-                    raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
+                    found = f"it holds other tables ({', '.join(sorted(tables)[:5])})" if tables else "it is empty"
+                    raise OrchError(f"{where}: not an orch store ({found}); run `orch sweep` to create one")
                 Base.metadata.create_all(connection)
                 connection.execute(insert(MetaRow).values(key="schema_version", value=str(SCHEMA_VERSION)))
                 return
@@ -167,11 +180,18 @@ def ensure_schema(engine: Engine, create: bool = True) -> None:
         )
 
 
-def make_engine(url: str) -> Engine:
-    """An engine with the settings each backend needs for many concurrent writers."""
-    if url.startswith("sqlite"):
-        return _sqlite_engine(url)
+def make_engine(url: str, readonly: bool = False, first_look: bool = False) -> Engine:
+    """An engine with the settings each backend needs for many concurrent writers; or, `readonly`, one that
+    cannot write (SQLite's `mode=ro`, PostgreSQL's read-only transactions) and changes nothing when it connects
+    (`first_look`: no file created beside a file that may not be ours; see `orchlib.sqlurl.readonly_url`)."""
     try:
+        if readonly:
+            if url.startswith("sqlite"):
+                return create_engine(readonly_url(url, first_look=first_look))
+            return create_engine(url, pool_pre_ping=True,
+                                 connect_args={"options": "-c default_transaction_read_only=on"})
+        if url.startswith("sqlite"):
+            return _sqlite_engine(url)
         return create_engine(url, pool_pre_ping=True)
     except Exception as err:  # bad URL or missing driver: one clear line
         raise OrchError(f"store {url!r}: {err}") from None

@@ -31,10 +31,22 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _open_store(url: str | None, create: bool = False):
+def _open_store(url: str | None, create: bool = False, readonly: bool = False):
+    """The store at `url`; `readonly` for commands that only read it: nothing is written to a file that is not
+    an orch store (one error line instead)."""
     from orchestrator.store import Store
 
-    return Store.open(url, create=create)
+    return Store.open_readonly(url) if readonly else Store.open(url, create=create)
+
+
+def _reconcile(store, sweep) -> None:
+    """Mark lost (or stalled, under the sweep's `cluster.stall` rule) the cells whose job vanished or hung, through
+    a writable connection to the store (opened only when some cell is active: `store` was checked already)."""
+    from orchestrator.engine import reconcile
+    from orchestrator.states import ACTIVE
+
+    if any(store.counts(sweep.id).get(state) for state in ACTIVE):
+        reconcile(_open_store(store.url), sweep)
 
 
 @app.command("sweep")
@@ -115,11 +127,12 @@ def status_command(
     show_all: Annotated[bool, typer.Option("--all", help="Show every cell (default: the first 50, active first).")] = False,
     store_url: StoreOpt = None,
 ) -> None:
-    """Counts per state and one row per cell, from the store (reconciled with squeue where jobs run on SLURM)."""
+    """Counts per state and one row per cell, from the store (reconciled with squeue where jobs run on SLURM); a
+    running cell whose heartbeat is older than the sweep's cluster.stall.after_s shows as stalled."""
     from orchlib.errors import OrchError
 
     try:
-        store = _open_store(store_url)
+        store = _open_store(store_url, readonly=True)
         if sweep is None:
             from orchestrator.views import print_sweeps
 
@@ -127,15 +140,15 @@ def status_command(
             print_sweeps([(row, store.counts(row.id)) for row in rows])
             return
         row = store.require_sweep(sweep)
+        if watch:
+            _watch(store, row, None if show_all else STATUS_ROWS)
+            return
+        _reconcile(store, row)
         if as_json:
             _print_json(store, row)
-        elif watch:
-            _watch(store, row, None if show_all else STATUS_ROWS)
         else:
-            from orchestrator.engine import reconcile
             from orchestrator.views import print_status
 
-            reconcile(store, row)
             print_status(row, store.counts(row.id), store.status_rows(row.id, None if show_all else STATUS_ROWS))
     except OrchError as err:
         _fail(str(err))
@@ -144,10 +157,10 @@ def status_command(
 def _print_json(store, sweep) -> None:
     import json
 
-    from orchestrator.engine import reconcile
+    from orchestrator.views import mark_stalled
 
-    reconcile(store, sweep)
     cells = store.status_rows(sweep.id)
+    mark_stalled(sweep, cells, time.time())
     for cell in cells:
         cell["varied"] = json.loads(cell.pop("varied_json"))
     typer.echo(json.dumps({"sweep": sweep.name, "executor": sweep.executor, "counts": store.counts(sweep.id),
@@ -158,7 +171,6 @@ def _watch(store, sweep, limit: int | None) -> None:
     from rich.live import Live
     from rich.text import Text
 
-    from orchestrator.engine import reconcile
     from orchestrator.states import ACTIVE
     from orchestrator.views import _console, status_table
 
@@ -166,7 +178,7 @@ def _watch(store, sweep, limit: int | None) -> None:
     with Live(console=console, refresh_per_second=1) as live:
         try:
             while True:
-                reconcile(store, sweep)
+                _reconcile(store, sweep)
                 counts = store.counts(sweep.id)
                 live.update(Text.from_markup(status_table(sweep, counts, store.status_rows(sweep.id, limit),
                                                           console.width)))
@@ -232,7 +244,7 @@ def logs_command(
     try:
         if stream not in ("out", "err", "both"):
             raise choices_error("stream", stream, ["out", "err", "both"], where="--stream")
-        store = _open_store(store_url)
+        store = _open_store(store_url, readonly=True)
         row = store.require_sweep(sweep)
         (cell_row,) = store.find_cells(row.id, [cell])
         attempts = store.attempts(cell_row.id)

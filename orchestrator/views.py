@@ -16,8 +16,9 @@ DEFAULT_MAX_ARRAY = 1001  # SLURM's default MaxArraySize, for dry-run estimates
 STATE_STYLE = {
     State.FINISHED: "green", State.STOPPED: "green", State.RUNNING: "cyan", State.QUEUED: "blue",
     State.REQUEUED: "magenta", State.FAILED: "red", State.LOST: "red", State.CANCELLED: "yellow",
-    State.PENDING: "dim",
+    State.PENDING: "dim", "stalled": "bold red",
 }
+STALLED = "stalled"  # shown instead of `running` for a running cell whose heartbeat is too old
 
 
 def _console() -> Any:
@@ -93,17 +94,21 @@ def status_table(sweep: Any, counts: dict[str, int], rows: list[dict[str, Any]],
     from rich.markup import escape
 
     varied = list(json.loads(sweep.varied_json))
+    now = time.time()
+    stalled = mark_stalled(sweep, rows, now)
     header = (f"[bold]sweep {escape(sweep.name)}[/] · {sum(counts.values())} cells · --cluster {sweep.executor} · "
-              f"{counts_line(counts)}")
+              f"{counts_line(counts)}" + (f" · [red]{stalled} stalled[/]" if stalled else ""))
     rank = {state: index for index, state in enumerate(ORDER)}
     shown = sorted(rows, key=lambda row: (rank.get(row["state"], len(ORDER)), row["position"]))
-    now = time.time()
     columns = ["cell", "state", "tries", "job", "steps", *varied, "updated", "reason"]
     table = []
     for row in shown:
         values = json.loads(row["varied_json"])
         reason = (row["reason"] or "").strip().splitlines()
-        table.append([row["digest"][:12], row["state"], str(row["attempts"]), row["job_id"] or "-",
+        if row["stalled"]:
+            reason = [f"stalled: last heartbeat {_age(now - row['heartbeat_at'])}"]
+        table.append([row["digest"][:12], STALLED if row["stalled"] else row["state"], str(row["attempts"]),
+                      row["job_id"] or "-",
                       _text(row["steps_done"]), *(_text(values.get(key)) for key in varied),
                       _age(now - row["updated_at"]), reason[-1] if reason else ""])
     widths = [min(24, max([len(name), *(len(line[index]) for line in table)])) for index, name in enumerate(columns)]
@@ -118,6 +123,17 @@ def status_table(sweep: Any, counts: dict[str, int], rows: list[dict[str, Any]],
     if len(shown) < total:
         lines.append(f"... {total - len(shown)} more cells (--all shows every cell, --json gives them all)")
     return "\n".join(lines)
+
+
+def mark_stalled(sweep: Any, rows: list[dict[str, Any]], now: float) -> int:
+    """Set `row["stalled"]` on each status row (running, heartbeat older than the sweep's `cluster.stall.after_s`);
+    returns how many are."""
+    from orchestrator.spec import ClusterSettings
+
+    rule = ClusterSettings.model_validate_json(sweep.cluster_json).stall
+    for row in rows:
+        row["stalled"] = rule.stalled(row["state"], row.get("heartbeat_at"), now)
+    return sum(row["stalled"] for row in rows)
 
 
 def _fit(text: str, width: int) -> str:

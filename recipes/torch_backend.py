@@ -60,6 +60,7 @@ from recipes.seeds import seed_everything, train_prompt_seeds, validation_seeds
 from recipes.tracking import RunTracker, tracked_run
 from recipes.warmstart import model_folder
 
+REPLAYED_METRIC = "resume/replayed_steps"  # logged at each resume: steps re-run since the checkpoint
 log = logging.getLogger(__name__)
 
 
@@ -223,11 +224,15 @@ class Run:
             hook.load_state_dict(resumed["hooks"].get(name, {}))
         restore_rng_states(resumed["rng"])
         self.empty_steps, self.validation = resumed["empty_steps"], resumed["validation"]
-        replayed = self.tracker.last_logged_step("timing_s/step")
-        if replayed is not None and replayed > resumed["step"]:
+        last = self.tracker.last_logged_step("timing_s/step")
+        replayed = max(0, last - resumed["step"]) if last is not None else 0
+        # One point per resume, at the checkpoint's step: how many steps the run does twice (at most
+        # `trainer.save_every` - 1 after a crash; 0 after a stop signal, which checkpoints where it stops).
+        self.tracker.log_metrics({REPLAYED_METRIC: replayed}, int(resumed["step"]))
+        if replayed:
             log.warning("steps %d..%d were logged after the last checkpoint and are re-run", resumed["step"] + 1,
-                        replayed)
-            self.tracker.set_tags({"orch.replayed_steps": f"{resumed['step'] + 1}-{replayed}"})
+                        last)
+            self.tracker.set_tags({"orch.replayed_steps": f"{resumed['step'] + 1}-{last}"})
         return int(resumed["step"])
 
 

@@ -91,6 +91,11 @@ class Executor(ABC):
     def cancel(self, attempts: list[dict[str, Any]]) -> None:
         """Stop the jobs of these open attempts (the store marks their cells cancelled)."""
 
+    def kill(self, attempts: list[dict[str, Any]]) -> None:
+        """Stop the jobs of these attempts, which may not answer a signal (hung: see `cluster.stall`); by default
+        as `cancel` does (SLURM's scancel kills after KillWait)."""
+        self.cancel(attempts)
+
     @staticmethod
     @abstractmethod
     def requeue_current_job(job_id: str | None) -> None:

@@ -10,6 +10,7 @@ starts it again.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -21,6 +22,7 @@ from typing import IO, Any
 
 from orchestrator.executors import register_executor
 from orchestrator.executors.base import CellTask, Executor, SweepContext, process_alive
+from orchestrator.local_task import exit_note
 from orchestrator.store import Submission
 from orchlib.errors import OrchError
 
@@ -109,7 +111,8 @@ class LocalExecutor(Executor):
                 if time.time() - (attempt["submitted_at"] or 0) > RUNNER_GRACE_S:
                     gone[attempt["id"]] = "the local runner exited before starting this cell"
             elif not process_alive(int(attempt["job_id"]), attempt["host"]):
-                gone[attempt["id"]] = f"local job {attempt['job_id']} exited without reporting an end"
+                how = exit_note(self.sweep.log_dir, attempt["job_id"]) or "exited"
+                gone[attempt["id"]] = f"local job {attempt['job_id']} {how} without reporting an end"
         return gone
 
     def cancel(self, attempts: list[dict[str, Any]]) -> None:
@@ -120,6 +123,13 @@ class LocalExecutor(Executor):
                     os.kill(int(attempt["job_id"]), signal.SIGTERM)
                 except ProcessLookupError:
                     continue
+
+    def kill(self, attempts: list[dict[str, Any]]) -> None:
+        """SIGKILL the job processes (a hung or stopped process ignores SIGTERM); their controllers then end."""
+        for attempt in attempts:
+            if attempt["pid"] and process_alive(int(attempt["pid"]), attempt["host"]):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(attempt["pid"]), signal.SIGKILL)
 
     @staticmethod
     def requeue_current_job(job_id: str | None) -> None:

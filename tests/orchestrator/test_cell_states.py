@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -239,3 +240,9 @@ def test_resubmission_and_cancellation_paths(store: Store) -> None:
     assert store.cell_states([failed, cancelled, restarted]) == {failed: Q, cancelled: FI, restarted: R}
     with pytest.raises(OrchError, match="no attempt with id 999"):
         store.job_ended(999, FI)
+
+
+def test_the_reliability_page_lists_every_transition() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text()
+    listed = set(re.findall(r"^\| `(\w+)` → `(\w+)` \|", text, flags=re.MULTILINE))
+    assert listed == {(str(source), str(target)) for source, target in TRANSITIONS}

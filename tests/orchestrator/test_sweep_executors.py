@@ -4,6 +4,7 @@ test_sweep_e2e.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -180,16 +181,209 @@ def test_local_time_limit_checkpoints_and_requeues(make_sweep, tracking: str, mo
 
 
 @pytest.mark.slow
-def test_a_killed_job_is_marked_failed_and_retried(make_sweep, tracking: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.5")
+def test_a_job_killed_by_sigkill_is_lost_and_a_plain_resume_finishes_it(make_sweep, tracking: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.3")
     _, store, _ = submit(make_sweep(name="kill", steps=20, seeds="[1]"), "local", tracking)
     sweep = store.require_sweep("kill")
-    wait_for(lambda: store.counts(sweep.id).get("running", 0) >= 1)
-    (victim,) = store.cell_rows(sweep.id, states=["running"])[:1]
-    (attempt,) = store.attempts(victim.id)[-1:]
-    os.kill(attempt.pid, signal.SIGKILL)  # the job dies without a word (as on an OOM kill)
+    wait_for(lambda: any(Path(".orch/sweeps/kill/checkpoints").glob("*/step.txt")))  # a step is checkpointed
+    victim = next(row for row in store.cell_rows(sweep.id, states=["running"])
+                  if Path(".orch/sweeps/kill/checkpoints", row.digest, "step.txt").exists())
+    os.kill(store.attempts(victim.id)[-1].pid, signal.SIGKILL)  # dies without a word (OOM kill), mid-step
     wait(store, "kill", poll_s=0.5, timeout_s=300)
     (dead,) = store.cell_rows(sweep.id, digests=[victim.digest])
-    assert dead.state == "failed" and "code" in dead.reason and "without reporting" in dead.reason
-    resume(store, "kill", retry_failed=True)
+    assert dead.state == "lost", dead.reason
+    assert "killed by SIGKILL" in dead.reason and "without reporting" in dead.reason
+    report = resume(store, "kill")  # no --retry-failed: a killed cell is resumable as it is
+    assert report.submitted == 1
     assert wait(store, "kill", poll_s=0.5, timeout_s=300) == {"finished": 2}
+    run = runs_by_cell(tracking, "kill")[victim.digest]
+    assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0  # from its checkpoint
+    assert sorted(metric_values(tracking, run.info.run_id, "test/step"))[-1] == 20  # no step lost
+
+
+def _stall_sweep(make_sweep, name: str, action: str) -> Path:
+    path = make_sweep(name=name, steps=400, seeds="[1]")
+    text = path.read_text().replace("max_requeues: 5}", f"max_requeues: 5, stall: {{after_s: 3, action: {action}}}}}")
+    path.write_text(text)
+    return path
+
+
+def _status_json(name: str) -> dict:
+    import json
+
+    result = CliRunner().invoke(app, ["status", name, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_a_hung_job_is_flagged_stalled_then_recovers(make_sweep, tracking: str) -> None:
+    """A job frozen with SIGSTOP (heartbeats every second here) stops beating: `orch status` flags its cell after
+    `cluster.stall.after_s`, and nothing more under the default `flag` action; once thawed it beats again."""
+    _, store, _ = submit(_stall_sweep(make_sweep, "hang", "flag"), "local", tracking)
+    sweep = store.require_sweep("hang")
+    wait_for(lambda: store.counts(sweep.id).get("running", 0) == 2)
+    victim = store.cell_rows(sweep.id)[0]
+    pid = store.attempts(victim.id)[-1].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: any(cell["stalled"] for cell in _status_json("hang")["cells"]), timeout=60)
+        cells = {cell["digest"]: cell for cell in _status_json("hang")["cells"]}
+        assert cells[victim.digest]["stalled"] and cells[victim.digest]["state"] == "running"
+        assert sum(cell["stalled"] for cell in cells.values()) == 1
+        assert "stalled" in CliRunner().invoke(app, ["status", "hang"]).stdout
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: not any(cell["stalled"] for cell in _status_json("hang")["cells"]), timeout=60)
+    cancel(store, "hang")
+    wait(store, "hang", poll_s=0.5, timeout_s=120)
+
+
+@pytest.mark.slow
+def test_a_hung_job_is_killed_and_failed_under_the_fail_rule(make_sweep, tracking: str) -> None:
+    _, store, _ = submit(_stall_sweep(make_sweep, "hangfail", "fail"), "local", tracking)
+    sweep = store.require_sweep("hangfail")
+    wait_for(lambda: store.counts(sweep.id).get("running", 0) == 2)
+    victim, other = store.cell_rows(sweep.id)
+    pid = store.attempts(victim.id)[-1].pid
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: _status_json("hangfail")["counts"].get("failed") == 1, timeout=60)  # status reconciles
+    (row,) = store.cell_rows(sweep.id, digests=[victim.digest])
+    assert row.state == "failed" and "stalled: no heartbeat for" in row.reason and "its job was killed" in row.reason
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2])
+    assert store.cell_rows(sweep.id, digests=[other.digest])[0].state == "running"  # the healthy cell runs on
+    cancel(store, "hangfail")
+    assert wait(store, "hangfail", poll_s=0.5, timeout_s=120) == {"failed": 1, "cancelled": 1}
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_job_mid_step_checkpoints_requeues_and_loses_no_step(make_sweep, tracking: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM straight to the job process (a preemption, an admin's kill): it stops at the step boundary,
+    checkpoints, reports requeued, and submitit's local controller starts it again from the checkpoint."""
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.3")
+    _, store, _ = submit(make_sweep(name="term", steps=20, seeds="[1]"), "local", tracking)
+    sweep = store.require_sweep("term")
+    wait_for(lambda: any(Path(".orch/sweeps/term/checkpoints").glob("*/step.txt")))
+    victim = next(row for row in store.cell_rows(sweep.id, states=["running"])
+                  if Path(".orch/sweeps/term/checkpoints", row.digest, "step.txt").exists())
+    os.kill(store.attempts(victim.id)[-1].pid, signal.SIGTERM)
+    assert wait(store, "term", poll_s=0.5, timeout_s=300) == {"finished": 2}
+    (row,) = store.cell_rows(sweep.id, digests=[victim.digest])
+    assert row.requeues == 1 and [a.state for a in store.attempts(row.id)] == ["requeued", "finished"]
+    assert "checkpointed at step" in store.attempts(row.id)[0].reason
+    run = runs_by_cell(tracking, "term")[victim.digest]
+    assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0
+    assert sorted(set(metric_values(tracking, run.info.run_id, "test/step"))) == list(range(1, 21))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _mlflow_server(folder: Path, port: int):
+    import subprocess
+    import sys
+    import urllib.request
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{folder / 'served.db'}", "--artifacts-destination", str(folder / "art")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def up() -> bool:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200
+        except OSError:
+            return False
+
+    wait_for(up, timeout=120, step=0.5)
+    return process
+
+
+class _Link:
+    """A TCP link from `port` to the MLflow server's port: `cut()` drops it (open connections too), as a network
+    partition would; `restore()` opens it again on the same port."""
+
+    def __init__(self, port: int, target: int) -> None:
+        self.port, self.target, self.server, self.open = port, target, None, set()
+        self.restore()
+
+    def restore(self) -> None:
+        import socket
+        import socketserver
+        import threading
+
+        link = self
+
+        class Pipe(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                upstream = socket.create_connection(("127.0.0.1", link.target))
+                link.open.update({self.request, upstream})
+
+                def pump(source, sink) -> None:
+                    try:
+                        while data := source.recv(65536):
+                            sink.sendall(data)
+                    except OSError:
+                        pass
+                    for end in (source, sink):
+                        with contextlib.suppress(OSError):
+                            end.shutdown(socket.SHUT_RDWR)
+
+                back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
+                back.start()
+                pump(self.request, upstream)
+                back.join()
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", self.port), Pipe)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def cut(self) -> None:
+        import socket
+
+        self.server.shutdown()
+        self.server.server_close()
+        for connection in list(self.open):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.mark.slow
+def test_mlflow_unreachable_mid_run_fails_the_cell_and_a_retry_loses_no_step(make_sweep, workdir: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tracking server becomes unreachable mid-run (the link to it is cut): the job's next metric write fails
+    (after the client's retries, one here), the cell ends failed with the reason; once the link is back,
+    `--retry-failed` resumes from the checkpoint into the same run and every step is there."""
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.2")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    server_port, port = _free_port(), _free_port()
+    server = _mlflow_server(workdir, server_port)
+    link = _Link(port, server_port)
+    tracking = f"http://127.0.0.1:{port}"
+    try:
+        _, store, _ = submit(make_sweep(name="nomlflow", steps=30, seeds="[1]"), "local", tracking)
+        sweep = store.require_sweep("nomlflow")
+        wait_for(lambda: len(list(Path(".orch/sweeps/nomlflow/checkpoints").glob("*/step.txt"))) == 2)
+        link.cut()
+        assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"failed": 2}
+        for row in store.cell_rows(sweep.id):
+            assert f"127.0.0.1:{port}" in row.reason or "onnection" in row.reason, row.reason
+        link.restore()
+        assert resume(store, "nomlflow", retry_failed=True).submitted == 2
+        assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"finished": 2}
+        for run in runs_by_cell(tracking, "nomlflow").values():
+            assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0
+            assert sorted(set(metric_values(tracking, run.info.run_id, "test/step"))) == list(range(1, 31))
+    finally:
+        link.cut()
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()

@@ -123,3 +123,29 @@ def test_killed_job_is_lost_and_cancel_stops_jobs(sweep, tracking: str, monkeypa
     assert wait(store, "kill", poll_s=1, timeout_s=180) == {"lost": 1, "cancelled": 1}
     (cancelled,) = store.cell_rows(sweep_row.id, digests=[other.digest])
     assert cancelled.state == "cancelled"
+
+
+@pytest.mark.slow
+def test_restarts_past_max_requeues_fail_the_cell_whoever_requeued_it(sweep, tracking: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cluster.max_requeues: 1`: an operator's `scontrol requeue` (the job checkpoints and reports it) uses the one
+    requeue; a second restart the job cannot report (killed, then requeued, as after a node failure) is one too
+    many: the restarted job does not run and the cell ends failed with the reason."""
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.5")
+    path = sweep("maxrq", [1], 240)
+    spec = yaml.safe_load(path.read_text())
+    spec["cluster"]["max_requeues"] = 1
+    path.write_text(yaml.safe_dump(spec))
+    _, store, _ = submit(path, tracking)
+    sweep_row = store.require_sweep("maxrq")
+    wait_for(lambda: store.counts(sweep_row.id).get("running") == 1)
+    (cell,) = store.cell_rows(sweep_row.id)
+    subprocess.run(["scontrol", "requeue", cell.job_id], check=True)
+    wait_for(lambda: [a.state for a in store.attempts(cell.id)] == ["requeued", "running"])
+    os.kill(store.attempts(cell.id)[-1].pid, signal.SIGKILL)  # no end report from this attempt
+    subprocess.run(["scontrol", "requeue", cell.job_id], check=True)
+    wait_for(lambda: store.counts(sweep_row.id).get("failed") == 1)
+    (row,) = store.cell_rows(sweep_row.id)
+    assert row.requeues == 2 and "restarted 2 times (cluster.max_requeues=1)" in row.reason, row.reason
+    assert [a.state for a in store.attempts(cell.id)] == ["requeued", "lost", "failed"]
+    assert wait(store, "maxrq", poll_s=1, timeout_s=120) == {"failed": 1}

@@ -188,3 +188,21 @@ def test_bad_set_and_profile(workdir: Path, sweep_file) -> None:
 def test_missing_file() -> None:
     with pytest.raises(OrchError, match="nope.yaml: cannot read sweep file"):
         load_sweep("nope.yaml")
+
+
+@pytest.mark.parametrize(("stall", "line", "message"), [
+    ("{after_s: 60, action: explode}", 3, "cluster.stall.action: Input should be 'flag', 'fail' or 'requeue'"),
+    ("{after_s: 0}", 3, "cluster.stall.after_s: Input should be greater than 0"),
+    ("{after: 60}", 3, "cluster.stall.after: unknown key 'after'; valid choices: action, after_s"),
+])
+def test_a_bad_stall_rule_names_its_line_and_the_choices(workdir: Path, sweep_file, stall: str, line: int,
+                                                        message: str) -> None:
+    path = sweep_file(f"name: s\ncluster:\n  stall: {stall}\nbase: {{trainer: test}}\n")
+    assert error_of(path).startswith(f"{path}:{line}: {message}")
+
+
+def test_the_stall_rule_defaults_to_flagging_after_ten_minutes(workdir: Path, sweep_file) -> None:
+    rule = load_sweep(sweep_file("name: s\nbase: {trainer: test}\n")).spec.cluster.stall
+    assert (rule.after_s, rule.action) == (600, "flag")
+    assert rule.stalled("running", 1000.0, 1601.0) and not rule.stalled("running", 1000.0, 1599.0)
+    assert not rule.stalled("queued", 0.0, 1e9) and not rule.stalled("running", None, 1e9)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,66 @@ def test_concurrent_job_reports(store_url: str) -> None:
                for index in range(4)]
     assert [worker.wait(120) for worker in workers] == [0, 0, 0, 0]
     assert store.counts(sweep_id) == {"finished": 40}
+
+
+def test_every_restart_counts_against_max_requeues(store_url: str) -> None:
+    """Restarts the job did not ask for (`scontrol requeue`, a node failure: no end reported) count as requeues
+    like the reported ones; the restart past `cluster.max_requeues` (2 here) fails the cell instead of running."""
+    store = Store.open(store_url)
+    sweep_id = _sweep(store)
+    store.add_cells(sweep_id, _cells(1))
+    (cell,) = store.cell_rows(sweep_id)
+    store.record_submissions("slurm", [cell.id], "9")
+    first = store.job_started(cell.id, "slurm", "9", "node1", 1)
+    store.job_ended(first, State.REQUEUED, "preempted")  # a requeue the job asked for: requeues 1
+    assert store.job_started(cell.id, "slurm", "9", "node1", 2) is not None  # no extra count for it
+    assert store.job_started(cell.id, "slurm", "9", "node2", 3) is not None  # silent restart: requeues 2
+    assert store.job_started(cell.id, "slurm", "9", "node3", 4) is None  # requeues 3 > 2: not run
+    (row,) = store.cell_rows(sweep_id)
+    assert (row.state, row.requeues, row.attempts) == ("failed", 3, 4)
+    assert "restarted 3 times (cluster.max_requeues=2)" in row.reason
+    attempts = store.attempts(cell.id)
+    assert [a.state for a in attempts] == ["requeued", "lost", "lost", "failed"]
+    assert attempts[-1].reason == row.reason
+
+
+def test_a_read_only_store_reads_and_cannot_write(store_url: str) -> None:
+    with pytest.raises(OrchError, match="no orch store here|not an orch store \\(it is empty\\)"):
+        Store.open_readonly(store_url)  # nothing there yet: refused...
+    with pytest.raises(OrchError):
+        Store.open_readonly(store_url)  # ...and nothing was created by the first try
+    store = Store.open(store_url)
+    _sweep(store)
+    reader = Store.open_readonly(store_url)
+    assert reader.sweep_names() == ["s"] and reader.display_url() == store.display_url()
+    with pytest.raises(Exception, match="(?i)read-only|readonly"):
+        reader.update_sweep(reader.require_sweep("s").id, executor="slurm")
+    assert store.require_sweep("s").executor == "local"
+
+
+@pytest.mark.parametrize(("action", "state"), [("flag", "running"), ("fail", "failed"), ("requeue", "lost")])
+def test_reconcile_ends_stalled_cells_under_the_stall_rule(store_url: str, tmp_path: Path, action: str,
+                                                           state: str) -> None:
+    """A running cell whose heartbeat is older than `cluster.stall.after_s` is left (flag), failed, or lost (so
+    `orch resume` runs it again); a cell that beats in time is never touched. Debug-executor attempts of this
+    live process: nothing is there to kill."""
+    from orchestrator.engine import reconcile
+
+    store = Store.open(store_url)
+    sweep = store.save_sweep({"name": "st", "spec_path": "s.yaml", "spec_text": "name: st", "executor": "debug",
+                              "cluster_json": json.dumps({"stall": {"after_s": 60, "action": action}}),
+                              "run_dir": str(tmp_path)})
+    store.add_cells(sweep.id, _cells(2))
+    hung, alive = store.cell_rows(sweep.id)
+    store.record_submissions("debug", [hung.id, alive.id], f"debug-{os.getpid()}")
+    for cell in (hung, alive):
+        store.job_started(cell.id, "debug", f"debug-{os.getpid()}", socket.gethostname(), os.getpid())
+    with store.engine.begin() as connection:  # the hung job's last beat was 2 minutes ago
+        connection.execute(text("UPDATE attempts SET heartbeat_at = heartbeat_at - 120 WHERE cell_id = :id"),
+                           {"id": hung.id})
+    assert reconcile(store, sweep) == (0 if action == "flag" else 1)
+    rows = {row.id: row for row in store.cell_rows(sweep.id)}
+    assert (rows[hung.id].state, rows[alive.id].state) == (state, "running")
+    if action != "flag":
+        assert "stalled: no heartbeat for 12" in rows[hung.id].reason and f"action {action}" in rows[hung.id].reason
+        assert store.attempts(hung.id)[-1].state == state

@@ -25,11 +25,12 @@ def client(overrides: list[str]) -> MlflowClient:
 
 
 def history(mlflow: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
-    """Every metric's (step, value) list, timing excluded (wall time differs between runs)."""
+    """Every metric's (step, value) list, timing (wall time differs between runs) and resume bookkeeping
+    excluded."""
     keys = mlflow.get_run(run_id).data.metrics
     return {
         key: sorted((m.step, m.value) for m in mlflow.get_metric_history(run_id, key))
-        for key in keys if not key.startswith("timing_s/")
+        for key in keys if not key.startswith(("timing_s/", "resume/"))
     }
 
 
@@ -147,6 +148,8 @@ def test_resume_equals_an_uninterrupted_run(train_overrides, tmp_path) -> None:
     assert (first.status, second.status, second.steps_done) == ("finished", "finished", 4)
     assert first.mlflow_run_id == second.mlflow_run_id  # the resumed run continues the same MLflow run
     mlflow = client(base)
+    replayed = mlflow.get_metric_history(second.mlflow_run_id, "resume/replayed_steps")
+    assert [(m.step, m.value) for m in replayed] == [(2, 0.0)]  # resumed from the last step it logged
     expected, got = history(mlflow, straight.mlflow_run_id), history(mlflow, second.mlflow_run_id)
     assert got.keys() == expected.keys()
     for key in expected:
