@@ -132,10 +132,10 @@ def submit_cells(store: Store, sweep: SweepRow, rows: list[CellRow], executor: s
     except SubmitError as err:
         store.assign_jobs(err.submitted)
         done = {item.cell_id for item in err.submitted}
-        store.mark([row.id for row in rows if row.id not in done], State.PENDING, str(err), only_states=[State.QUEUED])
+        store.end_attempts([attempt_ids[row.id] for row in rows if row.id not in done], State.PENDING, str(err))
         raise
-    except BaseException as err:
-        store.mark([row.id for row in rows], State.PENDING, f"submission failed: {err}", only_states=[State.QUEUED])
+    except BaseException as err:  # back to pending: only this claim's attempts, never a cell claimed again since
+        store.end_attempts([attempt_ids[row.id] for row in rows], State.PENDING, f"submission failed: {err}")
         raise
     store.assign_jobs(submissions)
     return set(attempt_ids)

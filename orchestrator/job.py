@@ -41,16 +41,17 @@ REASON_LINES = 20
 class CellJob(submitit.helpers.Checkpointable):
     """The picklable callable of one cell's job (small: the store URL and the cell id)."""
 
-    def __init__(self, store_url: str, cell_id: int, executor: str) -> None:
+    def __init__(self, store_url: str, cell_id: int, executor: str, attempt_id: int | None = None) -> None:
         self.store_url = store_url
         self.cell_id = cell_id
         self.executor = executor
+        self.attempt_id = attempt_id  # the submission (claim) this job runs: a newer one supersedes it
 
     def __call__(self) -> str:
-        return run_cell(self.store_url, self.cell_id, self.executor)
+        return run_cell(self.store_url, self.cell_id, self.executor, self.attempt_id)
 
 
-def run_cell(store_url: str, cell_id: int, executor: str) -> str:
+def run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: int | None = None) -> str:
     """Run one cell to an outcome and report it; returns the state recorded for the cell. In a multi-node
     allocation only the first task runs the cell (the verl backend starts its Ray workers on the other nodes
     itself); the others return at once."""
@@ -65,13 +66,19 @@ def run_cell(store_url: str, cell_id: int, executor: str) -> str:
     context = store.job_context(cell_id)
     job_id, stdout, stderr = _job_identity()
     try:
-        attempt_id = store.job_started(cell_id, executor, job_id, socket.gethostname(), os.getpid(), stdout, stderr)
+        attempt_id = store.job_started(cell_id, executor, job_id, socket.gethostname(), os.getpid(), stdout, stderr,
+                                       attempt_id=submitted_attempt)
     except TransitionError as err:  # e.g. the cluster restarted the job of a cell that has ended meanwhile
         print(f"orch: not running it: {err}", file=sys.stderr)
         return "not started"
     if attempt_id is None:
         (state,) = store.cell_states([cell_id]).values()
-        why = "was cancelled before it started" if state == State.CANCELLED else f"is {state}: {_reason(store, cell_id)}"
+        if state == State.CANCELLED:
+            why = "was cancelled before it started"
+        elif state in (State.FAILED, State.FINISHED):
+            why = f"is {state}: {_reason(store, cell_id)}"
+        else:
+            why = f"was submitted again since this job's submission (attempt id {submitted_attempt}); the newer job runs it"
         print(f"orch: cell {context.digest} {why}; not running it", file=sys.stderr)
         return state
     print(f"orch: cell {context.digest} of sweep {context.sweep} starts on {socket.gethostname()} "

@@ -85,7 +85,7 @@ class LocalRunner:
                                               python=f"{python} -m orchestrator.local_task {python}")
             executor.update_parameters(timeout_min=resources.time_min, signal_delay_s=self.cluster.signal_delay_s)
             os.environ["ORCH_CPUS"] = str(cpus)  # the job inherits it: its trainer uses this many threads
-            job = executor.submit(CellJob(self.store.url, attempt["cell_id"], "local"))
+            job = executor.submit(CellJob(self.store.url, attempt["cell_id"], "local", attempt["id"]))
             self.store.assign_jobs([Submission(attempt["cell_id"], attempt["id"], str(job.job_id),
                                                str(job.paths.stdout), str(job.paths.stderr))])
             self.running[attempt["id"]] = _Running(job, attempt["cell_id"], attempt["id"], cpus)

@@ -330,21 +330,27 @@ class Store:
             )
 
     def job_started(self, cell_id: int, executor: str, job_id: str | None, host: str, pid: int,
-                    stdout_path: str | None = None, stderr_path: str | None = None) -> int | None:
+                    stdout_path: str | None = None, stderr_path: str | None = None,
+                    attempt_id: int | None = None) -> int | None:
         """The job of `cell_id` started: reuse its queued attempt for this job id, or open a new attempt (a
         requeued job restarting: a restart the job did not ask for, by `scontrol requeue` or a node failure,
         counts as a requeue too). The cell becomes running. Returns the attempt id, or None when the job must not
-        run: the cell was cancelled meanwhile, or this restart is one more than `cluster.max_requeues` (the cell
-        is then failed, with the reason); `TransitionError` if the cell may not start (finished...)."""
+        run: the cell was cancelled meanwhile, the cell was submitted again since the job's own submission
+        (`attempt_id`, the attempt the job was submitted for: a cancel and a resume replaced it), or this restart
+        is one more than `cluster.max_requeues` (the cell is then failed, with the reason); `TransitionError` if
+        the cell may not start (finished...)."""
         now = time.time()
         with Session(self.engine) as session, session.begin():
             cell = session.get(CellRow, cell_id, with_for_update=True)
             if cell.state == State.CANCELLED:
                 return None
-            check_transition(cell.state, State.RUNNING, f"cell {cell.digest}")
             latest = session.scalars(
                 select(AttemptRow).where(AttemptRow.cell_id == cell_id).order_by(AttemptRow.number.desc()).limit(1)
             ).first()
+            if (attempt_id is not None and latest is not None and latest.id != attempt_id
+                    and (job_id is None or latest.job_id != job_id)):
+                return None  # superseded: a newer submission of the cell owns it (not a restart of this job)
+            check_transition(cell.state, State.RUNNING, f"cell {cell.digest}")
             reusable = latest is not None and latest.state == State.QUEUED and (
                 job_id is None or latest.job_id in (None, job_id))
             if not reusable:

@@ -25,7 +25,7 @@ class DebugExecutor(Executor):
         executor = submitit.DebugExecutor(folder=self.sweep.log_dir)
         for task in tasks:
             for _ in range(self.sweep.cluster.max_requeues + 1):
-                job = executor.submit(CellJob(self.sweep.store_url, task.cell_id, self.name))
+                job = executor.submit(CellJob(self.sweep.store_url, task.cell_id, self.name, task.attempt_id))
                 if job.result() != State.REQUEUED:
                     break
         return []

@@ -86,7 +86,7 @@ class SlurmExecutor(Executor):
 
         executor = self._executor(resources)
         with executor.batch():
-            jobs = [executor.submit(CellJob(self.sweep.store_url, task.cell_id, self.name)) for task in tasks]
+            jobs = [executor.submit(CellJob(self.sweep.store_url, task.cell_id, self.name, task.attempt_id)) for task in tasks]
         return [
             Submission(task.cell_id, task.attempt_id, str(job.job_id), str(job.paths.stdout), str(job.paths.stderr))
             for task, job in zip(tasks, jobs, strict=True)

@@ -84,9 +84,6 @@ def test_concurrent_sweeps_of_one_file_submit_each_cell_once(database, mlflow_db
     assert (facts["parent_runs"], facts["child_runs"], facts["cells_with_runs"]) == (1, CELLS, CELLS)
 
 
-@pytest.mark.xfail(reason="known races left (issue 14): a job submitted under a claim that a cancel and another "
-                   "resume have since superseded still starts (job_started keys on the cell, not the attempt), and "
-                   "a failed submission marks back to pending cells another process has claimed since", strict=False)
 @pytest.mark.parametrize("round_", ROUNDS[:1])
 def test_concurrent_resume_and_cancel_leave_every_cell_in_one_legal_state(database, mlflow_db: str, tmp_path: Path,
                                                                         round_: int) -> None:

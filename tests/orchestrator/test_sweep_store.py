@@ -119,6 +119,25 @@ def test_cancel_wins_over_a_late_requeue_request(store_url: str) -> None:
     assert store.job_ended(attempt, State.REQUEUED, "stopped on SIGTERM") == State.CANCELLED
 
 
+def test_a_job_whose_submission_was_replaced_does_not_start(store_url: str) -> None:
+    """Submitted (attempt 1), cancelled, submitted again (attempt 2) before the first job started: the first job
+    finds its claim replaced and does not run; the second job runs the cell; a withdrawn submission goes back to
+    pending only while it is still the cell's own latest claim."""
+    store = Store.open(store_url)
+    sweep_id = _sweep(store)
+    store.add_cells(sweep_id, _cells(1))
+    (cell,) = store.cell_rows(sweep_id)
+    first = store.record_submissions("local", [cell.id])[cell.id]
+    store.mark([cell.id], State.CANCELLED, "orch cancel", only_states=[State.QUEUED])
+    second = store.record_submissions("local", [cell.id], only_states=[State.CANCELLED])[cell.id]
+    assert store.job_started(cell.id, "local", "101", "h", 1, attempt_id=first) is None
+    assert store.cell_states([cell.id]) == {cell.id: State.QUEUED}
+    assert store.end_attempts([first], State.PENDING, "a late failure of the first submission") == 0
+    assert store.job_started(cell.id, "local", "102", "h", 2, attempt_id=second) == second
+    assert store.cell_states([cell.id]) == {cell.id: State.RUNNING}
+    assert [(a.number, a.state) for a in store.attempts(cell.id)] == [(1, State.CANCELLED), (2, State.RUNNING)]
+
+
 HAMMER = """
 import os, sys
 from orchestrator.states import State
