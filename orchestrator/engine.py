@@ -143,13 +143,16 @@ def submit_cells(store: Store, sweep: SweepRow, rows: list[CellRow], executor: s
 
 def _ensure_runs(store: Store, sweep: SweepRow, rows: list[CellRow]) -> None:
     """The sweep's MLflow experiment and parent run, and a child run for each cell that has none."""
-    from orchestrator.tracking import ChildRun, create_child_runs, ensure_sweep_runs
+    from orchestrator.tracking import ChildRun, create_child_runs, discard_run, ensure_sweep_runs
 
     params = {"spec_path": sweep.spec_path, "profile": sweep.profile or "", "sets": sweep.sets_json,
               "varied": sweep.varied_json}
     experiment_id, parent_run_id = ensure_sweep_runs(sweep.tracking_uri, sweep.name, sweep.parent_run_id, params)
     if (experiment_id, parent_run_id) != (sweep.experiment_id, sweep.parent_run_id):
-        store.update_sweep(sweep.id, experiment_id=experiment_id, parent_run_id=parent_run_id)
+        recorded = store.claim_parent_run(sweep.id, sweep.parent_run_id, experiment_id, parent_run_id)
+        if recorded != parent_run_id:  # another orch sweep/resume recorded its parent run first: use it
+            discard_run(sweep.tracking_uri, parent_run_id)
+            parent_run_id = recorded
         sweep.experiment_id, sweep.parent_run_id = experiment_id, parent_run_id
     children = [ChildRun(row.id, row.digest, row.seed, row.axis, json.loads(row.varied_json))
                 for row in rows if not row.mlflow_run_id]

@@ -166,6 +166,18 @@ class Store:
         with Session(self.engine) as session, session.begin():
             session.execute(update(SweepRow).where(SweepRow.id == sweep_id).values(updated_at=time.time(), **fields))
 
+    def claim_parent_run(self, sweep_id: int, expected: str | None, experiment_id: str, run_id: str) -> str:
+        """Record `run_id` as the sweep's MLflow parent run if the sweep still has `expected` (what the caller read)
+        there: one conditional UPDATE. Returns the parent run the sweep has now: `run_id`, or the one another
+        process recorded first (the caller then drops its own)."""
+        with Session(self.engine) as session, session.begin():
+            current = (SweepRow.parent_run_id.is_(None) if expected is None else SweepRow.parent_run_id == expected)
+            claimed = session.execute(update(SweepRow).where(SweepRow.id == sweep_id, current).values(
+                experiment_id=experiment_id, parent_run_id=run_id, updated_at=time.time())).rowcount
+            if claimed:
+                return run_id
+            return session.scalar(select(SweepRow.parent_run_id).where(SweepRow.id == sweep_id))
+
     def add_cells(self, sweep_id: int, cells: Sequence[dict[str, Any]]) -> int:
         """Insert the cells whose digest the sweep does not have yet; return how many were new."""
 

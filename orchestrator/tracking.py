@@ -67,6 +67,11 @@ def ensure_sweep_runs(uri: str, sweep: str, parent_run_id: str | None, params: d
     return experiment_id, run.info.run_id
 
 
+def discard_run(uri: str, run_id: str) -> None:
+    """Delete a run nobody uses (a parent run that lost the race to be the sweep's)."""
+    _client(uri).delete_run(run_id)
+
+
 def create_child_runs(uri: str, sweep: str, experiment_id: str, parent_run_id: str,
                       cells: Sequence[ChildRun]) -> dict[int, str]:
     """A SCHEDULED child run per cell, tagged with sweep, cell digest, seed, axis and the varied keys."""

@@ -138,6 +138,16 @@ def test_a_job_whose_submission_was_replaced_does_not_start(store_url: str) -> N
     assert [(a.number, a.state) for a in store.attempts(cell.id)] == [(1, State.CANCELLED), (2, State.RUNNING)]
 
 
+def test_the_first_parent_run_recorded_wins(store_url: str) -> None:
+    """Two processes creating the sweep's MLflow parent run at once: the first recorded stays; the other learns it."""
+    store = Store.open(store_url)
+    sweep_id = _sweep(store)
+    assert store.claim_parent_run(sweep_id, None, "1", "run-a") == "run-a"
+    assert store.claim_parent_run(sweep_id, None, "1", "run-b") == "run-a"  # read None too, but lost
+    assert store.claim_parent_run(sweep_id, "run-a", "1", "run-c") == "run-c"  # replacing a deleted parent run
+    assert store.require_sweep("s").parent_run_id == "run-c"
+
+
 HAMMER = """
 import os, sys
 from orchestrator.states import State
