@@ -20,6 +20,7 @@ import os
 import socket
 import sys
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import submitit
@@ -84,7 +85,7 @@ def run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: int
     print(f"orch: cell {context.digest} of sweep {context.sweep} starts on {socket.gethostname()} "
           f"(job {job_id}, attempt id {attempt_id})", file=sys.stderr, flush=True)
     try:
-        with _heartbeat(store, attempt_id), StopRequest() as stop:
+        with _heartbeat(store, attempt_id, cell_checkpoint_dir(context)), StopRequest() as stop:
             cfg = compose_cell_config(context)
             from recipes.backends import get_backend
             from recipes.progress import setup_logging
@@ -120,7 +121,7 @@ def compose_cell_config(context: JobContext) -> TrainConfig:
 
     infra = {
         "mlflow.experiment_name": context.experiment_name,
-        "trainer.checkpoint_dir": os.path.join(context.run_dir, "checkpoints", context.digest),
+        "trainer.checkpoint_dir": str(cell_checkpoint_dir(context)),
         "trainer.progress": False,
     }
     if context.tracking_uri:
@@ -154,12 +155,23 @@ def _job_identity() -> tuple[str | None, str | None, str | None]:
         return None, None, None
 
 
-def _heartbeat(store: Store, attempt_id: int) -> Any:
-    """Report liveness every `$ORCH_HEARTBEAT_S` seconds (default 30) from a daemon thread."""
+def cell_checkpoint_dir(context: JobContext) -> Path:
+    """Where a cell's trainer keeps its checkpoints (and its progress file)."""
+    return Path(context.run_dir) / "checkpoints" / context.digest
+
+
+def _heartbeat(store: Store, attempt_id: int, progress_dir: Path) -> Any:
+    """Report liveness every `$ORCH_HEARTBEAT_S` seconds (default 30) from a daemon thread, with the progress the
+    trainer wrote last (`recipes.progress`: step k of N, phase, success) when it changed."""
+    from recipes.progress import read_progress
+
+    sent: list[Any] = [None]
 
     def beat() -> None:
+        progress = read_progress(progress_dir)
         try:
-            store.heartbeat(attempt_id)
+            store.heartbeat(attempt_id, progress if progress != sent[0] else None)
+            sent[0] = progress
         except Exception as err:  # a store hiccup must not kill the training run
             print(f"orch: heartbeat failed: {err}", file=sys.stderr)
 

@@ -36,7 +36,15 @@ from orchestrator.states import (
     reported_state,
     sources,
 )
-from orchestrator.store_schema import AttemptRow, CellRow, SweepRow, display_url, ensure_schema, make_engine
+from orchestrator.store_schema import (
+    AttemptRow,
+    CellRow,
+    ProgressRow,
+    SweepRow,
+    display_url,
+    ensure_schema,
+    make_engine,
+)
 from orchlib.errors import OrchError
 
 T = TypeVar("T")
@@ -88,6 +96,7 @@ class Store:
     def __init__(self, url: str, readonly: bool = False) -> None:
         self.url = url
         self.engine = make_engine(url, readonly=readonly)
+        self._progress_table: bool | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -246,14 +255,31 @@ class Store:
                    CellRow.attempts, CellRow.job_id, CellRow.varied_json, CellRow.steps_done, CellRow.reason,
                    CellRow.mlflow_run_id, CellRow.updated_at, AttemptRow.heartbeat_at)
         latest = (AttemptRow.cell_id == CellRow.id) & (AttemptRow.number == CellRow.attempts)
-        query = select(*columns).outerjoin(AttemptRow, latest).where(CellRow.sweep_id == sweep_id)
+        progress = self._has_progress()
+        if progress:
+            columns = (*columns, ProgressRow.progress_json)
+        query = select(*columns).outerjoin(AttemptRow, latest)
+        if progress:
+            query = query.outerjoin(ProgressRow, ProgressRow.attempt_id == AttemptRow.id)
+        query = query.where(CellRow.sweep_id == sweep_id)
         if limit is None:
             query = query.order_by(CellRow.position)
         else:
             rank = case({str(state): index for index, state in enumerate(ORDER)}, value=CellRow.state, else_=len(ORDER))
             query = query.order_by(rank, CellRow.position).limit(limit)
         with Session(self.engine) as session:
-            return [dict(row._mapping) for row in session.execute(query)]
+            rows = [dict(row._mapping) for row in session.execute(query)]
+        for row in rows:
+            row["progress"] = json.loads(row.pop("progress_json", None) or "null")
+        return rows
+
+    def _has_progress(self) -> bool:
+        """Whether the store has the progress table (an older store opened read-only may not)."""
+        if self._progress_table is None:
+            from sqlalchemy import inspect
+
+            self._progress_table = ProgressRow.__tablename__ in inspect(self.engine).get_table_names()
+        return self._progress_table
 
     # -- submissions and job reports --------------------------------------------------------------------------------
 
@@ -386,10 +412,18 @@ class Store:
             session.flush()
             return latest.id
 
-    def heartbeat(self, attempt_id: int) -> None:
-        """The job is alive."""
+    def heartbeat(self, attempt_id: int, progress: dict[str, Any] | None = None) -> None:
+        """The job is alive; `progress`: what its trainer reported last (`recipes.progress`), kept per attempt."""
+        now = time.time()
         with Session(self.engine) as session, session.begin():
-            session.execute(update(AttemptRow).where(AttemptRow.id == attempt_id).values(heartbeat_at=time.time()))
+            session.execute(update(AttemptRow).where(AttemptRow.id == attempt_id).values(heartbeat_at=now))
+            if progress is not None:
+                values = {"progress_json": json.dumps(progress), "updated_at": now}
+                row = session.get(ProgressRow, attempt_id)  # one writer per attempt: its own job
+                if row is None:
+                    session.add(ProgressRow(attempt_id=attempt_id, **values))
+                else:
+                    row.progress_json, row.updated_at = values["progress_json"], now
 
     def job_ended(self, attempt_id: int, state: str, reason: str | None = None, exit_code: int | None = None,
                   steps_done: int | None = None, mlflow_run_id: str | None = None) -> str:

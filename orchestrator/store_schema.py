@@ -4,9 +4,11 @@
     sweeps     one row per sweep: its file as submitted, its folder, its MLflow experiment and parent run
     cells      one row per cell of a sweep (unique digest per sweep): what to run and its current state
     attempts   one row per run of a cell's job: a submission, or a restart of the same cluster job
+    progress   the latest progress its job reported for an attempt (step k of N, phase, last success rate)
 
 Times are UNIX seconds (floats). `ensure_schema` creates the tables of an empty database, or checks that an
-existing one has the version this code understands (`SCHEMA_VERSION`); there are no migrations. `make_engine`
+existing one has the version this code understands (`SCHEMA_VERSION`); there are no migrations, but a table added
+within a version (`progress`) is created by the next writable open of an older store. `make_engine`
 sets each backend up for many concurrent writers (SQLite in WAL mode with up-front write locks; PostgreSQL with
 pre-ping). The rows hold states as plain strings; which changes of them are legal is `orchestrator.states`' job,
 and writing them is `orchestrator.store`'s.
@@ -132,6 +134,16 @@ class AttemptRow(Base):
     steps_done: Mapped[int | None] = mapped_column(Integer)
 
 
+class ProgressRow(Base):
+    """The latest progress an attempt's job reported (its trainer's `recipes.progress` file, copied by the job's
+    heartbeat): `progress_json` holds step, done, total, phase and success."""
+
+    __tablename__ = "progress"
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), primary_key=True)
+    progress_json: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 def display_url(engine: Engine) -> str:
     """The engine's URL without a password (a read-only SQLite URL as the plain one)."""
     path = _sqlite_file(engine)
@@ -170,6 +182,8 @@ def ensure_schema(engine: Engine, create: bool = True) -> None:
                 connection.execute(insert(MetaRow).values(key="schema_version", value=str(SCHEMA_VERSION)))
                 return
             value = connection.scalar(select(MetaRow.value).where(MetaRow.key == "schema_version"))
+            if create and str(value) == str(SCHEMA_VERSION) and not set(Base.metadata.tables) <= tables:
+                Base.metadata.create_all(connection)  # a table added within this version (checkfirst)
     except SQLAlchemyError as err:
         raise OrchError(f"{where}: {err.__class__.__name__}: {_first_line(err)}") from None
     version = int(value) if value else 0

@@ -95,24 +95,38 @@ def sweep_command(
 
 
 def _wait(store, name: str) -> None:
-    """Follow a sweep until no cell is active; exit 1 if any cell failed or was lost."""
+    """Follow a sweep until no cell is active, showing each running cell's step, phase, last success rate and
+    heartbeat; exit 1 if any cell failed or was lost. In a terminal one live view; otherwise (a file, a pipe) a
+    whole line whenever the counts or a running cell's step or phase change."""
     from rich.live import Live
+    from rich.markup import escape
 
     from orchestrator.engine import wait
-    from orchestrator.views import _console, counts_line
+    from orchestrator.views import _console, counts_line, running_lines
 
     console = _console()
+    sweep = store.require_sweep(name)
+
+    def view(counts: dict[str, int]) -> tuple[str, list[tuple[str, str]]]:
+        running = running_lines(store.status_rows(sweep.id), time.time()) if counts.get("running") else []
+        return f"sweep {name}: {counts_line(counts)}", running
+
     if console.is_terminal:
+        def show(counts: dict[str, int]) -> None:
+            header, running = view(counts)
+            live.update("\n".join([header, *(f"  {escape(what)} · {beat}" for what, beat in running)]))
+
         with Live(console=console, refresh_per_second=2, transient=False) as live:
-            counts = wait(store, name, on_poll=lambda counts: live.update(f"sweep {name}: {counts_line(counts)}"))
-    else:  # a file or a pipe: one whole line whenever the counts change (a log that reads as it grows)
-        shown: list[str] = []
+            counts = wait(store, name, on_poll=show)
+    else:
+        shown: set[str] = set()
 
         def show(counts: dict[str, int]) -> None:
-            line = f"sweep {name}: {counts_line(counts)}"
-            if not shown or shown[-1] != line:
-                console.print(line, soft_wrap=True)
-                shown.append(line)
+            header, running = view(counts)
+            for line, beat in [(header, ""), *running]:
+                if line not in shown:  # new counts, or a cell at a new step or phase
+                    console.print(escape(f"  {line} ({beat})") if beat else line, soft_wrap=True)
+                    shown.add(line)
 
         counts = wait(store, name, on_poll=show)
     if counts.get("failed") or counts.get("lost"):

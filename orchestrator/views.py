@@ -100,17 +100,18 @@ def status_table(sweep: Any, counts: dict[str, int], rows: list[dict[str, Any]],
               f"{counts_line(counts)}" + (f" · [red]{stalled} stalled[/]" if stalled else ""))
     rank = {state: index for index, state in enumerate(ORDER)}
     shown = sorted(rows, key=lambda row: (rank.get(row["state"], len(ORDER)), row["position"]))
-    columns = ["cell", "state", "tries", "job", "steps", *varied, "updated", "reason"]
+    columns = ["cell", "state", "tries", "job", "steps", "success", *varied, "heartbeat", "updated", "reason"]
     table = []
     for row in shown:
         values = json.loads(row["varied_json"])
         reason = (row["reason"] or "").strip().splitlines()
         if row["stalled"]:
             reason = [f"stalled: last heartbeat {_age(now - row['heartbeat_at'])}"]
+        steps, success = progress_cells(row)
+        beat = _age(now - row["heartbeat_at"]) if row["state"] == "running" and row.get("heartbeat_at") else "-"
         table.append([row["digest"][:12], STALLED if row["stalled"] else row["state"], str(row["attempts"]),
-                      row["job_id"] or "-",
-                      _text(row["steps_done"]), *(_text(values.get(key)) for key in varied),
-                      _age(now - row["updated_at"]), reason[-1] if reason else ""])
+                      row["job_id"] or "-", steps, success, *(_text(values.get(key)) for key in varied),
+                      beat, _age(now - row["updated_at"]), reason[-1] if reason else ""])
     widths = [min(24, max([len(name), *(len(line[index]) for line in table)])) for index, name in enumerate(columns)]
     widths[-1] = max(12, width - sum(widths[:-1]) - 2 * (len(columns) - 1))
     lines = [header, "[bold]" + escape(_row(columns, widths)) + "[/]"]
@@ -123,6 +124,34 @@ def status_table(sweep: Any, counts: dict[str, int], rows: list[dict[str, Any]],
     if len(shown) < total:
         lines.append(f"... {total - len(shown)} more cells (--all shows every cell, --json gives them all)")
     return "\n".join(lines)
+
+
+def progress_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """(steps, success) of a status row: a running cell's step k/N and phase from its job's progress, else the
+    steps its last attempt reported done; the last step's rollout success rate."""
+    progress = row.get("progress") or {}
+    success = progress.get("success")
+    success_text = "-" if success is None else f"{success:.2f}"
+    if row["state"] == "running" and progress:
+        return f"{progress.get('step', 0)}/{progress.get('total', '?')} {progress.get('phase', '')}".strip(), success_text
+    return _text(row["steps_done"]), success_text
+
+
+def running_lines(rows: list[dict[str, Any]], now: float) -> list[tuple[str, str]]:
+    """One line per running cell for `orch sweep --wait`: (what it does, its heartbeat's age), e.g.
+    ("cell 3f2a9c01d4e5 (task=sokoban): step 3/10 update, success 0.42", "heartbeat 12s ago")."""
+    lines = []
+    for row in rows:
+        if row["state"] != "running":
+            continue
+        steps, success = progress_cells(row)
+        varied = ", ".join(f"{key}={value}" for key, value in json.loads(row["varied_json"]).items())
+        what = f"cell {row['digest'][:12]}" + (f" ({varied})" if varied else "") + f": step {steps}"
+        if success != "-":
+            what += f", success {success}"
+        beat = f"heartbeat {_age(now - row['heartbeat_at'])}" if row.get("heartbeat_at") else "no heartbeat yet"
+        lines.append((what, beat))
+    return lines
 
 
 def mark_stalled(sweep: Any, rows: list[dict[str, Any]], now: float) -> int:

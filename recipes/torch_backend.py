@@ -53,7 +53,7 @@ from recipes.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_s
 from recipes.config import TrainConfig
 from recipes.hooks import StepContext, StepHook, build_hooks
 from recipes.models import count_parameters, load_critic, load_policy, load_tokenizer
-from recipes.progress import TrainProgress
+from recipes.progress import ProgressFile, TrainProgress, report, reporting
 from recipes.rollout_stats import rollout_frame, rollout_metrics, validation_metrics
 from recipes.sampler import Sampler
 from recipes.seeds import seed_everything, train_prompt_seeds, validation_seeds
@@ -66,7 +66,8 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def timed(metrics: dict[str, float], name: str) -> Iterator[None]:
-    """Add the wall time of the block to `metrics["timing_s/<name>"]`."""
+    """Add the wall time of the block to `metrics["timing_s/<name>"]` (and show the phase in the progress file)."""
+    report(phase=name)
     start = time.perf_counter()
     yield
     metrics[f"timing_s/{name}"] = metrics.get(f"timing_s/{name}", 0.0) + time.perf_counter() - start
@@ -263,6 +264,16 @@ def train(
     should_stop: Callable[[], bool],
 ) -> TrainResult:
     """Set up, resume or validate at step 0, then step until done, stopped or asked to stop."""
+    done = int(resumed["step"]) if resumed is not None else 0
+    with reporting(ProgressFile(checkpoint_dir, cfg.trainer.total_steps, done)):
+        return _train(cfg, tracker, checkpoint_dir, resumed, should_stop)
+
+
+def _train(
+    cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path, resumed: dict[str, Any] | None,
+    should_stop: Callable[[], bool],
+) -> TrainResult:
+    report(phase="warm start" if cfg.model.warm_start.enabled else "setup")
     run, metrics = setup(cfg, tracker, checkpoint_dir)
     trainer = cfg.trainer
     if resumed is not None:
@@ -283,7 +294,9 @@ def train(
                 status, reason = "preempted", f"stop requested; checkpoint at step {step}"
                 run.checkpoint(step)
                 break
+            report(step=step)
             outcome = train_step(run, step)
+            report(done=step, phase="logging", success=outcome.metrics.get("rollout/success_rate"))
             tracker.log_metrics(outcome.metrics, step=step)
             if outcome.tags:
                 tracker.set_tags(outcome.tags)

@@ -115,12 +115,15 @@ def prepare(cfg: TrainConfig, checkpoint_dir: Path, resume: int | None = None) -
     import time
 
     from recipes.models import count_parameters_in, load_tokenizer
+    from recipes.progress import ProgressFile
     from recipes.verl.cluster import ClusterPlan, slurm_nodes, srun_launcher
     from recipes.verl.config_map import VerlJob, worker_env
     from recipes.verl.data import prompt_budget, write_prompt_files
     from recipes.warmstart import model_folder
 
     started = time.perf_counter()
+    ProgressFile(checkpoint_dir, cfg.trainer.total_steps).update(
+        phase="warm start" if cfg.model.warm_start.enabled else "setup")
     folder, warm_start = model_folder(cfg)
     tokenizer = load_tokenizer(folder)
     tokenizer_folder = checkpoint_dir / "inputs" / "tokenizer"  # apart from config.json: transformers would

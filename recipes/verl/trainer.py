@@ -84,10 +84,12 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def fit(self) -> dict[str, Any]:
         """veRL's loop with orch's metric sink; returns how the run ended."""
+        from recipes.progress import ProgressFile, reporting
         from recipes.verl.patches import tracking_sink
 
+        folder = Path(self.config.trainer.default_local_dir).parent  # orch's checkpoint folder (veRL's is verl/)
         try:
-            with tracking_sink(self._log):
+            with tracking_sink(self._log), reporting(ProgressFile(folder, self.cfg.trainer.total_steps)):
                 super().fit()
         except Stop as stop:
             return {"status": stop.status, "reason": stop.reason, "steps_done": int(self.global_steps)}
@@ -96,7 +98,10 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def _start_profiling(self, do_profile: bool) -> None:
         """The step begins (the first call of every step)."""
+        from recipes.progress import report
+
         self._step_started = time.perf_counter()
+        report(step=int(self.global_steps), phase="rollout")
         super()._start_profiling(do_profile)
 
     def _stop_profiling(self, do_profile: bool, run_command: bool = False) -> None:
@@ -125,6 +130,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         """Rewards per turn, dynamic sampling, statistics, hooks and the filter on the step's rollout."""
         from recipes import filtering
         from recipes.hooks import StepContext
+        from recipes.progress import report
         from recipes.rollout_stats import rollout_frame, rollout_metrics
 
         step, cfg = int(self.global_steps), self.cfg
@@ -141,6 +147,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         out.update(rollout_metrics(trajectories, generated, cfg.trainer.max_response_tokens))
 
         started = time.perf_counter()
+        report(phase="diagnostics")
         context = StepContext(step=step, cfg=cfg, policy=None, encoder=self.encoder, trajectories=trajectories,
                               group_ids=group_ids, generated=generated, metrics=out, validation=self.validation,
                               cross_score=self.cross_score, gradient_norms=partial(self.gradient_norms, batch))
@@ -152,6 +159,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         out["timing_s/diagnostics"] = time.perf_counter() - started
 
         started = time.perf_counter()
+        report(phase="filter")
         keep, loss_scale, filter_metrics = filtering.filter_step(returns, group_ids, cfg.filter,
                                                                  cfg.trainer.samples_per_prompt)
         out.update(filter_metrics)
@@ -254,6 +262,9 @@ class OrchPPOTrainer(RayPPOTrainer):
         return super()._update_critic(batch)
 
     def _update_actor(self, batch: DataProto) -> DataProto:
+        from recipes.progress import report
+
+        report(phase="update")
         if self.skip_update:
             return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
         if self.advantage_scale != 1.0:
@@ -286,8 +297,10 @@ class OrchPPOTrainer(RayPPOTrainer):
         """One episode per validation seed at `val_temperature`: orch's `val/*` metrics."""
         from verl.trainer.ppo.ray_trainer import pad_dataproto_to_divisor, unpad_dataproto
 
+        from recipes.progress import report
         from recipes.rollout_stats import validation_metrics
 
+        report(phase="validation")
         trajectories, generated = [], {}
         for data in self.val_dataloader:
             batch = DataProto.from_single_dict(data)
@@ -415,6 +428,9 @@ class OrchPPOTrainer(RayPPOTrainer):
             self.tracker.set_tags(self.step_tags)
             self.step_tags = {}
         if step > 0:
+            from recipes.progress import report
+
+            report(step=step, done=step, phase="logging", success=metrics.get("rollout/success_rate"))
             log.info("step %d/%d: success %.3f, kept %.2f, %.1fs", step, self.cfg.trainer.total_steps,
                      metrics.get("rollout/success_rate", float("nan")), metrics.get("rollout/kept_ratio", 1.0),
                      metrics["timing_s/step"])

@@ -218,6 +218,34 @@ def _status_json(name: str) -> dict:
 
 
 @pytest.mark.slow
+def test_running_cells_show_their_step_phase_success_and_heartbeat(make_sweep, tracking: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live progress: each running cell's step k/N and phase (the trainer's progress file, copied by the job's
+    heartbeat into the store), its last success rate and its heartbeat's age, in `orch status` (table and JSON)
+    and `orch sweep --wait` (whole lines when not on a terminal)."""
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.6")
+    path = make_sweep("live", steps=8, seeds="[1]")
+    _, store, _ = submit(path, "local", tracking)
+    sweep = store.require_sweep("live")
+
+    def progressed() -> bool:
+        rows = [row for row in store.status_rows(sweep.id) if row["state"] == "running" and row["progress"]]
+        return len(rows) == 2 and all(row["progress"]["done"] >= 2 for row in rows)
+
+    wait_for(progressed, timeout=120)
+    cells = _status_json("live")["cells"]
+    for cell in cells:
+        assert cell["progress"]["total"] == 8 and cell["progress"]["phase"] in ("update", "logging")
+        assert 0 < cell["progress"]["success"] <= 1 and cell["heartbeat_at"] is not None
+    table = CliRunner().invoke(app, ["status", "live"]).stdout
+    assert "/8 " in table and "heartbeat" in table and "s ago" in table
+    waited = CliRunner().invoke(app, ["sweep", str(path), "--cluster", "local", "--wait"])
+    assert waited.exit_code == 0, waited.output
+    lines = waited.output.splitlines()
+    assert any("cell " in line and "step " in line and "/8 " in line and "heartbeat" in line for line in lines)
+    assert lines[-1] == "sweep live: finished 2"
+
+
 def test_a_hung_job_is_flagged_stalled_then_recovers(make_sweep, tracking: str) -> None:
     """A job frozen with SIGSTOP (heartbeats every second here) stops beating: `orch status` flags its cell after
     `cluster.stall.after_s`, and nothing more under the default `flag` action; once thawed it beats again."""

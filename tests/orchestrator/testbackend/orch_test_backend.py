@@ -2,8 +2,9 @@
 
 It is NOT a stand-in for the real trainer (the end-to-end tests use the torch backend). It counts steps, logs one
 metric per step to the cell's pre-created MLflow run (through `recipes.tracking.RunTracker`, as the real backend
-does), writes its step to `trainer.checkpoint_dir` and resumes from it, and honours `should_stop` like the real
-trainer: stop at the next step boundary and return `preempted`.
+does), writes its step to `trainer.checkpoint_dir` and resumes from it, reports its step and phase in the progress
+file (`recipes.progress`, as the real trainers do), and honours `should_stop` like the real trainer: stop at the
+next step boundary and return `preempted`.
 
 Knobs (environment, test-only): ORCH_TEST_STEP_S seconds per step (default 0.05); ORCH_TEST_FAIL_SEED makes the
 cell with that seed raise while the file named by ORCH_TEST_FAIL_FLAG exists (delete it to "fix the bug").
@@ -23,6 +24,7 @@ NAME = "orch-test"
 @register_backend(NAME)
 def run(cfg, should_stop=None) -> TrainResult:
     """Count `trainer.total_steps` steps, resuming from the checkpoint folder."""
+    from recipes.progress import ProgressFile
     from recipes.tracking import RunTracker, default_tracking_uri
 
     mlflow = cfg.infra.mlflow
@@ -37,10 +39,13 @@ def run(cfg, should_stop=None) -> TrainResult:
         raise RuntimeError(f"orch-test backend: failing seed {cfg.seed} on purpose")
     step_s = float(os.environ.get("ORCH_TEST_STEP_S", "0.05"))
     total = int(cfg.trainer.total_steps)
+    progress = ProgressFile(folder, total, start)
     for step in range(start + 1, total + 1):
+        progress.update(step=step, phase="update")
         time.sleep(step_s)
         tracker.log_metrics({"test/step": step, "test/pid": os.getpid(), "test/resumed_from": start}, step)
         checkpoint.write_text(str(step))
+        progress.update(done=step, phase="logging", success=step / total)
         if should_stop is not None and should_stop() and step < total:
             return TrainResult("preempted", step, tracker.run_id, f"checkpointed at step {step}")
     tracker.end("FINISHED")
