@@ -109,7 +109,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
         pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (bash scripts/setup_postgres.sh starts one and prints it)")
     fresh = Store(url)
     with fresh.engine.begin() as connection:
-        connection.execute(text("DROP TABLE IF EXISTS attempts, cells, sweeps, orch_meta CASCADE"))
+        connection.execute(text("DROP TABLE IF EXISTS progress, attempts, cells, sweeps, orch_meta CASCADE"))
     fresh.dispose()
     return Store.open(url)
 

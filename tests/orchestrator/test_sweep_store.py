@@ -25,7 +25,7 @@ def _fresh_postgres(url: str) -> str:
     """A clean schema for each test: drop every table of the test database."""
     store = Store(url)
     with store.engine.begin() as connection:
-        connection.execute(text("DROP TABLE IF EXISTS attempts, cells, sweeps, orch_meta CASCADE"))
+        connection.execute(text("DROP TABLE IF EXISTS progress, attempts, cells, sweeps, orch_meta CASCADE"))
     store.dispose()
     return url
 
@@ -146,6 +146,28 @@ def test_the_first_parent_run_recorded_wins(store_url: str) -> None:
     assert store.claim_parent_run(sweep_id, None, "1", "run-b") == "run-a"  # read None too, but lost
     assert store.claim_parent_run(sweep_id, "run-a", "1", "run-c") == "run-c"  # replacing a deleted parent run
     assert store.require_sweep("s").parent_run_id == "run-c"
+
+
+def test_progress_travels_with_heartbeats_and_older_stores_get_its_table(store_url: str) -> None:
+    """A job's heartbeat carries its trainer's progress into `status_rows`; a store made before the progress table
+    existed reads (read-only) without it and gains it at its next writable open."""
+    store = Store.open(store_url)
+    sweep_id = _sweep(store)
+    store.add_cells(sweep_id, _cells(1))
+    (cell,) = store.cell_rows(sweep_id)
+    store.record_submissions("local", [cell.id])
+    attempt = store.job_started(cell.id, "local", "7", "h", 1)
+    store.heartbeat(attempt, {"step": 3, "done": 2, "total": 10, "phase": "update", "success": 0.5})
+    store.heartbeat(attempt)  # liveness only: the last progress stays
+    (row,) = store.status_rows(sweep_id)
+    assert row["progress"] == {"step": 3, "done": 2, "total": 10, "phase": "update", "success": 0.5}
+    with store.engine.begin() as connection:
+        connection.execute(text("DROP TABLE progress"))
+    (row,) = Store.open_readonly(store_url).status_rows(sweep_id)
+    assert row["progress"] is None and row["state"] == "running"
+    reopened = Store.open(store_url)
+    reopened.heartbeat(attempt, {"step": 4})
+    assert reopened.status_rows(sweep_id)[0]["progress"] == {"step": 4}
 
 
 HAMMER = """
