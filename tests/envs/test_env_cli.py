@@ -24,6 +24,7 @@ def test_list_names_every_task():
     assert result.exit_code == 0, result.output
     for task in ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa", "searchqa"]:
         assert task in result.output
+    assert "search[query]" in result.output  # brackets are not taken for markup
 
 
 def test_show_prints_the_first_turn_and_writes_the_image(tmp_path):
