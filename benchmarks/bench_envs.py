@@ -2,8 +2,8 @@
 
     python benchmarks/bench_envs.py [--steps 20000] [--resets 500] [--batch 128]
 
-Steps use random valid actions (grid tasks) or a fixed answer (text tasks); a finished episode is reset, and
-reset time is excluded from steps/s. Driver turns/s covers parsing, stepping and chat bookkeeping for a batch
+Steps use random valid actions (grid tasks) or a fixed answer (text tasks; SearchQA: a BM25 search); a finished
+episode is reset, and reset time is excluded from steps/s. Driver turns/s covers parsing, stepping and chat bookkeeping for a batch
 of `--batch` episodes with a random-move policy (policy time included, model time obviously not).
 """
 
@@ -17,7 +17,7 @@ import time
 from envs import list_envs, make_env, run_episodes
 from envs.protocol import format_response
 
-TEXT_ANSWERS = {"countdown": "1 + 2", "metamathqa": "42"}
+TEXT_ANSWERS = {"countdown": "1 + 2", "metamathqa": "42", "searchqa": "search[city river]"}
 
 
 def _action(env, rng: random.Random) -> str:

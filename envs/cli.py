@@ -63,6 +63,7 @@ def list_command() -> None:
 
     def command() -> None:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         from envs.registry import env_class, env_config_class, list_envs
@@ -71,8 +72,9 @@ def list_command() -> None:
         for name in list_envs():
             cls, defaults = env_class(name), env_config_class(name)()
             summary = (cls.__doc__ or "").strip().split("\n")[0]
-            table.add_row(
-                name, summary, cls.answer_format, str(defaults.max_turns), str(defaults.max_actions_per_turn)
+            table.add_row(  # escaped: `search[query]` is not rich markup
+                name, escape(summary), escape(cls.answer_format), str(defaults.max_turns),
+                str(defaults.max_actions_per_turn),
             )
         Console().print(table)
 

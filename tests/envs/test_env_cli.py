@@ -22,8 +22,9 @@ def orch(*args: str, stdin: str | None = None):
 def test_list_names_every_task():
     result = orch("env", "list")
     assert result.exit_code == 0, result.output
-    for task in ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa"]:
+    for task in ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa", "searchqa"]:
         assert task in result.output
+    assert "search[query]" in result.output  # brackets are not taken for markup
 
 
 def test_show_prints_the_first_turn_and_writes_the_image(tmp_path):

@@ -56,7 +56,7 @@ def test_image_and_text_transcripts_differ_only_in_the_state(task, _):
         assert text_user.replace(f"State:\n{state}\n", f"State:\n{IMAGE_PLACEHOLDER}\n") == image_user
 
 
-@pytest.mark.parametrize("task", ["sokoban", "frozenlake", "countdown", "metamathqa"])
+@pytest.mark.parametrize("task", ["sokoban", "frozenlake", "countdown", "metamathqa", "searchqa"])
 def test_text_observation_is_the_default_and_carries_no_image(task):
     default, explicit = play(task, None), play(task, "text")
     assert default.messages == explicit.messages

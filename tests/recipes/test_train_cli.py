@@ -39,3 +39,16 @@ def test_sigusr2_checkpoints_at_the_step_boundary_and_exits_75(train_overrides, 
     assert process.wait(timeout=300) == REQUEUE_EXIT_CODE, rest[-2000:]
     checkpoint = latest_checkpoint(tmp_path / "checkpoints")
     assert checkpoint is not None and int(checkpoint.name.split("_")[1]) < 500
+
+
+def test_searchqa_trains_end_to_end(train_overrides) -> None:
+    """`orch train task=searchqa trainer=test`: two steps of the micro model on the multi-turn search task."""
+    from mlflow import MlflowClient
+
+    result = CliRunner().invoke(app, ["train", *train_overrides, "task=searchqa", "algorithm=grpo", "filter=none"])
+    assert result.exit_code == 0, result.output
+    assert "finished" in result.output and "steps done: 2" in result.output
+    run_id = result.output.rsplit("MLflow run ", 1)[1].split(")")[0]
+    uri = next(o.split("=", 1)[1] for o in train_overrides if o.startswith("mlflow.tracking_uri="))
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.data.tags["task"] == "searchqa" and "val/success_rate" in run.data.metrics
