@@ -2,8 +2,10 @@
 
     python benchmarks/bench_envs.py [--steps 20000] [--resets 500] [--batch 128]
 
-Steps use random valid actions (grid tasks) or a fixed answer (text tasks; SearchQA: a BM25 search); a finished
-episode is reset, and reset time is excluded from steps/s. Driver turns/s covers parsing, stepping and chat bookkeeping for a batch
+Steps use random valid actions (grid tasks), a fixed answer (Countdown, MetaMathQA; SearchQA: a BM25 search)
+or, on WebShop, a search from a few queries then random clicks among the page's clickables (so most steps
+render a results or item page; a purchase ends the episode); a finished episode is reset, and reset time is
+excluded from steps/s. Driver turns/s covers parsing, stepping and chat bookkeeping for a batch
 of `--batch` episodes with a random-move policy (policy time included, model time obviously not).
 """
 
@@ -18,10 +20,21 @@ from envs import list_envs, make_env, run_episodes
 from envs.protocol import format_response
 
 TEXT_ANSWERS = {"countdown": "1 + 2", "metamathqa": "42", "searchqa": "search[city river]"}
+WEBSHOP_QUERIES = ("running shoes black", "organic green tea", "waterproof bluetooth speaker", "queen bed sheets")
+CLICKABLES = "Clickables: "
 
 
-def _action(env, rng: random.Random) -> str:
-    return rng.choice(env.valid_actions) if env.valid_actions else TEXT_ANSWERS[env.name]
+def _action(env, rng: random.Random, state: str | None = None) -> str:
+    """A random action for `env` in `state` (the text the agent sees; default: the env's current page)."""
+    if env.valid_actions:
+        return rng.choice(env.valid_actions)
+    if env.name != "webshop":
+        return TEXT_ANSWERS[env.name]
+    state = env.render_text() if state is None else state
+    listed = [line for line in state.splitlines() if line.startswith(CLICKABLES)]
+    if not listed:
+        return f"search[{rng.choice(WEBSHOP_QUERIES)}]"
+    return f"click[{rng.choice(listed[-1].removeprefix(CLICKABLES).split(', '))}]"
 
 
 def bench_resets(task: str, n: int) -> float:
@@ -52,7 +65,7 @@ def bench_driver(task: str, batch: int) -> tuple[float, float]:
     probe, rng = make_env(task), random.Random(0)
 
     def policy(histories):
-        return [format_response("bench", [_action(probe, rng)]) for _ in histories]
+        return [format_response("bench", [_action(probe, rng, h[-1]["content"])]) for h in histories]
 
     start = time.perf_counter()
     trajectories = run_episodes(task, {}, list(range(batch)), policy)

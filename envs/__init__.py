@@ -1,4 +1,4 @@
-"""Text environments for agentic RL (Sokoban, FrozenLake, Countdown, MetaMathQA), the multi-turn chat protocol,
+"""Text environments for agentic RL (Sokoban, FrozenLake, Countdown, MetaMathQA, WebShop), the multi-turn chat protocol,
 the batch driver and solver-based demonstrations.
 
 Names are resolved on first use (PEP 562) so that `import envs` (and the `orch` CLI) stays light.
