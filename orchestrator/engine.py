@@ -25,6 +25,7 @@ from orchlib.errors import OrchError
 if TYPE_CHECKING:
     from orchestrator.plan import Plan
     from orchestrator.resources import Resources
+    from orchestrator.spec import SweepDefinition
 
 
 @dataclass
@@ -49,24 +50,9 @@ def submit_plan(plan: Plan, store: Store, executor: str, *, tracking_uri: str | 
                 retry_failed: bool = False, sets: Sequence[str] = ()) -> SubmitReport:
     """Record the plan's sweep and cells, then submit the cells that are missing. Nothing is written if the
     plan cannot be submitted (a planned backend) or the executor is unavailable."""
-    from recipes.tracking import default_tracking_uri
-
     plan.check_submittable()
     get_executor(executor).check_available()
-    definition = plan.definition
-    existing = store.sweep(plan.name)
-    sweep = store.save_sweep({
-        "name": plan.name,
-        "spec_path": str(definition.path.resolve()),
-        "spec_text": definition.path.read_text(),
-        "profile": definition.profile,
-        "sets_json": json.dumps(list(sets)),
-        "executor": executor,
-        "cluster_json": definition.spec.cluster.model_dump_json(),
-        "varied_json": json.dumps(plan.varied),
-        "run_dir": existing.run_dir if existing else str(run_dir_for(plan.name)),
-        "tracking_uri": tracking_uri or (existing.tracking_uri if existing else None) or default_tracking_uri(),
-    })
+    sweep = save_sweep_row(store, plan.definition, executor, plan.varied, tracking_uri, sets)
     report = SubmitReport(sweep=plan.name, executor=executor, cells=len(plan.cells))
     report.new = store.add_cells(sweep.id, cell_fields(plan))
     report.lost = reconcile(store, sweep)
@@ -74,6 +60,27 @@ def submit_plan(plan: Plan, store: Store, executor: str, *, tracking_uri: str | 
     wanted = MISSING | ({State.FAILED} if retry_failed else frozenset())
     _submit(report, store, sweep, rows, executor, wanted)
     return report
+
+
+def save_sweep_row(store: Store, definition: SweepDefinition, executor: str, varied: Sequence[str],
+                   tracking_uri: str | None = None, sets: Sequence[str] = ()) -> SweepRow:
+    """Record (or update) the sweep of `definition` in the store: its file, profile, `--set` overrides, executor,
+    cluster settings, varied keys, folder and tracking URI (kept from an earlier submission unless given)."""
+    from recipes.tracking import default_tracking_uri
+
+    existing = store.sweep(definition.spec.name)
+    return store.save_sweep({
+        "name": definition.spec.name,
+        "spec_path": str(definition.path.resolve()),
+        "spec_text": definition.path.read_text(),
+        "profile": definition.profile,
+        "sets_json": json.dumps(list(sets)),
+        "executor": executor,
+        "cluster_json": definition.spec.cluster.model_dump_json(),
+        "varied_json": json.dumps(list(varied)),
+        "run_dir": existing.run_dir if existing else str(run_dir_for(definition.spec.name)),
+        "tracking_uri": tracking_uri or (existing.tracking_uri if existing else None) or default_tracking_uri(),
+    })
 
 
 def _submit(report: SubmitReport, store: Store, sweep: SweepRow, rows: list[CellRow], executor: str,
@@ -230,14 +237,8 @@ def cancel(store: Store, name: str, cells: Sequence[str] = ()) -> int:
     """Cancel the active and pending cells of a sweep (or only `cells`, digest prefixes). Returns how many."""
     sweep = store.require_sweep(name)
     rows = store.find_cells(sweep.id, cells) if cells else store.cell_rows(sweep.id)
-    ids = {row.id for row in rows}
-    attempts = [attempt for attempt in store.active_attempts(sweep.id) if attempt["cell_id"] in ids]
-    count = store.mark(list(ids), State.CANCELLED, "cancelled by `orch cancel`", only_states=ACTIVE | {State.PENDING})
-    by_executor: dict[str, list[dict]] = {}
-    for attempt in attempts:
-        by_executor.setdefault(attempt["executor"], []).append(attempt)
-    for executor, group in by_executor.items():
-        get_executor(executor)(_context(store, sweep)).cancel(group)
+    count = stop_cells(store, sweep, {row.id for row in rows}, State.CANCELLED, "cancelled by `orch cancel`",
+                       ACTIVE | {State.PENDING})
     never_started = [row.mlflow_run_id for row in rows
                      if row.mlflow_run_id and row.state in (State.QUEUED, State.PENDING)]
     counts = store.counts(sweep.id)
@@ -247,6 +248,23 @@ def cancel(store: Store, name: str, cells: Sequence[str] = ()) -> int:
         from orchestrator.tracking import end_runs
 
         end_runs(sweep.tracking_uri, never_started, "KILLED")
+    return count
+
+
+def stop_cells(store: Store, sweep: SweepRow, ids: Iterable[int], state: str, reason: str,
+               only_states: Iterable[str]) -> int:
+    """Move the cells `ids` that are in `only_states` to `state` (cancelled, pruned), then ask their running jobs
+    to stop (they checkpoint and end; their late reports keep the state). Returns how many cells moved."""
+    ids = set(ids)
+    attempts = [attempt for attempt in store.active_attempts(sweep.id) if attempt["cell_id"] in ids]
+    count = store.mark(list(ids), state, reason, only_states=only_states)
+    moved = {cell_id for cell_id, now in store.cell_states(list(ids)).items() if now == state}
+    by_executor: dict[str, list[dict]] = {}
+    for attempt in attempts:
+        if attempt["cell_id"] in moved:
+            by_executor.setdefault(attempt["executor"], []).append(attempt)
+    for executor, group in by_executor.items():
+        get_executor(executor)(_context(store, sweep)).cancel(group)
     return count
 
 

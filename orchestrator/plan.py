@@ -93,6 +93,9 @@ class Plan:
 
 def build_plan(definition: SweepDefinition, resolver: ConfigResolver | None = None) -> Plan:
     """Expand, resolve, hash and size every cell of `definition`. Raises `OrchError` (file, line, key)."""
+    if definition.spec.study is not None:
+        raise definition.source.error(("study",), "this sweep file defines a study: run it with `orch tune FILE` "
+                                                  "(`orch sweep` runs grids)")
     raw_cells = expand(definition)
     resolver = resolver or ConfigResolver()
     source = definition.source

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.resources import ResourcesSpec
+from orchestrator.study import StudySpec
 from orchestrator.yamlsource import Loc, YamlSource, format_loc, load_yaml
 from orchlib.errors import OrchError, choices_error, validation_issues
 
@@ -117,6 +118,7 @@ class SweepSpec(BaseModel):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     profiles: dict[str, Profile] = Field(default_factory=dict)
+    study: StudySpec | None = Field(None, description="An Optuna search over conf/ keys (`orch tune`).")
 
 
 @dataclass
@@ -186,6 +188,16 @@ def check_keys(definition: SweepDefinition) -> None:
     for name, profile in spec.profiles.items():
         for key in profile.set:
             check_key(key, source, ("profiles", name, "set", key))
+    if spec.study is not None:
+        for key in spec.study.space:
+            check_key(key, source, ("study", "space", key))
+        for section in ("grid", "axes", "include"):
+            if getattr(spec, section):
+                raise source.error((section,), f"a sweep with a `study:` searches its own space: remove `{section}` "
+                                               "(put fixed settings in `base`)")
+        if spec.study.seeds_per_trial > len(spec.seeds):
+            raise source.error(("study", "seeds_per_trial"), f"{spec.study.seeds_per_trial} seeds per trial, but the "
+                                                             f"sweep lists {len(spec.seeds)} seed(s) in `seeds`")
 
 
 def load_profiles(definition: SweepDefinition) -> dict[str, tuple[Profile, YamlSource, Loc]]:

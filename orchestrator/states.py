@@ -16,8 +16,11 @@ between them that every state change of the store is checked against.
     cancelled ──its job reports a requeue request or a failure──▶ cancelled
     cancelled ──its job completed before it saw the cancel──▶ finished | stopped
     cancelled | lost | failed (`--retry-failed`) ──submitted again──▶ queued
+    queued | running | requeued ──`orch tune` pruned the trial (its job is stopped)──▶ pruned
+    pruned ──its job reports anything after the prune──▶ pruned
 
-A cell is created `pending`; finished and stopped cells never change again. An attempt is created `queued` (a
+A cell is created `pending`; finished and stopped cells never change again, and pruned ones only take the late
+report of their stopped job. An attempt is created `queued` (a
 restarting job's attempt is created and started at once) and moves along the same table, but a restart or a
 resubmission opens a new attempt instead of moving the old one, so of the cell's edges an attempt only ever
 takes those that start or end it (an open attempt also becomes lost when its job restarts without having
@@ -47,6 +50,7 @@ class State(StrEnum):
     FAILED = "failed"  # an error; the reason holds its last lines
     CANCELLED = "cancelled"  # `orch cancel`
     LOST = "lost"  # the job disappeared without reporting (killed, node failure)
+    PRUNED = "pruned"  # `orch tune` stopped the trial early: its intermediate values were among the worst
 
 
 ACTIVE = frozenset({State.QUEUED, State.RUNNING, State.REQUEUED})
@@ -54,7 +58,7 @@ DONE = frozenset({State.FINISHED, State.STOPPED})
 # Submitted again by `orch sweep` / `orch resume` (FAILED too with --retry-failed).
 MISSING = frozenset({State.PENDING, State.CANCELLED, State.LOST})
 ORDER = (State.RUNNING, State.REQUEUED, State.QUEUED, State.FAILED, State.LOST, State.CANCELLED, State.PENDING,
-         State.STOPPED, State.FINISHED)
+         State.PRUNED, State.STOPPED, State.FINISHED)
 
 # `recipes.backends.TrainResult.status` -> state of the attempt.
 FROM_TRAIN_STATUS = {
@@ -70,6 +74,7 @@ _VANISHED = ("its job vanished without reporting (reconcile), a signal killed it
 _EXITED = "its local job exited without reporting an end"
 _TOO_MANY = "its job was restarted past cluster.max_requeues"
 _RESUBMIT = "submitted again (`orch sweep`, `orch resume`)"
+_PRUNE = "`orch tune` pruned its trial (the job is asked to stop)"
 
 # (from, to) -> what makes a cell (or an attempt) take that step. Nothing else is allowed.
 TRANSITIONS: Mapping[tuple[State, State], str] = MappingProxyType({
@@ -98,6 +103,10 @@ TRANSITIONS: Mapping[tuple[State, State], str] = MappingProxyType({
     (State.CANCELLED, State.FINISHED): "its job completed before it saw `orch cancel`",
     (State.CANCELLED, State.STOPPED): "its job stopped early on purpose before it saw `orch cancel`",
     (State.LOST, State.QUEUED): _RESUBMIT,
+    (State.QUEUED, State.PRUNED): _PRUNE,
+    (State.RUNNING, State.PRUNED): _PRUNE,
+    (State.REQUEUED, State.PRUNED): _PRUNE,
+    (State.PRUNED, State.PRUNED): "its job reported its end (stopped, requeue request, failure) after the prune",
 })
 
 
@@ -146,7 +155,10 @@ def check_sources(states: Iterable[str], target: str, what: str = "cell") -> lis
 
 def reported_state(cell_state: str, reported: str) -> State:
     """The state a job's end report gives its cell: a requeue request or a failure reported for a cancelled cell
-    keeps it cancelled (the job was stopped by `orch cancel`); any other report stands as it is."""
+    keeps it cancelled (the job was stopped by `orch cancel`), any report for a pruned cell keeps it pruned (the
+    tuner stopped it and told Optuna so); any other report stands as it is."""
     if cell_state == State.CANCELLED and reported in (State.REQUEUED, State.FAILED):
         return State.CANCELLED
+    if cell_state == State.PRUNED:
+        return State.PRUNED
     return State(reported)

@@ -169,7 +169,8 @@ class StudySpec(_Strict):
 
     def suggest(self, trial: Any) -> dict[str, Any]:
         """The trial's values, asked from Optuna in the space's order."""
-        return {key: trial._suggest(key, param.distribution()) for key, param in self.space.items()}
+        values = {key: trial._suggest(key, param.distribution()) for key, param in self.space.items()}
+        return {key: round(value, 12) if isinstance(value, float) else value for key, value in values.items()}
 
 
 def trial_definition(definition: SweepDefinition, params: dict[str, Any]) -> SweepDefinition:

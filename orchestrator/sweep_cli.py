@@ -94,6 +94,66 @@ def sweep_command(
         _fail(str(err))
 
 
+@app.command("tune")
+def tune_command(
+    file: Annotated[Path, typer.Argument(help="Sweep file with a `study:` section, e.g. sweeps/tune_rho.yaml.")],
+    cluster: ClusterOpt = "local",
+    trials: Annotated[int | None, typer.Option("--trials", min=1, help="Trials in all (default: the study's `trials`).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate the study, print its space and first trials; write nothing.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Run the study here until it is done, one line per event (default: in the background).")] = False,
+    sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE forced on every trial's cells, or a sweep field. Repeatable.")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="A named profile, e.g. cpu.")] = None,
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).")] = None,
+    store_url: StoreOpt = None,
+) -> None:
+    """Run an Optuna study whose trials are cells of the sweep (ask/tell here, jobs as in any sweep, resumable)."""
+    from orchlib.errors import OrchError
+
+    try:
+        from orchestrator.executors import get_executor
+        from orchestrator.spec import load_sweep
+        from orchestrator.tune import best_settings, first_trials, plan_study
+
+        executor = get_executor(cluster)
+        study = plan_study(load_sweep(file, profile=profile, sets=sets or []))
+        if dry_run:
+            from orchestrator.views import print_study
+
+            print_study(study, first_trials(study, 5), trials or study.spec.trials)
+            return
+        executor.check_available()
+        store = _open_store(store_url, create=True)
+        if not wait:
+            from orchestrator.engine import run_dir_for
+            from orchestrator.tune import start_detached
+
+            existing = store.sweep(study.name)
+            run_dir = Path(existing.run_dir) if existing else run_dir_for(study.name)
+            pid, log = start_detached(store.url, file.resolve(), profile, sets or [], cluster, tracking_uri, trials,
+                                      run_dir)
+            typer.echo(f"study {study.name}: tuning in the background (pid {pid}, log {log}); "
+                       f"follow it with `orch status {study.name}`, run `orch tune {file}` again to resume it")
+            return
+        from orchestrator.tune import Tuner
+
+        tuner = Tuner(store, study, cluster, tracking_uri=tracking_uri, sets=sets or [], trials=trials)
+
+        def show(report) -> None:
+            for event in report.events:
+                typer.echo(f"study {study.name}: {event}")
+
+        report = tuner.run(on_poll=show)
+        states = ", ".join(f"{count} {state.lower()}" for state, count in sorted(report.states.items()))
+        typer.echo(f"study {study.name}: {report.trials} trials ({states})")
+        for best in report.best:
+            typer.echo(f"best trial {best['number']}: {best['values']} with {best['params']}")
+        line = best_settings(report)
+        if line:
+            typer.echo(f"use it: {line}")
+    except OrchError as err:
+        _fail(str(err))
+
+
 def _wait(store, name: str) -> None:
     """Follow a sweep until no cell is active, showing each running cell's step, phase, last success rate and
     heartbeat; exit 1 if any cell failed or was lost. In a terminal one live view; otherwise (a file, a pipe) a

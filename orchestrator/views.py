@@ -16,7 +16,7 @@ DEFAULT_MAX_ARRAY = 1001  # SLURM's default MaxArraySize, for dry-run estimates
 STATE_STYLE = {
     State.FINISHED: "green", State.STOPPED: "green", State.RUNNING: "cyan", State.QUEUED: "blue",
     State.REQUEUED: "magenta", State.FAILED: "red", State.LOST: "red", State.CANCELLED: "yellow",
-    State.PENDING: "dim", "stalled": "bold red",
+    State.PENDING: "dim", State.PRUNED: "yellow", "stalled": "bold red",
 }
 STALLED = "stalled"  # shown instead of `running` for a running cell whose heartbeat is too old
 
@@ -67,6 +67,32 @@ def print_plan(plan: Plan, limit: int) -> None:
     console.print(f"estimated GPU-hours (every cell at its time limit): {plan.gpu_hours():,.1f}")
     for note in plan.notes:
         console.print(f"note: {note}")
+    console.print("[dim]dry run: nothing written, nothing submitted[/]")
+
+
+def print_study(study: Any, first: list[tuple[dict[str, Any], list[str]]], trials: int) -> None:
+    """`orch tune --dry-run`: the search space, the objectives, the sampler and pruner, and the first trials."""
+    from rich.markup import escape
+
+    console = _console()
+    spec = study.spec
+    console.print(f"[bold]study {escape(study.name)}[/]: {trials} trials, {spec.parallel} at once, "
+                  f"{spec.seeds_per_trial} seed(s) per trial; sampler {spec.sampler.name}, pruner {spec.pruner.name}"
+                  + (f" on {escape(spec.pruner_metric())}" if spec.pruner.name != "none" else ""))
+    for key, param in spec.space.items():
+        if param.type == "categorical":
+            where = f"one of {param.choices}"
+        else:
+            where = f"{param.type} in [{param.low:g}, {param.high:g}]" + (" (log)" if param.log else "") + (
+                f" step {param.step:g}" if param.step else "")
+        console.print(f"  {escape(key)}: {escape(where)}")
+    for objective in spec.objectives:
+        console.print(f"  objective: {objective.direction} the {objective.reduce} of {escape(objective.metric)} "
+                      "(mean over the trial's seeds)")
+    console.print("first trials (the sampler's first draws; later ones depend on the results):")
+    for number, (params, digests) in enumerate(first):
+        values = ", ".join(f"{key}={value}" for key, value in params.items())
+        console.print(f"  trial {number}: {escape(values)} -> cell(s) {', '.join(d[:12] for d in digests)}")
     console.print("[dim]dry run: nothing written, nothing submitted[/]")
 
 

@@ -33,6 +33,7 @@ from orchlib.errors import OrchError
 POSTGRES_ENV = "ORCH_TEST_POSTGRES_URL"
 P, Q, R, RQ = State.PENDING, State.QUEUED, State.RUNNING, State.REQUEUED
 FI, ST, FA, CA, LO = State.FINISHED, State.STOPPED, State.FAILED, State.CANCELLED, State.LOST
+PR = State.PRUNED
 
 # What the store's callers do today (engine, job, executors, local runner), written out once more on purpose: a
 # change to the table must be a deliberate change to this list too.
@@ -45,6 +46,7 @@ EXPECTED = {
     (Q, LO), (R, LO), (RQ, LO),  # the job vanished (reconcile)
     (Q, FA), (RQ, FA),  # a local job exited without reporting an end
     (CA, CA), (CA, FI), (CA, ST),  # the job of a cancelled cell reports its end
+    (Q, PR), (R, PR), (RQ, PR), (PR, PR),  # orch tune prunes a trial; its stopped job reports its end
 }
 PAIRS = list(itertools.product(State, State))
 
@@ -95,6 +97,7 @@ def test_reported_state() -> None:
     assert reported_state(CA, RQ) == CA and reported_state(CA, FA) == CA  # cancel wins over a late report
     assert reported_state(CA, FI) == FI and reported_state(CA, ST) == ST  # but a completed run stands
     assert reported_state(R, RQ) == RQ and reported_state(R, FA) == FA
+    assert all(reported_state(PR, report) == PR for report in (RQ, FA, FI, ST))  # a pruned trial stays pruned
 
 
 # -- through the store ------------------------------------------------------------------------------------------

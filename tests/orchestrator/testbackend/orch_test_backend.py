@@ -6,7 +6,8 @@ does), writes its step to `trainer.checkpoint_dir` and resumes from it, reports 
 file (`recipes.progress`, as the real trainers do), and honours `should_stop` like the real trainer: stop at the
 next step boundary and return `preempted`.
 
-Knobs (environment, test-only): ORCH_TEST_STEP_S seconds per step (default 0.05); ORCH_TEST_FAIL_SEED makes the
+It also logs `test/score` = step x (1 - |filter.value - 0.8|): an objective whose optimum is known, for the
+`orch tune` tests. Knobs (environment, test-only): ORCH_TEST_STEP_S seconds per step (default 0.05); ORCH_TEST_FAIL_SEED makes the
 cell with that seed raise while the file named by ORCH_TEST_FAIL_FLAG exists (delete it to "fix the bug").
 """
 
@@ -40,10 +41,12 @@ def run(cfg, should_stop=None) -> TrainResult:
     step_s = float(os.environ.get("ORCH_TEST_STEP_S", "0.05"))
     total = int(cfg.trainer.total_steps)
     progress = ProgressFile(folder, total, start)
+    score_scale = 1.0 - abs(float(cfg.filter.value) - 0.8)  # `orch tune` tests: best at filter.value 0.8
     for step in range(start + 1, total + 1):
         progress.update(step=step, phase="update")
         time.sleep(step_s)
-        tracker.log_metrics({"test/step": step, "test/pid": os.getpid(), "test/resumed_from": start}, step)
+        tracker.log_metrics({"test/step": step, "test/pid": os.getpid(), "test/resumed_from": start,
+                             "test/score": step * score_scale}, step)
         checkpoint.write_text(str(step))
         progress.update(done=step, phase="logging", success=step / total)
         if should_stop is not None and should_stop() and step < total:
