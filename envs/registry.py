@@ -11,7 +11,7 @@ from orchlib.errors import choices_error, validation_error
 from orchlib.registry import Registry
 
 # Modules whose import registers the built-in tasks (imported on first lookup, so that `import envs` stays light).
-BUILTIN_MODULES = ("envs.sokoban", "envs.frozenlake", "envs.countdown", "envs.metamathqa")
+BUILTIN_MODULES = ("envs.sokoban", "envs.frozenlake", "envs.countdown", "envs.metamathqa", "envs.deepcoder")
 
 ENVS: Registry[type[Env]] = Registry("environment", modules=BUILTIN_MODULES, name_attr="name")
 register_env = ENVS.register  # class decorator: `@register_env("sokoban")` (the name becomes `cls.name`)
