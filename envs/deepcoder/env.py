@@ -12,7 +12,7 @@ from envs.base import Env, EnvConfig, reject_options
 from envs.deepcoder.dataset import load_problems
 from envs.deepcoder.generated import shipped_problems
 from envs.deepcoder.problem import CodeProblem, extract_code, output_matches
-from envs.deepcoder.sandbox import EXECUTIONS, Limits, open_sandbox
+from envs.deepcoder.sandbox import EXECUTIONS, Limits, Sandbox, open_sandbox
 from envs.registry import register_env
 from orchlib.errors import OrchError
 
@@ -54,8 +54,14 @@ class DeepCoderEnv(Env):
 
     def __init__(self, config: DeepCoderConfig) -> None:
         super().__init__(config)
-        self.sandbox = open_sandbox(config.sandbox, config.python)  # refuses here, before any episode
         self.limits = Limits(config.cpu_seconds, config.wall_seconds, config.memory_mb)
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The checked sandbox, opened on the first answer that must run (once per process): OrchError, before any
+        code runs, where there is no isolation. Shipped-set demonstrations run nothing, so they need no sandbox
+        (the tiny models' tokenizer is trained on every task's demonstrations, on any machine)."""
+        return open_sandbox(self.config.sandbox, self.config.python)
 
     @property
     def instruction(self) -> str:

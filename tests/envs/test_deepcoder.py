@@ -143,14 +143,18 @@ def test_refuses_without_bwrap_and_runs_only_with_the_explicit_opt_out(tmp_path,
     monkeypatch.setenv("PATH", str(tmp_path))
     open_sandbox.cache_clear()
     try:
+        env = make_env("deepcoder")
+        env.reset(0)
+        env.step(env.problem.solution)  # the shipped reference is scored without running: no sandbox needed
+        env.reset(0)
         with pytest.raises(OrchError, match="refusing to run generated code: no bwrap on PATH.*sandbox: none") as err:
-            make_env("deepcoder")
+            env.step("print(1)")
         assert "\n" not in str(err.value)
         fake = tmp_path / "bwrap"
         fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
         fake.chmod(0o755)
         with pytest.raises(OrchError, match="bwrap cannot isolate code here.*sandbox: none") as err:
-            make_env("deepcoder")
+            play("def double(x):\n    return x * 2\n")
         assert "\n" not in str(err.value)
         assert play("def double(x):\n    return x * 2\n", sandbox="none")[0] == 1.0
     finally:
@@ -307,17 +311,17 @@ def test_demonstrations_succeed_in_the_protocol():
         assert env.step(env.demonstrate(random.Random(seed))[1][0])[1] == 1.0
 
 
-def test_cli_show_and_refusal_are_one_line(tmp_path, monkeypatch):
+def test_cli_show_and_the_refusal_in_play(tmp_path, monkeypatch):
     runner = CliRunner()
     shown = runner.invoke(app, ["env", "show", "deepcoder", "--seed", "4"])
     assert shown.exit_code == 0 and shown_problem(4) in shown.output
     monkeypatch.setenv("PATH", str(tmp_path))
     open_sandbox.cache_clear()
     try:
-        refused = runner.invoke(app, ["env", "show", "deepcoder"])
+        refused = runner.invoke(app, ["env", "play", "deepcoder"], input="print(1)\n")
     finally:
         open_sandbox.cache_clear()
-    assert refused.exit_code == 2 and refused.output.count("\n") == 1 and "no bwrap" in refused.output
+    assert refused.exit_code == 2 and "orch: error: deepcoder: refusing to run generated code: no bwrap" in refused.output
 
 
 def shown_problem(seed: int) -> str:
