@@ -33,13 +33,13 @@ def _child(job, compiled, test_input, out_path, result_path):
     status, output, detail = "ok", None, ""
     try:
         os.setpgid(0, 0)
+        in_path = out_path + ".in"
+        with open(in_path, "w") as stdin_file:
+            stdin_file.write(test_input if job["mode"] == "stdio" else "")
         limits = ((resource.RLIMIT_CPU, job["cpu"]), (resource.RLIMIT_AS, job["memory"]),
                   (resource.RLIMIT_FSIZE, job["output_bytes"]), (resource.RLIMIT_CORE, 0))
         for kind, value in limits:
             resource.setrlimit(kind, (value, value))
-        in_path = out_path + ".in"
-        with open(in_path, "w") as stdin_file:
-            stdin_file.write(test_input if job["mode"] == "stdio" else "")
         os.dup2(os.open(in_path, os.O_RDONLY), 0)
         os.dup2(os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
         os.dup2(os.open("/dev/null", os.O_WRONLY), 2)
@@ -77,6 +77,15 @@ def _read(path, limit):
 
 def _run_one(job, compiled, i, test_input):
     out_path, result_path = os.path.join(WORKDIR, f"test{i}.out"), os.path.join(WORKDIR, f"test{i}.json")
+    try:
+        return _judge(job, compiled, test_input, out_path, result_path)
+    finally:
+        for path in (out_path, out_path + ".in", result_path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _judge(job, compiled, test_input, out_path, result_path):
     pid = os.fork()
     if pid == 0:
         _child(job, compiled, test_input, out_path, result_path)

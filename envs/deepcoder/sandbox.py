@@ -106,7 +106,7 @@ class Sandbox:
         interpreter = [self.python, "-I", "-S", "-c", harness_source()]
         environment = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         if self.kind == "bwrap":
-            tmp_bytes = (len(inputs) * 2 + 4) * (limits.output_kb << 10) + len(payload)
+            tmp_bytes = 4 * (limits.output_kb << 10) + 2 * len(payload)  # one test's files at a time
             command = _bwrap_command(self.bwrap, self.python, tmp_bytes)[:-1] + interpreter
             stdout = _communicate(command, payload, budget, env=environment, **_as_nobody())
         else:

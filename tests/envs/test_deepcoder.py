@@ -86,6 +86,8 @@ def test_reward_is_the_fraction_of_tests_passed():
     stdio = CodeProblem(prompt="Square n.", mode="stdio", tests=(("3\n", "9\n"), ("4\n", "16\n")))
     assert play("n = int(input())\nprint(n * n if n == 3 else 0)\n", stdio)[0] == 0.5
     assert play("import sys\nprint(int(sys.stdin.readline()) ** 2)\nsys.exit(0)\n", stdio)[0] == 1.0
+    big = CodeProblem(prompt="Count the characters.", mode="stdio", tests=(("a" * 3_000_000, "3000000"),))
+    assert play("import sys\nprint(len(sys.stdin.read()))", big)[0] == 1.0  # inputs are not capped like outputs
 
 
 def test_unparsable_code_is_an_invalid_action_scored_zero():
@@ -99,6 +101,7 @@ HOSTILE = {
     "infinite_loop": ("while True:\n        pass", {"timeout"}),
     "crash": ("import ctypes\nctypes.string_at(0)", {"crash"}),
     "exception": ("raise RuntimeError('boom')", {"error"}),
+    "flood_output": ("while True:\n        print('x' * 4096)", {"error", "crash"}),  # EFBIG: Python ignores SIGXFSZ
     "fork_bomb": ("import os\nwhile True:\n        os.fork()", {"error", "timeout"}),
     "read_passwd": ("open('/etc/passwd').read()\nreturn 4", {"error"}),
     "allocate_10gb": ("bytearray(10 * 1024 ** 3)\nreturn 4", {"error", "crash"}),
