@@ -1,11 +1,14 @@
 """Environment throughput per task: resets/s, env steps/s, and protocol turns/s through the batch driver.
 
-    python benchmarks/bench_envs.py [--steps 20000] [--resets 500] [--batch 128]
+    python benchmarks/bench_envs.py [--steps 20000] [--resets 500] [--batch 128] [--executions 100]
 
 Steps use random valid actions (grid tasks), a fixed answer (Countdown, MetaMathQA; SearchQA: a BM25 search)
 or, on WebShop, a search from a few queries then random clicks among the page's clickables (so most steps
 render a results or item page; a purchase ends the episode); a finished episode is reset, and reset time is
-excluded from steps/s. Driver turns/s covers parsing, stepping and chat bookkeeping for a batch
+excluded from steps/s. DeepCoder steps run code in the sandbox, so it gets its own line instead:
+sandboxed executions per second (one submission = one bubblewrap process running all six tests of a shipped
+problem; each answer differs, so the result cache never answers) and the shipped references' success rate.
+Driver turns/s covers parsing, stepping and chat bookkeeping for a batch
 of `--batch` episodes with a random-move policy (policy time included, model time obviously not).
 """
 
@@ -73,19 +76,41 @@ def bench_driver(task: str, batch: int) -> tuple[float, float]:
     return sum(t.num_turns for t in trajectories) / elapsed, batch / elapsed
 
 
+def bench_deepcoder(n: int) -> tuple[float, float]:
+    """(sandboxed executions per second, success rate) of the shipped references, each made unique by a comment
+    so that neither the known-reference shortcut nor the result cache skips the sandbox."""
+    env = make_env("deepcoder")
+    env.reset(0)
+    env.step("print(0)")  # opens (probes) the sandbox outside the timing
+    solved, elapsed = 0, 0.0
+    for seed in range(n):
+        env.reset(seed)
+        answer = f"{env.problem.solution}# bench {seed}\n"
+        start = time.perf_counter()
+        solved += env.step(answer)[4]["success"]
+        elapsed += time.perf_counter() - start
+    return n / elapsed, solved / n
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--resets", type=int, default=500)
     parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--executions", type=int, default=100, help="DeepCoder submissions to run")
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()}, single process")
     print(f"{'task':<12} {'resets/s':>10} {'steps/s':>10} {'turns/s':>10} {'episodes/s':>11}")
     for task in list_envs():
+        if task == "deepcoder":
+            continue
         resets = bench_resets(task, args.resets)
         steps = bench_steps(task, args.steps)
         turns, episodes = bench_driver(task, args.batch)
         print(f"{task:<12} {resets:>10,.0f} {steps:>10,.0f} {turns:>10,.0f} {episodes:>11,.0f}")
+    if "deepcoder" in list_envs():
+        rate, success = bench_deepcoder(args.executions)
+        print(f"deepcoder: {rate:,.1f} sandboxed executions/s (6 tests each), references' success {success:.0%}")
 
 
 if __name__ == "__main__":

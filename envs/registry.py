@@ -13,6 +13,7 @@ from orchlib.registry import Registry
 # Modules whose import registers the built-in tasks (imported on first lookup, so that `import envs` stays light).
 BUILTIN_MODULES = (
     "envs.sokoban", "envs.frozenlake", "envs.countdown", "envs.metamathqa", "envs.searchqa", "envs.webshop",
+    "envs.deepcoder",
 )
 
 ENVS: Registry[type[Env]] = Registry("environment", modules=BUILTIN_MODULES, name_attr="name")

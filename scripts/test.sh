@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: set everything up on a fresh machine (venv, a real single-node SLURM, PostgreSQL,
-# headless Chromium), then lint and run the whole test suite. Must run as root for the services.
+# headless Chromium, bubblewrap), then lint and run the whole test suite. Must run as root for the services.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,11 @@ if ! command -v chromium >/dev/null; then
   echo "test.sh: installing Debian chromium (for the report render test)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
     || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
+fi
+if ! command -v bwrap >/dev/null; then
+  echo "test.sh: installing Debian bubblewrap (the DeepCoder sandbox)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null; }
 fi
 
 .venv/bin/ruff check .

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from envs.metamathqa.answers import split_response
 from envs.metamathqa.problem import MathProblem
+from envs.records import SUFFIXES, read_records
 from orchlib.errors import OrchError, choices_error
-
-SUFFIXES = (".json", ".jsonl", ".parquet")
-
-
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path, columns=["query", "response"]).to_pylist()
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    records = json.loads(text)
-    if not isinstance(records, list):
-        raise OrchError(f"{path}: expected a JSON list of records with 'query' and 'response'")
-    return records
 
 
 def _to_problem(record: Any) -> MathProblem | None:
@@ -53,7 +37,7 @@ def load_problems(path: str) -> tuple[MathProblem, ...]:
     if not file.is_file():
         raise OrchError(f"metamathqa data_path: no such file {path}")
     try:
-        records = _read_records(file)
+        records = read_records(file, ["query", "response"])
     except (ValueError, OSError, KeyError) as err:
         raise OrchError(
             f"metamathqa data_path {path}: cannot read records ({err.__class__.__name__}: {err})"

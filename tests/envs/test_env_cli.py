@@ -22,7 +22,7 @@ def orch(*args: str, stdin: str | None = None):
 def test_list_names_every_task():
     result = orch("env", "list")
     assert result.exit_code == 0, result.output
-    for task in ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa", "searchqa"]:
+    for task in ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa", "searchqa", "deepcoder"]:
         assert task in result.output
     assert "search[query]" in result.output  # brackets are not taken for markup
 

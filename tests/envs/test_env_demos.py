@@ -16,7 +16,7 @@ from envs.frozenlake.lake import GOAL, HOLE, check_lake, move
 from envs.protocol import parse_response
 from envs.sokoban.room import Room
 
-TASKS = ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa", "searchqa"]
+TASKS = ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa", "searchqa", "deepcoder"]
 
 
 def replies(transcript):
@@ -110,7 +110,7 @@ def test_demonstrations_do_not_depend_on_the_hash_seed():
     code = (
         "import hashlib, json\n"
         "from envs import demonstrations\n"
-        "tasks = ['sokoban', 'sokoban_8x8', 'frozenlake', 'countdown', 'metamathqa', 'searchqa']\n"
+        "tasks = ['sokoban', 'sokoban_8x8', 'frozenlake', 'countdown', 'metamathqa', 'searchqa', 'deepcoder']\n"
         "print(hashlib.sha256(json.dumps([demonstrations(t, 3, 9) for t in tasks]).encode()).hexdigest())"
     )
     digests = {

@@ -10,7 +10,7 @@ import envs.registry as registry
 from envs import Env, EnvConfig, env_config_class, list_envs, make_env, register_env
 from orchlib.errors import OrchError
 
-TASKS = ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa", "searchqa"]
+TASKS = ["sokoban", "sokoban_8x8", "frozenlake", "countdown", "metamathqa", "searchqa", "deepcoder"]
 
 
 def test_all_paper_tasks_are_registered():

@@ -47,7 +47,7 @@ def test_overrides_apply() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["task=chess"], "unknown task option 'chess'; valid choices: countdown, frozenlake, metamathqa, searchqa, sokoban"),
+        (["task=chess"], "unknown task option 'chess'; valid choices: countdown, deepcoder, frozenlake, metamathqa, searchqa"),
         (["trainer.bogus=1"], "unknown config key 'bogus' under 'trainer'; valid choices: checkpoint_dir"),
         (["nosuch.key=1"], "unknown config key 'nosuch' under '(top level)'"),
         (["task.env.colour=red"], "under 'task.env'; valid choices: format_penalty"),
