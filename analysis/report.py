@@ -278,6 +278,43 @@ def _predictor(
     return section, notes
 
 
+def _study(sweep: str, store_url: str | None) -> Section | None:
+    """`orch tune`'s study of the sweep, if any: Optuna's own plotly figures (optimisation history, parameter
+    importances, parallel coordinates, slice), the trials, and the best trial as a ready `--set` line."""
+    import optuna.visualization as vis
+    import pandas as pd
+
+    from orchestrator.api import sweep_study
+
+    study = sweep_study(sweep, store_url)
+    if study is None:
+        return None
+    section = Section("Study (orch tune)")
+    trials = study.get_trials(deepcopy=False)
+    states = pd.Series([trial.state.name.lower() for trial in trials]).value_counts()
+    section.note(f"{len(trials)} trials: " + ", ".join(f"{count} {state}" for state, count in states.items()))
+    rows = [{"trial": t.number, "state": t.state.name.lower(), **t.params,
+             **{f"objective {i}": value for i, value in enumerate(t.values or [])}} for t in trials]
+    section.table(pd.DataFrame(rows), "Every trial: its values and objective(s) (the mean over its seeds).", 4)
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    if len(study.directions) == 1 and complete:
+        best = study.best_trial
+        line = " ".join(f"--set {key}={value}" for key, value in best.params.items())
+        section.note(f"Best trial {best.number}: {best.values[0]:.4g} with {best.params}. Use it: {line}")
+    names = [objective for objective in range(len(study.directions))]
+    for index in names:
+        target = None if len(study.directions) == 1 else (lambda t, i=index: t.values[i])
+        for plot in (vis.plot_optimization_history, vis.plot_param_importances, vis.plot_parallel_coordinate,
+                     vis.plot_slice):
+            try:
+                figure = plot(study, target=target) if target else plot(study)
+            except (ValueError, RuntimeError, ZeroDivisionError) as err:  # too few trials for this figure
+                section.note(f"{plot.__name__.removeprefix('plot_').replace('_', ' ')}: not drawn ({err})")
+                continue
+            section.figure(figure)
+    return section
+
+
 def build_report(
     sweep: str,
     tracking_uri: str | None = None,
@@ -307,6 +344,9 @@ def build_report(
         predictor_section, predictor_notes = _predictor(data, summary, t4, progress)
         sections.append(predictor_section)
         notes.extend(predictor_notes)
+    study_section = _study(sweep, store_url)
+    if study_section is not None:
+        sections.append(study_section)
     sections.insert(0, _overview(data, summary, store, notes))
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Report(sweep=sweep, tracking_uri=data.tracking_uri, generated=generated, notes=notes, sections=sections)

@@ -1,4 +1,5 @@
-"""What the orchestrator publishes to the layers beside it (`analysis`): the state of a sweep's cells.
+"""What the orchestrator publishes to the layers beside it (`analysis`): the state of a sweep's cells, and the
+Optuna study of a sweep run by `orch tune`.
 
 This is the one edge from `analysis` into the orchestrator (a one-way edge: the orchestrator never imports
 `analysis`). It returns plain records, so the caller needs neither the store nor the state machine.
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from orchestrator.states import DONE
 from orchestrator.store import Store
@@ -54,3 +57,26 @@ def sweep_cells(sweep: str, store_url: str | None = None) -> list[CellState] | N
                   mlflow_run_id=cell["mlflow_run_id"], varied=json.loads(cell["varied_json"] or "{}"))
         for cell in rows
     ]
+
+
+def sweep_study(sweep: str, store_url: str | None = None) -> Any:
+    """The Optuna study `orch tune` ran for `sweep` (read from the store's database, read-only), or None when that
+    database holds no such study."""
+    import optuna
+
+    from orchestrator.store import default_store_url
+    from orchlib.sqlurl import readonly_url, sqlite_path
+
+    url = store_url or default_store_url()
+    path = sqlite_path(url)
+    if path is not None and not Path(path).is_file():
+        return None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = optuna.storages.RDBStorage(readonly_url(url), skip_table_creation=True,
+                                             skip_compatibility_check=True)
+        if sweep not in {summary.study_name for summary in optuna.get_all_study_summaries(storage)}:
+            return None
+        return optuna.load_study(study_name=sweep, storage=storage)
+    except Exception:  # not a database Optuna can read (no study tables): no study
+        return None

@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-if TYPE_CHECKING:
-    from orchestrator.spec import SweepDefinition
 
 REDUCTIONS = ("max", "min", "last", "mean")
 
@@ -173,8 +170,8 @@ class StudySpec(_Strict):
         return {key: round(value, 12) if isinstance(value, float) else value for key, value in values.items()}
 
 
-def trial_definition(definition: SweepDefinition, params: dict[str, Any]) -> SweepDefinition:
-    """The sweep of one trial: the base with the trial's values on top (forced settings still win), once per seed
+def trial_definition(definition: Any, params: dict[str, Any]) -> Any:
+    """The sweep (an `orchestrator.spec.SweepDefinition`) of one trial: the base with the trial's values on top (forced settings still win), once per seed
     of the trial; no grid, axes or include."""
     spec = definition.spec
     study = spec.study

@@ -67,6 +67,13 @@ def test_a_study_completes_and_its_best_trial_is_the_best_run_in_mlflow(make_stu
     assert report.best[0]["params"] == study.best_trial.params
     varied = json.loads(cells[study.best_trial.user_attrs[CELLS_ATTR][0]].varied_json)
     assert varied == {"trial": study.best_trial.number, **study.best_trial.params}
+    # the report's study section: Optuna's own figures and the best trial as a ready --set line
+    result = CliRunner().invoke(app, ["report", "tune", "--out", "report.html", "--tracking-uri", tracking,
+                                      "--no-rollouts", "--bootstrap", "10"])
+    assert result.exit_code == 0, result.output
+    page = Path("report.html").read_text()
+    assert "Study (orch tune)" in page and f"--set filter.value={study.best_trial.params['filter.value']}" in page
+    assert page.count("Optimization History Plot") == 1 and "Parallel Coordinate Plot" in page
 
 
 def test_a_killed_study_resumes_with_the_same_trials_and_no_duplicated_cell(make_study, tracking: str) -> None:
