@@ -296,9 +296,9 @@ class Tuner:
         report.trials = len(trials)
         for trial in trials:
             report.states[trial.state.name] = report.states.get(trial.state.name, 0) + 1
-        try:
-            best = self.study.best_trials
-        except ValueError:
+        try:  # one best trial (the first of a tie) for one objective; the Pareto front for several
+            best = [self.study.best_trial] if len(self.study.directions) == 1 else self.study.best_trials
+        except ValueError:  # no completed trial yet
             best = []
         report.best = [{"number": t.number, "values": t.values, "params": t.params} for t in best]
         return report

@@ -19,6 +19,7 @@ SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 GOLDEN = Path(__file__).with_name("golden_digests.json")
 PROFILES = ["default", *sorted(yaml.safe_load((SWEEPS / "profiles.yaml").read_text()))]
 CASES = [f"{path.name}:{profile}" for path in sorted(SWEEPS.glob("*.yaml")) if path.name != "profiles.yaml"
+         and "study" not in yaml.safe_load(path.read_text())
          for profile in PROFILES]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -14,7 +15,8 @@ from orchestrator.spec import load_sweep
 from orchlib.errors import OrchError
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
-FILES = sorted(path.name for path in SWEEPS.glob("*.yaml") if path.name != "profiles.yaml")
+FILES = sorted(path.name for path in SWEEPS.glob("*.yaml") if path.name != "profiles.yaml"
+               and "study" not in yaml.safe_load(path.read_text()))
 # From the paper's tables: Table 4 has 9 text rows x 4 tasks + 2 Qwen2.5-VL rows x 2 grid tasks, x 2 filters x 3
 # seeds; Table 6 has 4 quartiles and Table 7 3 levels, x 3 seeds.
 EXPECTED_CELLS = {

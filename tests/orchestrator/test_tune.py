@@ -3,6 +3,7 @@ TEST-ONLY `orch-test` backend, whose `test/score` (step x (1 - |filter.value - 0
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -164,3 +165,36 @@ def test_dry_run_prints_the_space_and_first_trials_and_orch_sweep_refuses_a_stud
     refused = CliRunner().invoke(app, ["sweep", str(shipped), "--dry-run"])
     assert refused.exit_code == 2 and "run it with `orch tune FILE`" in refused.output
     assert list(workdir.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_background_tuner_killed_mid_trial_is_resumed_and_adopts_the_running_cell(make_study, tracking: str,
+                                                                                     monkeypatch) -> None:
+    """`orch tune FILE` (no --wait) tunes in the background; kill -9 it while a trial's cell runs; `orch tune
+    FILE --wait` continues the same study: the running cell is adopted (one attempt), every trial ends once."""
+    import os
+    import signal
+    import time
+
+    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.4")
+    path = make_study(steps=6, trials=3)
+    started = CliRunner().invoke(app, ["tune", str(path), "--tracking-uri", tracking])
+    assert started.exit_code == 0 and "tuning in the background" in started.output, started.output
+    pid = int(started.output.split("(pid ")[1].split(",")[0])
+    store = Store.open()
+    deadline = time.monotonic() + 120
+    while not (store.sweep("tune") and store.counts(store.require_sweep("tune").id).get("running")):
+        assert time.monotonic() < deadline, (Path(".orch/sweeps/tune/tuner.log").read_text()
+                                             if Path(".orch/sweeps/tune/tuner.log").exists() else "no log")
+        time.sleep(0.2)
+    again = CliRunner().invoke(app, ["tune", str(path), "--wait"])  # the first tuner holds the study: refused
+    assert again.exit_code == 2 and "another `orch tune` runs it" in again.output
+    os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    resumed = CliRunner().invoke(app, ["tune", str(path), "--wait", "--tracking-uri", tracking])
+    assert resumed.exit_code == 0, resumed.output
+    assert "3 trials (3 complete)" in resumed.output and "use it: --set filter.value=" in resumed.output
+    rows = store.cell_rows(store.require_sweep("tune").id)
+    assert all(row.state == "finished" and row.attempts == 1 for row in rows)
+    assert len(rows) == len({row.digest for row in rows}) <= 3
