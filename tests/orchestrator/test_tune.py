@@ -51,7 +51,27 @@ def score_of(tracking: str, run_id: str) -> float:
     return max(m.value for m in MlflowClient(tracking).get_metric_history(run_id, "test/score"))
 
 
-def test_a_study_completes_and_its_best_trial_is_the_best_run_in_mlflow(make_study, tracking: str) -> None:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_kind(request, monkeypatch):
+    """The store (and with it the Optuna storage): SQLite in the working directory, or a fresh schema of the
+    test PostgreSQL server (ORCH_TEST_POSTGRES_URL)."""
+    import os
+
+    from tests.orchestrator.races import POSTGRES_ENV, drop_postgres_schema, fresh_postgres_schema
+
+    if request.param == "sqlite":
+        yield "sqlite"
+        return
+    if not os.environ.get(POSTGRES_ENV):
+        pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV}")
+    url = fresh_postgres_schema(os.environ[POSTGRES_ENV])
+    monkeypatch.setenv("ORCH_STORE", url)
+    yield "postgresql"
+    drop_postgres_schema(url)
+
+
+def test_a_study_completes_and_its_best_trial_is_the_best_run_in_mlflow(make_study, tracking: str,
+                                                                         store_kind: str) -> None:
     path = make_study(trials=4)
     report = tuner(path, "debug", tracking).run(poll_s=0.1)
     assert report.trials == 4 and report.states == {"COMPLETE": 4}
@@ -70,7 +90,7 @@ def test_a_study_completes_and_its_best_trial_is_the_best_run_in_mlflow(make_stu
     assert varied == {"trial": study.best_trial.number, **study.best_trial.params}
     # the report's study section: Optuna's own figures and the best trial as a ready --set line
     result = CliRunner().invoke(app, ["report", "tune", "--out", "report.html", "--tracking-uri", tracking,
-                                      "--no-rollouts", "--bootstrap", "10"])
+                                      "--no-rollouts", "--bootstrap", "10", "--store", Store.open().url])
     assert result.exit_code == 0, result.output
     page = Path("report.html").read_text()
     assert "Study (orch tune)" in page and f"--set filter.value={study.best_trial.params['filter.value']}" in page
