@@ -33,7 +33,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from orchestrator.resources import ResourcesSpec
 from orchestrator.study import StudySpec
-from orchestrator.yamlsource import Loc, YamlSource, format_loc, load_yaml
+from orchestrator.yamlsource import Loc, YamlLimitError, YamlSource, format_loc, load_yaml, parse_yaml
 from orchlib.errors import OrchError, choices_error, validation_issues
 from orchlib.fields import integer
 
@@ -296,16 +296,16 @@ def apply_profile(definition: SweepDefinition, name: str) -> None:
 def apply_sets(definition: SweepDefinition, sets: list[str]) -> None:
     """Apply `--set KEY=VALUE` overrides: `cluster.*`, `resources.*`, `seeds` and `backend` change the sweep;
     any other key is a config key forced on every cell. VALUE is read as YAML (`0.9`, `true`, `[1, 2]`)."""
-    import yaml
-
     for text in sets:
         key, sep, raw = text.partition("=")
         key = key.strip()
         if not sep or not key:
             raise OrchError(f"--set {text!r}: expected KEY=VALUE")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            value = parse_yaml(raw, f"--set {text}").data if raw.strip() else ""
+        except YamlLimitError:
+            raise
+        except OrchError:  # not YAML: the text itself
             value = raw
         if key in ("seeds", "backend") or key.startswith(SPEC_SET_PREFIXES):
             _set_spec_field(definition, key, value, text)
