@@ -40,7 +40,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from orchestrator.states import State
-from orchlib.errors import OrchError
+from orchlib.errors import OrchError, hide_password, missing_driver
 from orchlib.sqlurl import readonly_url
 
 SCHEMA_VERSION = 1
@@ -207,8 +207,10 @@ def make_engine(url: str, readonly: bool = False, first_look: bool = False) -> E
         if url.startswith("sqlite"):
             return _sqlite_engine(url)
         return create_engine(url, pool_pre_ping=True)
-    except Exception as err:  # bad URL or missing driver: one clear line
-        raise OrchError(f"store {url!r}: {err}") from None
+    except ModuleNotFoundError as err:
+        raise missing_driver(f"store {hide_password(url)!r}", url, err.name) from None
+    except Exception as err:  # bad URL: one clear line
+        raise OrchError(f"store {hide_password(url)!r}: {err}") from None
 
 
 def _sqlite_engine(url: str) -> Engine:

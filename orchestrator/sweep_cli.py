@@ -82,6 +82,9 @@ def sweep_command(
 
         plan.check_submittable()  # before the store is created: nothing is written for a sweep that cannot run
         executor.check_available()
+        from recipes.tracking import check_tracking_uri, default_tracking_uri
+
+        check_tracking_uri(default_tracking_uri(tracking_uri), "--tracking-uri" if tracking_uri else "tracking URI")
         store = _open_store(store_url, create=True)
         report = submit_plan(plan, store, cluster, tracking_uri=tracking_uri, retry_failed=retry_failed,
                              sets=sets or [])
