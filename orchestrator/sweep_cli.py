@@ -366,20 +366,42 @@ def _print_logs(store, attempt_id: int, paths: list[Path], follow: bool) -> None
         time.sleep(1)
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 @mlflow_app.command("serve")
 def mlflow_serve(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 5000,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface; then use --auth).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
     backend_store_uri: Annotated[str, typer.Option(help="Where runs are stored.")] = "sqlite:///mlflow.db",
     artifacts: Annotated[Path, typer.Option(help="Artifact folder.")] = Path("mlartifacts"),
-    workers: Annotated[int, typer.Option(help="Server worker processes.")] = 2,
+    workers: Annotated[int, typer.Option(min=1, help="Server worker processes.")] = 2,
+    auth: Annotated[bool, typer.Option("--auth", help="MLflow's basic-auth app (--app-name basic-auth): users and "
+                                                     "passwords; the first start creates user admin with the password "
+                                                     "in $MLFLOW_AUTH_ADMIN_PASSWORD.")] = False,
 ) -> None:
-    """Start `mlflow server` on loopback; point jobs at it with --tracking-uri http://127.0.0.1:PORT."""
+    """Start `mlflow server` (loopback by default); point jobs at it with --tracking-uri http://HOST:PORT."""
     import shutil
     import sys
 
-    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+    from orchlib.errors import OrchError
+
+    try:
+        if not host or any(ord(char) < 33 for char in host):
+            raise OrchError(f"--host {host!r}: expected an address such as 127.0.0.1 or 0.0.0.0")
+        if artifacts.exists() and not artifacts.is_dir():
+            raise OrchError(f"--artifacts {artifacts}: is a file, not a folder")
+    except OrchError as err:
+        _fail(str(err))
+    if host not in LOOPBACK and not auth:
+        typer.echo(f"orch: warning: MLflow will listen on {host}:{port} without authentication: anyone who reaches "
+                   f"this port can read, change and delete every run; add --auth for MLflow's basic-auth app",
+                   err=True)
+    command = [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port),
                "--backend-store-uri", backend_store_uri, "--artifacts-destination", str(artifacts.resolve()),
                "--workers", str(workers)]
+    if auth:
+        command += ["--app-name", "basic-auth"]
     if shutil.which("mlflow", path=os.path.dirname(sys.executable)):
         command = [os.path.join(os.path.dirname(sys.executable), "mlflow"), *command[3:]]
     typer.echo(f"orch: {' '.join(command)}", err=True)
