@@ -121,6 +121,26 @@ def _emit(frame: pd.DataFrame, fmt: str, out: Path | None) -> None:
         out.write_text(text, encoding="utf-8")
 
 
+def _check_output(out: Path) -> None:
+    """`--out` names a file whose folder exists (checked before any run is read)."""
+    from orchlib.errors import OrchError
+
+    if out.is_dir():
+        raise OrchError(f"--out {out}: is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise OrchError(f"--out {out}: folder {out.parent} does not exist")
+
+
+def _check_tracking(uri: str | None) -> None:
+    """The tracking URI answers and (SQLite) already holds an MLflow database: reading must not create one."""
+    import os
+
+    from recipes.tracking import check_tracking_uri, default_tracking_uri
+
+    key = "--tracking-uri" if uri else "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI"
+    check_tracking_uri(default_tracking_uri(uri), key, existing=True)
+
+
 @app.command("runs")
 def runs(
     sweep: Annotated[str | None, typer.Option(help="Only this sweep's runs (its experiment and runs tagged sweep=S).")] = None,
@@ -145,6 +165,9 @@ def runs(
             raise choices_error("--format", fmt, RUN_FORMATS)
         if agg not in AGGREGATES:
             raise choices_error("--agg", agg, AGGREGATES)
+        if out is not None:
+            _check_output(out)
+        _check_tracking(tracking_uri)
         from analysis.mlflow_store import RunQuery, load_runs
 
         wanted = tuple(m.strip() for m in metrics.split(",") if m.strip()) if metrics else ()
@@ -167,7 +190,7 @@ def report(
     fmt: Annotated[
         str, typer.Option("--format", help="html, or png | pdf to also export every figure (needs kaleido).")
     ] = "html",
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for correlation CIs.")] = 1000,
+    bootstrap: Annotated[int, typer.Option(min=0, help="Bootstrap resamples for correlation CIs.")] = 1000,
     rollouts: Annotated[
         bool, typer.Option("--rollouts/--no-rollouts", help="Read rollout-batch artifacts (predictor, RV histograms).")
     ] = True,
@@ -184,6 +207,8 @@ def report(
 
         if fmt not in FORMATS:
             raise OrchError(f"unknown --format {fmt!r}; valid choices: {', '.join(FORMATS)}")
+        _check_output(out)
+        _check_tracking(tracking_uri)
         if fmt != "html" and not kaleido_available():
             raise OrchError(f"--format {fmt} needs the kaleido package (pip install kaleido); use --format html")
         with _progress_bar() as progress:

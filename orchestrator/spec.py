@@ -53,7 +53,8 @@ def script_safe(value: Any) -> Any:
 
 
 ScriptText = Annotated[str, AfterValidator(script_safe)]
-Seed = Annotated[int, integer(0, "a run seed")]
+MAX_SEED = 2**31 - 1  # stored as a database integer on every backend
+Seed = Annotated[int, integer(0, "a run seed"), Field(le=MAX_SEED)]
 MAX_NAME = 100  # MLflow run names and SLURM job names stay well within their limits
 
 

@@ -84,7 +84,8 @@ def sweep_command(
         executor.check_available()
         from recipes.tracking import check_tracking_uri, default_tracking_uri
 
-        check_tracking_uri(default_tracking_uri(tracking_uri), "--tracking-uri" if tracking_uri else "tracking URI")
+        check_tracking_uri(default_tracking_uri(tracking_uri), "--tracking-uri" if tracking_uri else
+                           "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI")
         store = _open_store(store_url, create=True)
         report = submit_plan(plan, store, cluster, tracking_uri=tracking_uri, retry_failed=retry_failed,
                              sets=sets or [])

@@ -20,6 +20,7 @@ from orchlib.errors import OrchError
 Loc = tuple[str | int, ...]
 MAX_BYTES = 1 << 20  # a sweep file of 1 MiB is already a generated one
 MAX_NODES = 100_000  # nodes after alias expansion; the paper's largest sweep file has a few hundred
+PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 
 
 class YamlLimitError(OrchError):
@@ -108,6 +109,9 @@ def _convert(loader: yaml.SafeLoader, node: yaml.Node, loc: Loc, source: YamlSou
         raise YamlLimitError(f"{source.path}:{node.start_mark.line + 1}: more than {MAX_NODES} nodes once its "
                              f"aliases are expanded (nested anchors?); refused")
     source.lines.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.tag not in PLAIN_TAGS:
+        raise OrchError(f"{source.path}:{node.start_mark.line + 1}: {format_loc(loc) or 'document'}: unsupported "
+                        f"YAML tag {node.tag!r}")
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)  # resolves `<<:` merge keys
         result: dict[Any, Any] = {}

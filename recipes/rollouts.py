@@ -50,7 +50,7 @@ def _read_table(path: Path) -> pd.DataFrame:
             return pd.read_json(path, lines=True)
         text = path.read_text(encoding="utf-8").lstrip()
         return pd.read_json(path, lines=not text.startswith("["))
-    except (ValueError, OSError, UnicodeDecodeError) as err:  # pyarrow and pandas parse errors are ValueErrors
+    except (ValueError, TypeError, OSError, UnicodeDecodeError) as err:  # pyarrow and pandas parse errors
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         line = _bad_json_line(path) if kind in ("jsonl", "json") else None
         if line:

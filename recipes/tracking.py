@@ -103,10 +103,11 @@ def _first_use_lock(uri: str) -> Iterator[bool]:
         yield False
 
 
-def check_tracking_uri(uri: str, key: str) -> None:
+def check_tracking_uri(uri: str, key: str, existing: bool = False) -> None:
     """Refuse, with one line naming `key`, a tracking URI MLflow cannot use: an unknown scheme, a SQLite file that
-    is a folder or not a database or in a missing folder, a server or database that does not answer (probed with
-    a short timeout: MLflow's own client retries for minutes). Writes nothing."""
+    is a folder, not a database, another program's database or in a missing folder, a server or database that does
+    not answer (probed with a short timeout: MLflow's own client retries for minutes). `existing`: the runs are
+    only read, so a SQLite file must already be an MLflow database (MLflow would create one). Writes nothing."""
     from urllib.parse import urlsplit
 
     where = f"{key} {hide_password(uri)!r}"
@@ -122,7 +123,7 @@ def check_tracking_uri(uri: str, key: str) -> None:
         raise OrchError(f"{where}: unknown tracking URI scheme {scheme!r}; valid schemes: "
                         f"{', '.join(TRACKING_SCHEMES)} (or a folder path)")
     if scheme == "sqlite":
-        _check_sqlite_file(uri, where)
+        _check_sqlite_file(uri, where, existing)
     elif scheme in ("", "file"):
         folder = Path(urlsplit(uri).path if scheme else uri)
         if folder.exists() and not folder.is_dir():
@@ -135,22 +136,44 @@ def check_tracking_uri(uri: str, key: str) -> None:
         check_database_url(uri, where)
 
 
-def _check_sqlite_file(uri: str, where: str) -> None:
+def _check_sqlite_file(uri: str, where: str, existing: bool) -> None:
     if not uri.startswith("sqlite:///"):
         raise OrchError(f"{where}: expected sqlite:///relative/path.db or sqlite:////absolute/path.db")
     path = Path(uri.removeprefix("sqlite:///").partition("?")[0])
     if path.is_dir():
         raise OrchError(f"{where}: {path} is a folder, not an SQLite database")
-    if path.exists():
+    if not path.exists():
+        if existing:
+            raise OrchError(f"{where}: no MLflow database there ({path} does not exist)")
+        if not path.parent.is_dir():
+            raise OrchError(f"{where}: folder {path.parent} does not exist")
+        return
+    tables = _sqlite_tables(path, where)
+    if (tables or existing) and not {"experiments", "runs", "alembic_version"} <= tables:
+        raise OrchError(f"{where}: {path} is not an MLflow database" + (" (it is empty)" if not tables else ""))
+
+
+def _sqlite_tables(path: Path, where: str) -> set[str]:
+    """The tables of an SQLite file, read without writing to it."""
+    import sqlite3
+
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError as err:
+        raise OrchError(f"{where}: cannot read {path} ({err.strerror})") from None
+    if not header:
+        return set()
+    if header != SQLITE_HEADER:
+        raise OrchError(f"{where}: {path} is not an SQLite database")
+    try:
+        connection = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
         try:
-            with path.open("rb") as handle:
-                header = handle.read(len(SQLITE_HEADER))
-        except OSError as err:
-            raise OrchError(f"{where}: cannot read {path} ({err.strerror})") from None
-        if header and header != SQLITE_HEADER:
-            raise OrchError(f"{where}: {path} is not an SQLite database")
-    elif not path.parent.is_dir():
-        raise OrchError(f"{where}: folder {path.parent} does not exist")
+            return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            connection.close()
+    except sqlite3.Error as err:
+        raise OrchError(f"{where}: cannot read {path} as an SQLite database ({err})") from None
 
 
 def _probe_server(uri: str, where: str) -> None:
@@ -213,6 +236,16 @@ def _read_only_mount(path: Path) -> bool:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except OSError:
         return False
+
+
+def check_run_targets(infra: Any) -> None:
+    """Before a run writes anything: its tracking URI answers and its checkpoint folder can be written."""
+    uri = infra.mlflow.tracking_uri
+    key = ("config key mlflow.tracking_uri" if uri else
+           "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI")
+    check_tracking_uri(default_tracking_uri(uri), key)
+    folder = Path(infra.checkpoint_dir) if infra.checkpoint_dir else Path.cwd() / "checkpoints"
+    check_writable_folder(folder, "config key trainer.checkpoint_dir")
 
 
 class RunTracker:
@@ -310,8 +343,6 @@ def tracked_run(infra: Any, resumed_run_id: str | None, checkpoint_dir: Path | N
         OrchError: the configured run is not the checkpoint's (before anything is written).
     """
     mlflow = infra.mlflow
-    check_tracking_uri(default_tracking_uri(mlflow.tracking_uri), "config key mlflow.tracking_uri")
-    check_writable_folder(checkpoint_dir or Path.cwd() / "checkpoints", "config key trainer.checkpoint_dir")
     if resumed_run_id and mlflow.run_id and mlflow.run_id != resumed_run_id:
         raise OrchError(
             f"config key mlflow.run_id: {mlflow.run_id} but the checkpoint in {checkpoint_dir} belongs to run "
