@@ -41,6 +41,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from orchestrator.states import State
 from orchlib.errors import OrchError, hide_password, missing_driver
+from orchlib.sqlitefile import sqlite_tables
 from orchlib.sqlurl import readonly_url
 
 SCHEMA_VERSION = 1
@@ -169,6 +170,12 @@ def ensure_schema(engine: Engine, create: bool = True) -> None:
         if not create:
             raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
         Path(database).parent.mkdir(parents=True, exist_ok=True)
+    elif create and database and database != ":memory:":
+        # looked at read-only first: `orch sweep` never turns another program's database (or a text file) into a store
+        tables = sqlite_tables(Path(database), where)
+        if tables and MetaRow.__tablename__ not in tables:
+            raise OrchError(f"{where}: not an orch store (an SQLite database with other tables: "
+                            f"{', '.join(sorted(tables)[:5])}); give a new file")
     try:
         with engine.begin() as connection:
             if create and engine.url.get_backend_name() == "postgresql":

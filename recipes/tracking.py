@@ -17,10 +17,10 @@ from typing import Any
 
 from orchlib.errors import OrchError, hide_password, missing_driver
 from orchlib.locks import file_lock
+from orchlib.sqlitefile import sqlite_tables
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
 TRACKING_SCHEMES = ("databricks", "file", "http", "https", "mssql", "mysql", "postgresql", "sqlite")
-SQLITE_HEADER = b"SQLite format 3\x00"
 PROBE_TIMEOUT_S = 5.0
 
 
@@ -148,32 +148,9 @@ def _check_sqlite_file(uri: str, where: str, existing: bool) -> None:
         if not path.parent.is_dir():
             raise OrchError(f"{where}: folder {path.parent} does not exist")
         return
-    tables = _sqlite_tables(path, where)
+    tables = sqlite_tables(path, where)
     if (tables or existing) and not {"experiments", "runs", "alembic_version"} <= tables:
         raise OrchError(f"{where}: {path} is not an MLflow database" + (" (it is empty)" if not tables else ""))
-
-
-def _sqlite_tables(path: Path, where: str) -> set[str]:
-    """The tables of an SQLite file, read without writing to it."""
-    import sqlite3
-
-    try:
-        with path.open("rb") as handle:
-            header = handle.read(len(SQLITE_HEADER))
-    except OSError as err:
-        raise OrchError(f"{where}: cannot read {path} ({err.strerror})") from None
-    if not header:
-        return set()
-    if header != SQLITE_HEADER:
-        raise OrchError(f"{where}: {path} is not an SQLite database")
-    try:
-        connection = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
-        try:
-            return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            connection.close()
-    except sqlite3.Error as err:
-        raise OrchError(f"{where}: cannot read {path} as an SQLite database ({err})") from None
 
 
 def _probe_server(uri: str, where: str) -> None:

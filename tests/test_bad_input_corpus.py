@@ -127,9 +127,10 @@ class Hang(Exception):
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    """Every file and folder under `root` (the case's inputs included) with its content's hash; an SQLite database by
-    its content (a read-only dump, through its write-ahead log), not its bytes: SQLite's own `-wal`/`-shm` index
-    files change when a database is merely read."""
+    """Every file and folder under `root` (the case's inputs included) with its bytes' hash, and each SQLite database
+    also by its rows (a read-only dump, which reads through the write-ahead log: a write not yet checkpointed shows
+    there). SQLite's `-wal`/`-shm` files themselves are skipped: they appear and change when a database is merely
+    read."""
     digest = {}
     for folder, dirs, files in os.walk(root):
         for name in dirs:
@@ -140,9 +141,9 @@ def tree_digest(root: Path) -> dict[str, str]:
             path = os.path.join(folder, name)
             with open(path, "rb") as handle:
                 content = handle.read()
-            if content.startswith(SQLITE_HEADER):
-                content = sqlite_dump(path)
             digest[os.path.relpath(path, root)] = hashlib.sha256(content).hexdigest()
+            if content.startswith(SQLITE_HEADER):
+                digest[os.path.relpath(path, root) + " (rows)"] = hashlib.sha256(sqlite_dump(path)).hexdigest()
     return digest
 
 
@@ -223,6 +224,13 @@ class Corpus:
             store = Store.open(create=False)
             self.cell = store.cell_rows(store.require_sweep("ok").id)[0].digest[:8]
             store.dispose()
+        import gc
+
+        gc.collect()  # close the engines of the commands above, then fold every write-ahead log into its database
+        for path in (self.work / ".orch" / "orch.db", self.work / "mlflow.db"):
+            with sqlite3.connect(path) as connection:
+                connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            connection.close()
         shutil.copytree(self.work, self.pristine)
 
     def environment(self, env: dict[str, str]):
