@@ -104,6 +104,7 @@ def _emit(frame: pd.DataFrame, fmt: str, out: Path | None) -> None:
     if fmt == "parquet":
         if out is None:
             _fail("--format parquet needs --out FILE")
+        out.parent.mkdir(parents=True, exist_ok=True)
         frame.to_parquet(out, index=False)
         return
     if fmt == "csv":
@@ -118,17 +119,18 @@ def _emit(frame: pd.DataFrame, fmt: str, out: Path | None) -> None:
     if out is None:
         typer.echo(text, nl=False)
     else:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
 
 
 def _check_output(out: Path) -> None:
-    """`--out` names a file whose folder exists (checked before any run is read)."""
+    """`--out` names a file in a folder this process may write or create (checked before any run is read)."""
     from orchlib.errors import OrchError
+    from recipes.tracking import check_writable_folder
 
     if out.is_dir():
         raise OrchError(f"--out {out}: is a directory; give a file name")
-    if not out.parent.is_dir():
-        raise OrchError(f"--out {out}: folder {out.parent} does not exist")
+    check_writable_folder(out.parent, "--out")
 
 
 def _check_tracking(uri: str | None) -> None:
@@ -163,6 +165,8 @@ def runs(
     try:
         if fmt not in RUN_FORMATS:
             raise choices_error("--format", fmt, RUN_FORMATS)
+        if fmt == "parquet" and out is None:
+            raise OrchError("--format parquet needs --out FILE")
         if agg not in AGGREGATES:
             raise choices_error("--agg", agg, AGGREGATES)
         if out is not None:

@@ -56,10 +56,5 @@ def get_backend(name: str) -> Backend:
 
 
 def run_training(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
-    """Run `cfg` on the backend it names (`cfg.backend`), once its tracking URI and checkpoint folder are checked
-    (`OrchError` before anything is written)."""
-    from recipes.tracking import check_run_targets
-
-    backend = get_backend(str(cfg.backend))
-    check_run_targets(cfg.infra)
-    return backend(cfg, should_stop=should_stop)
+    """Run `cfg` on the backend it names (`cfg.backend`)."""
+    return get_backend(str(cfg.backend))(cfg, should_stop=should_stop)

@@ -317,9 +317,11 @@ def tracked_run(infra: Any, resumed_run_id: str | None, checkpoint_dir: Path | N
     cell run), else the one the checkpoint in `checkpoint_dir` belongs to (`resumed_run_id`), else a new one.
 
     Raises:
-        OrchError: the configured run is not the checkpoint's (before anything is written).
+        OrchError: the tracking URI or the checkpoint folder cannot be used, or the configured run is not the
+            checkpoint's (before anything is written).
     """
     mlflow = infra.mlflow
+    check_run_targets(infra)
     if resumed_run_id and mlflow.run_id and mlflow.run_id != resumed_run_id:
         raise OrchError(
             f"config key mlflow.run_id: {mlflow.run_id} but the checkpoint in {checkpoint_dir} belongs to run "

@@ -47,7 +47,7 @@ def train_command(
     from recipes.tracking import check_run_targets
 
     try:
-        check_run_targets(cfg.infra)  # before the backend's heavy imports (run_training checks again for jobs)
+        check_run_targets(cfg.infra)  # before the backend's heavy imports (`tracked_run` checks again, for jobs)
     except OrchError as err:
         typer.echo(f"orch: error: {err}", err=True)
         raise typer.Exit(2) from None
