@@ -334,6 +334,44 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(corpus: Corpus, case
     assert outcome.kind == "clean", f"{outcome.kind}: {outcome.detail}"
 
 
+SUBPROCESS_SAMPLE = ("sweep-file/billion_laughs", "sweep-file/sbatch_key_newline", "set-alias-bomb",
+                     "train-seed-text", "train-tracking-scheme", "train-checkpoint-under-file", "status-store-otherdb",
+                     "runs-tracking-otherdb", "unknown-command", "sweep-limit-text",
+                     "batch/predict-filter-gain/bad-line.jsonl", "batch/filter/parquet/garbage")
+
+
+def test_a_sample_through_the_real_command_line(corpus: Corpus, tmp_path: Path) -> None:
+    """The in-process runner is faithful: the same cases as `orch` processes (all at once) give the same one line
+    on the real stderr (where logging and warnings also go) and write nothing."""
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items() if key not in CLEAN_ENV}
+    env.update(ORCH_CACHE_DIR=str(corpus.cache), PYTHONPATH=os.pathsep.join([str(TEST_BACKEND_DIR), str(HERE.parent)]))
+    by_id = {case.id: case for case in CASES}
+    started = []
+    for index, case_id in enumerate(SUBPROCESS_SAMPLE):
+        case = by_id[case_id]
+        work = tmp_path / str(index)
+        shutil.copytree(corpus.pristine, work)
+        (work / "in").mkdir()
+        for name, spec in case.files.items():
+            make_file(work / "in" / name, spec)
+        argv = [part.replace("{cell}", corpus.cell) for part in case.argv]
+        if argv[0] == "train":
+            argv = ["train", "backend=orch-test", *argv[1:]]
+        before = tree_digest(work)
+        process = subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()", *argv],
+                                   cwd=work, env={**env, **case.env}, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        started.append((case, work, before, process))
+    for case, work, before, process in started:
+        _, stderr = process.communicate(timeout=180)
+        lines = stderr.strip().splitlines()
+        assert process.returncode == 2 and len(lines) == 1, (case.id, process.returncode, stderr[-2000:])
+        assert all(word in lines[0] for word in case.expect), (case.id, lines[0])
+        assert tree_digest(work) == before, case.id
+
+
 def main() -> None:
     """Run every case and print the figures (and each case that is not clean)."""
     import tempfile
