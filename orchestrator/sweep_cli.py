@@ -82,7 +82,10 @@ def sweep_command(
 
         plan.check_submittable()  # before the store is created: nothing is written for a sweep that cannot run
         executor.check_available()
-        from recipes.tracking import check_tracking_uri, default_tracking_uri
+        from recipes.tracking import check_cache_folder, check_tracking_uri, default_tracking_uri
+
+        _check_job_environment()
+        check_cache_folder()
 
         check_tracking_uri(default_tracking_uri(tracking_uri), "--tracking-uri" if tracking_uri else
                            "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI")
@@ -156,6 +159,21 @@ def tune_command(
             typer.echo(f"use it: {line}")
     except OrchError as err:
         _fail(str(err))
+
+
+def _check_job_environment() -> None:
+    """Environment variables the jobs will read (they inherit this environment)."""
+    from orchestrator.job import HEARTBEAT_ENV
+    from orchlib.errors import OrchError
+
+    value = os.environ.get(HEARTBEAT_ENV)
+    if value is not None:
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = 0.0
+        if not seconds > 0 or seconds == float("inf"):
+            raise OrchError(f"${HEARTBEAT_ENV} {value!r}: expected seconds between heartbeats, a number > 0")
 
 
 def _wait(store, name: str) -> None:

@@ -223,6 +223,14 @@ def check_run_targets(infra: Any) -> None:
     check_tracking_uri(default_tracking_uri(uri), key)
     folder = Path(infra.checkpoint_dir) if infra.checkpoint_dir else Path.cwd() / "checkpoints"
     check_writable_folder(folder, "config key trainer.checkpoint_dir")
+    check_cache_folder()
+
+
+def check_cache_folder() -> None:
+    """The cache (warm starts, composed configs) is a folder this process can create or write."""
+    from recipes.cache import cache_root
+
+    check_writable_folder(cache_root(), "$ORCH_CACHE_DIR" if os.environ.get("ORCH_CACHE_DIR") else "cache folder")
 
 
 class RunTracker:
