@@ -60,6 +60,8 @@ def format_loc(loc: Loc) -> str:
     """`("grid", "task", 2)` -> `grid.task[2]`."""
     text = ""
     for part in loc:
+        if isinstance(part, str) and not part.isprintable():
+            part = repr(part)  # a key with a newline stays on the message's one line
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
 
