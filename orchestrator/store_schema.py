@@ -41,8 +41,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from orchestrator.states import State
 from orchlib.errors import OrchError, hide_password, missing_driver
-from orchlib.sqlitefile import sqlite_tables
-from orchlib.sqlurl import readonly_url
+from orchlib.sqlurl import readonly_url, sqlite_tables
 
 SCHEMA_VERSION = 1
 SCHEMA_LOCK = 0x6F726368_73746F01  # "orch" "sto" 1: PostgreSQL advisory lock held while creating the schema

@@ -17,7 +17,7 @@ from typing import Any
 
 from orchlib.errors import OrchError, hide_password, missing_driver
 from orchlib.locks import file_lock
-from orchlib.sqlitefile import sqlite_tables
+from orchlib.sqlurl import sqlite_tables
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
 TRACKING_SCHEMES = ("databricks", "file", "http", "https", "mssql", "mysql", "postgresql", "sqlite")
@@ -150,7 +150,7 @@ def _check_sqlite_file(uri: str, where: str, existing: bool) -> None:
         return
     tables = sqlite_tables(path, where)
     if (tables or existing) and not {"experiments", "runs", "alembic_version"} <= tables:
-        raise OrchError(f"{where}: {path} is not an MLflow database" + (" (it is empty)" if not tables else ""))
+        raise OrchError(f"{where}: {path} is not an MLflow tracking database" + (" (it is empty)" if not tables else ""))
 
 
 def _probe_server(uri: str, where: str) -> None:
