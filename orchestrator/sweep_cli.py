@@ -82,13 +82,7 @@ def sweep_command(
 
         plan.check_submittable()  # before the store is created: nothing is written for a sweep that cannot run
         executor.check_available()
-        from recipes.tracking import check_cache_folder, check_tracking_uri, default_tracking_uri
-
-        _check_job_environment()
-        check_cache_folder()
-
-        check_tracking_uri(default_tracking_uri(tracking_uri), "--tracking-uri" if tracking_uri else
-                           "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI")
+        _preflight(tracking_uri)
         store = _open_store(store_url, create=True)
         report = submit_plan(plan, store, cluster, tracking_uri=tracking_uri, retry_failed=retry_failed,
                              sets=sets or [])
@@ -129,6 +123,7 @@ def tune_command(
             print_study(study, first_trials(study, 5), trials or study.spec.trials)
             return
         executor.check_available()
+        _preflight(tracking_uri)
         store = _open_store(store_url, create=True)
         if not wait:
             from orchestrator.engine import run_dir_for
@@ -159,6 +154,16 @@ def tune_command(
             typer.echo(f"use it: {line}")
     except OrchError as err:
         _fail(str(err))
+
+
+def _preflight(tracking_uri: str | None) -> None:
+    """Before the store is created: the environment the jobs inherit, the cache and the tracking URI work."""
+    from recipes.tracking import check_cache_folder, check_tracking_uri, default_tracking_uri
+
+    _check_job_environment()
+    check_cache_folder()
+    check_tracking_uri(default_tracking_uri(tracking_uri), "--tracking-uri" if tracking_uri else
+                       "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI")
 
 
 def _check_job_environment() -> None:
