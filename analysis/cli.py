@@ -104,6 +104,7 @@ def _emit(frame: pd.DataFrame, fmt: str, out: Path | None) -> None:
     if fmt == "parquet":
         if out is None:
             _fail("--format parquet needs --out FILE")
+        out.parent.mkdir(parents=True, exist_ok=True)
         frame.to_parquet(out, index=False)
         return
     if fmt == "csv":
@@ -118,7 +119,28 @@ def _emit(frame: pd.DataFrame, fmt: str, out: Path | None) -> None:
     if out is None:
         typer.echo(text, nl=False)
     else:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
+
+
+def _check_output(out: Path) -> None:
+    """`--out` names a file in a folder this process may write or create (checked before any run is read)."""
+    from orchlib.errors import OrchError
+    from recipes.tracking import check_writable_folder
+
+    if out.is_dir():
+        raise OrchError(f"--out {out}: is a directory; give a file name")
+    check_writable_folder(out.parent, "--out")
+
+
+def _check_tracking(uri: str | None) -> None:
+    """The tracking URI answers and (SQLite) already holds an MLflow database: reading must not create one."""
+    import os
+
+    from recipes.tracking import check_tracking_uri, default_tracking_uri
+
+    key = "--tracking-uri" if uri else "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI"
+    check_tracking_uri(default_tracking_uri(uri), key, existing=True)
 
 
 @app.command("runs")
@@ -143,8 +165,13 @@ def runs(
     try:
         if fmt not in RUN_FORMATS:
             raise choices_error("--format", fmt, RUN_FORMATS)
+        if fmt == "parquet" and out is None:
+            raise OrchError("--format parquet needs --out FILE")
         if agg not in AGGREGATES:
             raise choices_error("--agg", agg, AGGREGATES)
+        if out is not None:
+            _check_output(out)
+        _check_tracking(tracking_uri)
         from analysis.mlflow_store import RunQuery, load_runs
 
         wanted = tuple(m.strip() for m in metrics.split(",") if m.strip()) if metrics else ()
@@ -167,7 +194,7 @@ def report(
     fmt: Annotated[
         str, typer.Option("--format", help="html, or png | pdf to also export every figure (needs kaleido).")
     ] = "html",
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for correlation CIs.")] = 1000,
+    bootstrap: Annotated[int, typer.Option(min=0, help="Bootstrap resamples for correlation CIs.")] = 1000,
     rollouts: Annotated[
         bool, typer.Option("--rollouts/--no-rollouts", help="Read rollout-batch artifacts (predictor, RV histograms).")
     ] = True,
@@ -184,6 +211,8 @@ def report(
 
         if fmt not in FORMATS:
             raise OrchError(f"unknown --format {fmt!r}; valid choices: {', '.join(FORMATS)}")
+        _check_output(out)
+        _check_tracking(tracking_uri)
         if fmt != "html" and not kaleido_available():
             raise OrchError(f"--format {fmt} needs the kaleido package (pip install kaleido); use --format html")
         with _progress_bar() as progress:

@@ -8,17 +8,43 @@ registered below; their modules must obey the same rule (only `typer` at module 
 from __future__ import annotations
 
 import functools
+import sys
 import typing
 from pathlib import Path
 from typing import Annotated
 
 import click
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from orchlib.errors import OrchError, validation_error
 
+
+class OneLineErrors(TyperGroup):
+    """The root command: click's usage errors (an unknown option, a missing argument, a bad number) become ONE line
+    on stderr, `orch: error: COMMAND: message`, with exit code 2, like every other error."""
+
+    def main(self, *args: typing.Any, standalone_mode: bool = True, **kwargs: typing.Any) -> typing.Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as err:  # `orch`, `orch mlflow`: the help, as click prints it
+            err.show()
+            sys.exit(err.exit_code)
+        except click.ClickException as err:
+            command = err.ctx.command_path if getattr(err, "ctx", None) else "orch"
+            message = " ".join(err.format_message().split())
+            click.echo(f"orch: error: {command}: {message} (see {command} --help)", err=True)
+            sys.exit(err.exit_code)
+        except click.Abort:
+            click.echo("orch: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="orch",
     help="Experiment orchestration and sweeps for agentic-RL research (RAGEN-2).",
     no_args_is_help=True,

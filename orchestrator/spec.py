@@ -24,21 +24,38 @@ a `SweepDefinition`; nothing is written anywhere before that succeeds.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.resources import ResourcesSpec
 from orchestrator.study import StudySpec
-from orchestrator.yamlsource import Loc, YamlSource, format_loc, load_yaml
+from orchestrator.yamlsource import Loc, YamlLimitError, YamlSource, format_loc, load_yaml, parse_yaml
 from orchlib.errors import OrchError, choices_error, validation_issues
+from orchlib.fields import integer
 
 KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 PROFILES_FILE = "profiles.yaml"
 SPEC_SET_PREFIXES = ("cluster.", "resources.")
+SBATCH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def script_safe(value: Any) -> Any:
+    """A value written into a job script: one line, no control characters (it is shell-quoted where written)."""
+    if isinstance(value, str) and CONTROL_CHARACTERS.search(value):
+        raise ValueError(f"newlines and control characters are not allowed in a job script (got {value!r})")
+    return value
+
+
+ScriptText = Annotated[str, AfterValidator(script_safe)]
+MAX_SEED = 2**31 - 1  # stored as a database integer on every backend
+Seed = Annotated[int, integer(0, "a run seed"), Field(le=MAX_SEED)]
+MAX_NAME = 100  # MLflow run names and SLURM job names stay well within their limits
 
 
 class StallRule(BaseModel):
@@ -65,9 +82,9 @@ class ClusterSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    partition: str | None = Field(None, description="SLURM partition (--partition).")
-    account: str | None = Field(None, description="SLURM account (--account).")
-    qos: str | None = Field(None, description="SLURM quality of service (--qos).")
+    partition: ScriptText | None = Field(None, description="SLURM partition (--partition).")
+    account: ScriptText | None = Field(None, description="SLURM account (--account).")
+    qos: ScriptText | None = Field(None, description="SLURM quality of service (--qos).")
     array_parallelism: int = Field(64, ge=1, description="Array tasks of one job array running at once (%N).")
     max_array_size: int | None = Field(
         None, ge=1, description="Split job arrays at this size (default: the cluster's MaxArraySize)."
@@ -75,7 +92,8 @@ class ClusterSettings(BaseModel):
     sbatch: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra #SBATCH options, e.g. {constraint: a100, exclusive: true}."
     )
-    setup: list[str] = Field(default_factory=list, description="Shell lines run before each job (module load ...).")
+    setup: list[ScriptText] = Field(default_factory=list,
+                                    description="Shell lines run before each job (module load ...), one line each.")
     signal_delay_s: int = Field(
         120, ge=1, description="SLURM sends SIGUSR2 this long before the time limit: the job checkpoints and requeues."
     )
@@ -83,8 +101,38 @@ class ClusterSettings(BaseModel):
     local_max_parallel: int | None = Field(
         None, ge=1, description="--cluster local: cells at once (default: CPU cores / cpus_per_task)."
     )
-    python: str | None = Field(None, description="Python command on the compute nodes (default: this interpreter).")
+    python: ScriptText | None = Field(None, description="Python command on the compute nodes (default: this "
+                                      "interpreter); split into words like a shell would, each word quoted.")
     stall: StallRule = Field(default_factory=StallRule, description="Hung jobs: when and what (see StallRule).")
+
+    @field_validator("sbatch")
+    @classmethod
+    def _sbatch_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, option in value.items():
+            if not SBATCH_OPTION.fullmatch(key):
+                raise ValueError(f"{key!r} is not an sbatch option name (letters, digits, dashes: constraint, "
+                                 f"mail-type, exclusive)")
+            try:
+                script_safe(option)
+            except ValueError as err:
+                raise ValueError(f"{key}: {err}") from None
+        return value
+
+    @field_validator("python")
+    @classmethod
+    def _python_words(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                words = shlex.split(value)
+            except ValueError as err:
+                raise ValueError(f"cannot split {value!r} into words ({err})") from None
+            if not words:
+                raise ValueError("empty command")
+        return value
+
+    def python_command(self, default: str) -> str:
+        """The Python command for a job script: `python`'s words, each shell-quoted (`default` when unset)."""
+        return shlex.join(shlex.split(self.python)) if self.python else shlex.quote(default)
 
 
 class Profile(BaseModel):
@@ -95,7 +143,7 @@ class Profile(BaseModel):
     description: str = ""
     backend: str | None = Field(None, description="Replace the backend of every cell.")
     set: dict[str, Any] = Field(default_factory=dict, description="Config keys forced on every cell.")
-    seeds: list[int] | None = Field(None, min_length=1, description="Replace the seeds.")
+    seeds: list[Seed] | None = Field(None, min_length=1, description="Replace the seeds.")
     resources: ResourcesSpec | None = Field(None, description="Replace the resources section.")
     cluster: dict[str, Any] = Field(default_factory=dict, description="Cluster fields to change.")
 
@@ -105,14 +153,15 @@ class SweepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=NAME_PATTERN, description="Sweep name: the store key and the MLflow experiment.")
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME,
+                      description="Sweep name: the store key, the MLflow experiment and the SLURM job name.")
     description: str = ""
     backend: str = Field("torch", description="Trainer backend of every cell (config key `backend`).")
     base: dict[str, Any] = Field(default_factory=dict, description="Settings of every cell.")
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="Dimensions crossed in a full product.")
     axes: dict[str, list[Any]] = Field(default_factory=dict, description="One-factor-at-a-time rows.")
     include_base: bool = Field(True, description="With axes: also run the base row itself.")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="Seeds crossed with every row.")
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1, description="Seeds crossed with every row.")
     include: list[dict[str, Any]] = Field(default_factory=list, description="Extra cells (settings over base).")
     exclude: list[dict[str, Any]] = Field(default_factory=list, description="Rules removing grid/axes cells.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
@@ -248,16 +297,16 @@ def apply_profile(definition: SweepDefinition, name: str) -> None:
 def apply_sets(definition: SweepDefinition, sets: list[str]) -> None:
     """Apply `--set KEY=VALUE` overrides: `cluster.*`, `resources.*`, `seeds` and `backend` change the sweep;
     any other key is a config key forced on every cell. VALUE is read as YAML (`0.9`, `true`, `[1, 2]`)."""
-    import yaml
-
     for text in sets:
         key, sep, raw = text.partition("=")
         key = key.strip()
         if not sep or not key:
             raise OrchError(f"--set {text!r}: expected KEY=VALUE")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            value = parse_yaml(raw, f"--set {text}").data if raw.strip() else ""
+        except YamlLimitError:
+            raise
+        except OrchError:  # not YAML: the text itself
             value = raw
         if key in ("seeds", "backend") or key.startswith(SPEC_SET_PREFIXES):
             _set_spec_field(definition, key, value, text)

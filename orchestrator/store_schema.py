@@ -40,8 +40,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from orchestrator.states import State
-from orchlib.errors import OrchError
-from orchlib.sqlurl import readonly_url
+from orchlib.errors import OrchError, hide_password, missing_driver
+from orchlib.sqlurl import readonly_url, sqlite_tables
 
 SCHEMA_VERSION = 1
 SCHEMA_LOCK = 0x6F726368_73746F01  # "orch" "sto" 1: PostgreSQL advisory lock held while creating the schema
@@ -169,6 +169,12 @@ def ensure_schema(engine: Engine, create: bool = True) -> None:
         if not create:
             raise OrchError(f"{where}: no orch store here (run `orch sweep` first)")
         Path(database).parent.mkdir(parents=True, exist_ok=True)
+    elif create and database and database != ":memory:":
+        # looked at read-only first: `orch sweep` never turns another program's database (or a text file) into a store
+        tables = sqlite_tables(Path(database), where)
+        if tables and MetaRow.__tablename__ not in tables:
+            raise OrchError(f"{where}: not an orch store (an SQLite database with other tables: "
+                            f"{', '.join(sorted(tables)[:5])}); give a new file")
     try:
         with engine.begin() as connection:
             if create and engine.url.get_backend_name() == "postgresql":
@@ -207,8 +213,10 @@ def make_engine(url: str, readonly: bool = False, first_look: bool = False) -> E
         if url.startswith("sqlite"):
             return _sqlite_engine(url)
         return create_engine(url, pool_pre_ping=True)
-    except Exception as err:  # bad URL or missing driver: one clear line
-        raise OrchError(f"store {url!r}: {err}") from None
+    except ModuleNotFoundError as err:
+        raise missing_driver(f"store {hide_password(url)!r}", url, err.name) from None
+    except Exception as err:  # bad URL: one clear line
+        raise OrchError(f"store {hide_password(url)!r}: {err}") from None
 
 
 def _sqlite_engine(url: str) -> Engine:

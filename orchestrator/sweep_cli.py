@@ -82,6 +82,7 @@ def sweep_command(
 
         plan.check_submittable()  # before the store is created: nothing is written for a sweep that cannot run
         executor.check_available()
+        _preflight(tracking_uri)
         store = _open_store(store_url, create=True)
         report = submit_plan(plan, store, cluster, tracking_uri=tracking_uri, retry_failed=retry_failed,
                              sets=sets or [])
@@ -122,6 +123,7 @@ def tune_command(
             print_study(study, first_trials(study, 5), trials or study.spec.trials)
             return
         executor.check_available()
+        _preflight(tracking_uri)
         store = _open_store(store_url, create=True)
         if not wait:
             from orchestrator.engine import run_dir_for
@@ -152,6 +154,31 @@ def tune_command(
             typer.echo(f"use it: {line}")
     except OrchError as err:
         _fail(str(err))
+
+
+def _preflight(tracking_uri: str | None) -> None:
+    """Before the store is created: the environment the jobs inherit, the cache and the tracking URI work."""
+    from recipes.tracking import check_cache_folder, check_tracking_uri, default_tracking_uri
+
+    _check_job_environment()
+    check_cache_folder()
+    check_tracking_uri(default_tracking_uri(tracking_uri), "--tracking-uri" if tracking_uri else
+                       "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI")
+
+
+def _check_job_environment() -> None:
+    """Environment variables the jobs will read (they inherit this environment)."""
+    from orchestrator.job import HEARTBEAT_ENV
+    from orchlib.errors import OrchError
+
+    value = os.environ.get(HEARTBEAT_ENV)
+    if value is not None:
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = 0.0
+        if not seconds > 0 or seconds == float("inf"):
+            raise OrchError(f"${HEARTBEAT_ENV} {value!r}: expected seconds between heartbeats, a number > 0")
 
 
 def _wait(store, name: str) -> None:
@@ -363,20 +390,42 @@ def _print_logs(store, attempt_id: int, paths: list[Path], follow: bool) -> None
         time.sleep(1)
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 @mlflow_app.command("serve")
 def mlflow_serve(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 5000,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface; then use --auth).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
     backend_store_uri: Annotated[str, typer.Option(help="Where runs are stored.")] = "sqlite:///mlflow.db",
     artifacts: Annotated[Path, typer.Option(help="Artifact folder.")] = Path("mlartifacts"),
-    workers: Annotated[int, typer.Option(help="Server worker processes.")] = 2,
+    workers: Annotated[int, typer.Option(min=1, help="Server worker processes.")] = 2,
+    auth: Annotated[bool, typer.Option("--auth", help="MLflow's basic-auth app (--app-name basic-auth): users and "
+                                                     "passwords; the first start creates user admin with the password "
+                                                     "in $MLFLOW_AUTH_ADMIN_PASSWORD.")] = False,
 ) -> None:
-    """Start `mlflow server` on loopback; point jobs at it with --tracking-uri http://127.0.0.1:PORT."""
+    """Start `mlflow server` (loopback by default); point jobs at it with --tracking-uri http://HOST:PORT."""
     import shutil
     import sys
 
-    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+    from orchlib.errors import OrchError
+
+    try:
+        if not host or any(ord(char) < 33 for char in host):
+            raise OrchError(f"--host {host!r}: expected an address such as 127.0.0.1 or 0.0.0.0")
+        if artifacts.exists() and not artifacts.is_dir():
+            raise OrchError(f"--artifacts {artifacts}: is a file, not a folder")
+    except OrchError as err:
+        _fail(str(err))
+    if host not in LOOPBACK and not auth:
+        typer.echo(f"orch: warning: MLflow will listen on {host}:{port} without authentication: anyone who reaches "
+                   f"this port can read, change and delete every run; add --auth for MLflow's basic-auth app",
+                   err=True)
+    command = [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port),
                "--backend-store-uri", backend_store_uri, "--artifacts-destination", str(artifacts.resolve()),
                "--workers", str(workers)]
+    if auth:
+        command += ["--app-name", "basic-auth"]
     if shutil.which("mlflow", path=os.path.dirname(sys.executable)):
         command = [os.path.join(os.path.dirname(sys.executable), "mlflow"), *command[3:]]
     typer.echo(f"orch: {' '.join(command)}", err=True)

@@ -2,7 +2,9 @@
 
 `load_yaml(path)` returns a `YamlSource`: the plain Python data (dicts, lists, scalars, exactly as `yaml.safe_load`
 would give) plus a map from each path inside the document (a tuple of keys and list indices) to its line.
-Duplicate keys in a mapping, which PyYAML silently collapses, are refused.
+Duplicate keys in a mapping, which PyYAML silently collapses, are refused, and so are documents larger than
+`MAX_BYTES` or whose aliases expand to more than `MAX_NODES` nodes (a "billion laughs" of nested anchors is refused
+in milliseconds instead of filling the memory).
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ import yaml
 from orchlib.errors import OrchError
 
 Loc = tuple[str | int, ...]
+MAX_BYTES = 1 << 20  # a sweep file of 1 MiB is already a generated one
+MAX_NODES = 100_000  # nodes after alias expansion; the paper's largest sweep file has a few hundred
+PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
+class YamlLimitError(OrchError):
+    """A document larger than the limits (bytes, or nodes once aliases are expanded)."""
 
 
 @dataclass
@@ -51,6 +60,8 @@ def format_loc(loc: Loc) -> str:
     """`("grid", "task", 2)` -> `grid.task[2]`."""
     text = ""
     for part in loc:
+        if isinstance(part, str) and not part.isprintable():
+            part = repr(part)  # a key with a newline stays on the message's one line
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
 
@@ -59,21 +70,29 @@ def load_yaml(path: str | Path) -> YamlSource:
     """Parse `path`; raise `OrchError` with `file:line:column` on syntax errors or duplicate keys."""
     path = Path(path)
     try:
-        text = path.read_text()
+        if path.is_dir():
+            raise OrchError(f"{path}: is a directory, not a YAML file")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+        text = raw.decode("utf-8")
     except OSError as err:
         raise OrchError(f"{path}: cannot read sweep file ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise OrchError(f"{path}: not a UTF-8 text file (byte {err.start})") from None
     return parse_yaml(text, path)
 
 
 def parse_yaml(text: str, path: str | Path = "<string>") -> YamlSource:
     """Parse YAML `text` (named `path` in messages)."""
     path = Path(path)
+    if len(text) > MAX_BYTES:
+        raise YamlLimitError(f"{path}: larger than {MAX_BYTES >> 20} MiB; refused")
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         source = YamlSource(path=path, data=None)
         if node is not None:
-            source.data = _convert(loader, node, (), source)
+            source.data = _convert(loader, node, (), source, [MAX_NODES])
         return source
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
@@ -86,12 +105,22 @@ def parse_yaml(text: str, path: str | Path = "<string>") -> YamlSource:
         loader.dispose()
 
 
-def _convert(loader: yaml.SafeLoader, node: yaml.Node, loc: Loc, source: YamlSource) -> Any:
+def _convert(loader: yaml.SafeLoader, node: yaml.Node, loc: Loc, source: YamlSource, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise YamlLimitError(f"{source.path}:{node.start_mark.line + 1}: more than {MAX_NODES} nodes once its "
+                             f"aliases are expanded (nested anchors?); refused")
     source.lines.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.tag not in PLAIN_TAGS:
+        raise OrchError(f"{source.path}:{node.start_mark.line + 1}: {format_loc(loc) or 'document'}: unsupported "
+                        f"YAML tag {node.tag!r}")
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)  # resolves `<<:` merge keys
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise OrchError(f"{source.path}:{key_node.start_mark.line + 1}: {format_loc(loc) or 'document'}: "
+                                f"keys must be plain values, not lists or mappings")
             key = loader.construct_object(key_node, deep=True)
             if key in result:
                 raise OrchError(
@@ -99,8 +128,8 @@ def _convert(loader: yaml.SafeLoader, node: yaml.Node, loc: Loc, source: YamlSou
                     f"{key!r} (first set on line {source.lines[(*loc, key)]})"
                 )
             source.lines[(*loc, key)] = key_node.start_mark.line + 1
-            result[key] = _convert(loader, value_node, (*loc, key), source)
+            result[key] = _convert(loader, value_node, (*loc, key), source, budget)
         return result
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(loader, item, (*loc, index), source) for index, item in enumerate(node.value)]
+        return [_convert(loader, item, (*loc, index), source, budget) for index, item in enumerate(node.value)]
     return loader.construct_object(node, deep=True)

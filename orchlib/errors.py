@@ -22,6 +22,21 @@ def choices_error(what: str, got: object, valid: list[str] | tuple[str, ...], wh
     return OrchError(f"{prefix}unknown {what} {got!r}; valid choices: {', '.join(sorted(map(str, valid)))}")
 
 
+def hide_password(url: str) -> str:
+    """`url` with the password of `scheme://user:password@host` replaced by `***` (URLs in messages)."""
+    import re
+
+    return re.sub(r"(//[^/:@]*:)[^/@]*@", r"\1***@", url)
+
+
+def missing_driver(where: str, url: str, module: str | None) -> OrchError:
+    """A database URL whose driver is not installed: name it and how to install it (PostgreSQL: orch's extra)."""
+    install = "pip install 'orch[postgres]'" if str(module).startswith("psycopg") else f"pip install {module}"
+    if url.startswith("postgres") and not str(module).startswith("psycopg"):
+        install += " (or use postgresql+psycopg://... after pip install 'orch[postgres]')"
+    return OrchError(f"{where}: the database driver {module!r} is not installed; install it with: {install}")
+
+
 @dataclass(frozen=True)
 class Issue:
     """One problem of a pydantic validation: where (`loc`, as pydantic gives it) and what (one line)."""

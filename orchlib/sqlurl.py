@@ -3,10 +3,14 @@ so that pointing one at the wrong file (an empty file, someone else's database) 
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
+from orchlib.errors import OrchError
+
 SQLITE_PREFIX = "sqlite:///"
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def readonly_url(url: str, first_look: bool = False) -> str:
@@ -24,3 +28,27 @@ def readonly_url(url: str, first_look: bool = False) -> str:
 def sqlite_path(url: str) -> str | None:
     """The file of an `sqlite:///PATH` URL, None for other URLs."""
     return url[len(SQLITE_PREFIX):] if url.startswith(SQLITE_PREFIX) else None
+
+
+def sqlite_tables(path: Path, where: str) -> set[str]:
+    """The tables of the SQLite file `path` (an empty set for a 0-byte file), read as a first look: read-only and,
+    unless a `-wal` file holds part of it, immutable (no file created beside it, no journal-mode change).
+    `OrchError` (prefixed by `where`) for a file that cannot be read or is not an SQLite database."""
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError as err:
+        raise OrchError(f"{where}: cannot read {path} ({err.strerror})") from None
+    if not header:
+        return set()
+    if header != SQLITE_HEADER:
+        raise OrchError(f"{where}: {path} is not an SQLite database")
+    immutable = "" if Path(f"{path}-wal").exists() else "&immutable=1"
+    try:
+        connection = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro{immutable}", uri=True)
+        try:
+            return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            connection.close()
+    except sqlite3.Error as err:
+        raise OrchError(f"{where}: cannot read {path} as an SQLite database ({err})") from None

@@ -43,6 +43,8 @@ def compose_tree(overrides: list[str] | tuple[str, ...] = ()) -> tuple[dict[str,
     group_overrides = []
     for text, override in zip(overrides, parsed, strict=True):
         key = override.key_or_group
+        if not key:
+            raise OrchError(f"override {text!r}: no key; expected key=value")
         if override.is_add() or override.is_force_add() or override.is_delete():
             raise OrchError(f"override {text!r}: adding or deleting keys is not supported; set an existing key")
         if override.is_sweep_override():

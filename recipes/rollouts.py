@@ -50,9 +50,33 @@ def _read_table(path: Path) -> pd.DataFrame:
             return pd.read_json(path, lines=True)
         text = path.read_text(encoding="utf-8").lstrip()
         return pd.read_json(path, lines=not text.startswith("["))
-    except (ValueError, OSError, UnicodeDecodeError) as err:  # pyarrow and pandas parse errors are ValueErrors
+    except (ValueError, TypeError, OSError, UnicodeDecodeError) as err:  # pyarrow and pandas parse errors
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        line = _bad_json_line(path) if kind in ("jsonl", "json") else None
+        if line:
+            raise OrchError(f"{path}:{line}: cannot read as {kind}: line {line} is not one JSON object") from None
         raise OrchError(f"{path}: cannot read as {kind}: {first_line}") from None
+
+
+def _bad_json_line(path: Path) -> int | None:
+    """The number of the first line of a JSON Lines file that is not one JSON object (None: none found)."""
+    import json
+
+    try:
+        with path.open(encoding="utf-8") as handle:
+            if handle.read(1) == "[":
+                return None  # one JSON document: its parser's message says where
+            handle.seek(0)
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    try:
+                        if not isinstance(json.loads(line), dict):
+                            return number
+                    except ValueError:
+                        return number
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def validate_rollout_frame(frame: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -96,6 +120,8 @@ def validate_rollout_frame(frame: pd.DataFrame, source: str) -> pd.DataFrame:
 def load_rollout_batch(path: str | Path) -> pd.DataFrame:
     """Read and validate a rollout-batch file (see the module docstring for the schema)."""
     path = Path(path)
+    if path.is_dir():
+        raise OrchError(f"{path}: is a directory; a rollout batch is one file (.parquet, .jsonl, .json or .csv)")
     if not path.is_file():
         raise OrchError(f"{path}: no such rollout-batch file")
     return validate_rollout_frame(_read_table(path), str(path))

@@ -15,10 +15,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from orchlib.errors import OrchError
+from orchlib.errors import OrchError, hide_password, missing_driver
 from orchlib.locks import file_lock
+from orchlib.sqlurl import sqlite_tables
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
+TRACKING_SCHEMES = ("databricks", "file", "http", "https", "mssql", "mysql", "postgresql", "sqlite")
+PROBE_TIMEOUT_S = 5.0
 
 
 def default_tracking_uri(explicit: str | None = None, workdir: Path | None = None) -> str:
@@ -98,6 +101,136 @@ def _first_use_lock(uri: str) -> Iterator[bool]:
             engine.dispose()
     else:
         yield False
+
+
+def check_tracking_uri(uri: str, key: str, existing: bool = False) -> None:
+    """Refuse, with one line naming `key`, a tracking URI MLflow cannot use: an unknown scheme, a SQLite file that
+    is a folder, not a database, another program's database or in a missing folder, a server or database that does
+    not answer (probed with a short timeout: MLflow's own client retries for minutes). `existing`: the runs are
+    only read, so a SQLite file must already be an MLflow database (MLflow would create one). Writes nothing."""
+    from urllib.parse import urlsplit
+
+    where = f"{key} {hide_password(uri)!r}"
+    if any(ord(char) < 32 for char in uri):
+        raise OrchError(f"{where}: control characters in a URI")
+    try:
+        scheme = urlsplit(uri).scheme.lower().partition("+")[0]
+    except ValueError as err:
+        raise OrchError(f"{where}: malformed URI ({err})") from None
+    if len(scheme) == 1:  # a Windows drive letter: a path
+        scheme = ""
+    if scheme and scheme not in TRACKING_SCHEMES:
+        raise OrchError(f"{where}: unknown tracking URI scheme {scheme!r}; valid schemes: "
+                        f"{', '.join(TRACKING_SCHEMES)} (or a folder path)")
+    if scheme == "sqlite":
+        _check_sqlite_file(uri, where, existing)
+    elif scheme in ("", "file"):
+        folder = Path(urlsplit(uri).path if scheme else uri)
+        if folder.exists() and not folder.is_dir():
+            raise OrchError(f"{where}: {folder} is a file, not an MLflow file-store folder")
+        if not folder.exists() and not folder.parent.is_dir():
+            raise OrchError(f"{where}: folder {folder.parent} does not exist")
+    elif scheme in ("http", "https"):
+        _probe_server(uri, where)
+    elif scheme in ("postgresql", "mysql", "mssql"):
+        check_database_url(uri, where)
+
+
+def _check_sqlite_file(uri: str, where: str, existing: bool) -> None:
+    if not uri.startswith("sqlite:///"):
+        raise OrchError(f"{where}: expected sqlite:///relative/path.db or sqlite:////absolute/path.db")
+    path = Path(uri.removeprefix("sqlite:///").partition("?")[0])
+    if path.is_dir():
+        raise OrchError(f"{where}: {path} is a folder, not an SQLite database")
+    if not path.exists():
+        if existing:
+            raise OrchError(f"{where}: no MLflow database there ({path} does not exist)")
+        if not path.parent.is_dir():
+            raise OrchError(f"{where}: folder {path.parent} does not exist")
+        return
+    tables = sqlite_tables(path, where)
+    if (tables or existing) and not {"experiments", "runs", "alembic_version"} <= tables:
+        raise OrchError(f"{where}: {path} is not an MLflow tracking database" + (" (it is empty)" if not tables else ""))
+
+
+def _probe_server(uri: str, where: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()  # noqa: S310
+    except urllib.error.HTTPError:
+        return  # it answers (authentication or routing is MLflow's business)
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        raise OrchError(f"{where}: no MLflow server answers ({reason}); start one with `orch mlflow serve`") from None
+
+
+def check_database_url(url: str, where: str) -> None:
+    """Connect once to a database URL (short timeout); one line naming `where` when it fails or its driver is
+    missing (PostgreSQL's: `pip install 'orch[postgres]'`)."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(url, connect_args=_timeout_args(url))
+    except ModuleNotFoundError as err:
+        raise missing_driver(where, url, err.name) from None
+    except (sqlalchemy.exc.ArgumentError, ValueError) as err:
+        raise OrchError(f"{where}: malformed database URL ({str(err).splitlines()[0]})") from None
+    try:
+        with engine.connect():
+            pass
+    except Exception as err:  # noqa: BLE001 - any driver error: the database does not answer as asked
+        reason = str(getattr(err, "orig", None) or err).strip().splitlines()
+        raise OrchError(f"{where}: cannot connect ({reason[0] if reason else type(err).__name__})") from None
+    finally:
+        engine.dispose()
+
+
+def _timeout_args(url: str) -> dict[str, Any]:
+    if url.startswith("postgres"):
+        return {"connect_timeout": int(PROBE_TIMEOUT_S)}
+    if url.startswith("mysql"):
+        return {"connect_timeout": int(PROBE_TIMEOUT_S)}
+    return {}
+
+
+def check_writable_folder(path: Path, key: str) -> None:
+    """`path` is, or can be created as, a folder this process may write (nothing is created)."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OrchError(f"{key} {str(path)!r}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK) or _read_only_mount(probe):
+        raise OrchError(f"{key} {str(path)!r}: cannot write under {probe}")
+
+
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def check_run_targets(infra: Any) -> None:
+    """Before a run writes anything: its tracking URI answers and its checkpoint folder can be written."""
+    uri = infra.mlflow.tracking_uri
+    key = ("config key mlflow.tracking_uri" if uri else
+           "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI")
+    check_tracking_uri(default_tracking_uri(uri), key)
+    folder = Path(infra.checkpoint_dir) if infra.checkpoint_dir else Path.cwd() / "checkpoints"
+    check_writable_folder(folder, "config key trainer.checkpoint_dir")
+    check_cache_folder()
+
+
+def check_cache_folder() -> None:
+    """The cache (warm starts, composed configs) is a folder this process can create or write."""
+    from recipes.cache import cache_root
+
+    check_writable_folder(cache_root(), "$ORCH_CACHE_DIR" if os.environ.get("ORCH_CACHE_DIR") else "cache folder")
 
 
 class RunTracker:
@@ -192,9 +325,11 @@ def tracked_run(infra: Any, resumed_run_id: str | None, checkpoint_dir: Path | N
     cell run), else the one the checkpoint in `checkpoint_dir` belongs to (`resumed_run_id`), else a new one.
 
     Raises:
-        OrchError: the configured run is not the checkpoint's (before anything is written).
+        OrchError: the tracking URI or the checkpoint folder cannot be used, or the configured run is not the
+            checkpoint's (before anything is written).
     """
     mlflow = infra.mlflow
+    check_run_targets(infra)
     if resumed_run_id and mlflow.run_id and mlflow.run_id != resumed_run_id:
         raise OrchError(
             f"config key mlflow.run_id: {mlflow.run_id} but the checkpoint in {checkpoint_dir} belongs to run "

@@ -44,6 +44,13 @@ def train_command(
             typer.echo(describe(cfg).rstrip())
         return
 
+    from recipes.tracking import check_run_targets
+
+    try:
+        check_run_targets(cfg.infra)  # before the backend's heavy imports (`tracked_run` checks again, for jobs)
+    except OrchError as err:
+        typer.echo(f"orch: error: {err}", err=True)
+        raise typer.Exit(2) from None
     from recipes.backends import run_training
     from recipes.checkpoint import REQUEUE_EXIT_CODE
     from recipes.progress import setup_logging

@@ -97,7 +97,7 @@ class SlurmExecutor(Executor):
 
         cluster = self.sweep.cluster
         self.sweep.log_dir.mkdir(parents=True, exist_ok=True)
-        executor = submitit.SlurmExecutor(folder=self.sweep.log_dir, python=cluster.python or sys.executable,
+        executor = submitit.SlurmExecutor(folder=self.sweep.log_dir, python=cluster.python_command(sys.executable),
                                           max_num_timeout=cluster.max_requeues)
         parameters: dict[str, Any] = {
             "job_name": f"orch-{self.sweep.name}",

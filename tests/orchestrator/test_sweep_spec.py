@@ -147,7 +147,7 @@ def test_shared_profiles_file(workdir: Path, sweep_file) -> None:
         ("name: x\nbogus: 1\n", r"sweep\.yaml:2: bogus: unknown key 'bogus'; valid choices: axes, backend, base"),
         ("name: x\ncluster:\n  partitions: gpu\n", r":3: cluster\.partitions: unknown key .*valid choices: account"),
         ("name: x\nresources:\n  default: {gpus: 1}\n", r":3: resources\.default\.gpus: unknown key 'gpus'"),
-        ("name: x\nseeds: [a]\n", r":2: seeds\[0\]: Input should be a valid integer"),
+        ("name: x\nseeds: [a]\n", r":2: seeds\[0\]: must be an integer >= 0"),
         ("grid: {}\n", r"sweep\.yaml:1: name: required key missing"),
         ("name: x\ngrid:\n  task: []\n", r":3: grid\.task: empty list"),
         ("name: x\ngrid:\n  task: [sokoban, sokoban]\n", r":3: grid\.task\[1\]: duplicate value"),
