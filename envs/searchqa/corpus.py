@@ -30,8 +30,12 @@ class Corpus:
         return len(self.passages)
 
     def _build(self):
+        import logging
+
         import bm25s
         from bm25s.tokenization import Tokenizer
+
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
 
         tokenizer = Tokenizer(stopwords="en")
         ids = tokenizer.tokenize(

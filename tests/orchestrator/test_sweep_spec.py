@@ -135,7 +135,7 @@ def test_shared_profiles_file(workdir: Path, sweep_file) -> None:
     ("text", "expected"),
     [
         ("name: x\ngrid:\n  task: [sokobn]\n",
-         r"sweep\.yaml:3: grid\.task\[0\]: unknown task option 'sokobn'; valid choices: countdown, frozenlake"),
+         r"sweep\.yaml:3: grid\.task\[0\]: unknown task option 'sokobn'; valid choices: countdown, deepcoder, frozenlake"),
         ("name: x\nbase:\n  algorithm: reinforce\n",
          r"sweep\.yaml:3: base\.algorithm: unknown algorithm option 'reinforce'; valid choices: dapo, drgrpo"),
         ("name: x\nbase:\n  model: gpt5\n", r":3: base\.model: unknown model option 'gpt5'; valid choices: .*tiny"),
