@@ -3,14 +3,15 @@ so that pointing one at the wrong file (an empty file, someone else's database) 
 
 from __future__ import annotations
 
-import sqlite3
+import json
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import quote
 
 from orchlib.errors import OrchError
 
 SQLITE_PREFIX = "sqlite:///"
-SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def readonly_url(url: str, first_look: bool = False) -> str:
@@ -21,7 +22,7 @@ def readonly_url(url: str, first_look: bool = False) -> str:
     path = sqlite_path(url)
     if path is None or path == ":memory:":
         return url
-    immutable = first_look and not Path(f"{path}-wal").exists()
+    immutable = first_look and not _in_use(path)
     return f"{SQLITE_PREFIX}file:{quote(path)}?mode=ro{'&immutable=1' if immutable else ''}&uri=true"
 
 
@@ -32,23 +33,57 @@ def sqlite_path(url: str) -> str | None:
 
 def sqlite_tables(path: Path, where: str) -> set[str]:
     """The tables of the SQLite file `path` (an empty set for a 0-byte file), read as a first look: read-only and,
-    unless a `-wal` file holds part of it, immutable (no file created beside it, no journal-mode change).
-    `OrchError` (prefixed by `where`) for a file that cannot be read or is not an SQLite database."""
+    unless the file is in use (its `-wal` or `-shm` exists), immutable (no file created beside it, no
+    journal-mode change). `OrchError` (prefixed by `where`) for a file that cannot be read or is not an SQLite
+    database.
+
+    The look, the file's header included, happens in a child process. SQLite's locks are POSIX locks, owned by the
+    process: closing *any* descriptor of the database file in a process that holds SQLite connections to it drops
+    their locks, and a process opening the file next then takes itself for its only user and rewinds the WAL
+    under them, losing their committed writes (SQLite's documentation warns against it; it lost store writes here
+    until the look moved out). A child process has locks of its own."""
     try:
-        with path.open("rb") as handle:
-            header = handle.read(len(SQLITE_HEADER))
-    except OSError as err:
-        raise OrchError(f"{where}: cannot read {path} ({err.strerror})") from None
-    if not header:
-        return set()
-    if header != SQLITE_HEADER:
-        raise OrchError(f"{where}: {path} is not an SQLite database")
-    immutable = "" if Path(f"{path}-wal").exists() else "&immutable=1"
+        done = subprocess.run([sys.executable, "-I", "-c", _LOOK, str(path.resolve()),
+                               "1" if _in_use(path) else "0"], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise OrchError(f"{where}: cannot read {path} ({err})") from None
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise OrchError(f"{where}: {reason.replace('PATH', str(path))}")
+    return set(json.loads(done.stdout))
+
+
+# The child's script: argv = path, whether the file is in use. Exit status 1 with one line on stderr on error.
+_LOOK = """
+import json, sqlite3, sys
+from urllib.parse import quote
+path, in_use = sys.argv[1], sys.argv[2] == "1"
+try:
+    with open(path, "rb") as handle:
+        header = handle.read(16)
+except OSError as err:
+    sys.exit(f"cannot read PATH ({err.strerror})")
+if not header:
+    print("[]")
+    sys.exit(0)
+if header != b"SQLite format 3\\x00":
+    sys.exit("PATH is not an SQLite database")
+uri = f"file:{quote(path)}?mode=ro" + ("" if in_use else "&immutable=1")
+try:
+    connection = sqlite3.connect(uri, uri=True)
     try:
-        connection = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro{immutable}", uri=True)
-        try:
-            return {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            connection.close()
-    except sqlite3.Error as err:
-        raise OrchError(f"{where}: cannot read {path} as an SQLite database ({err})") from None
+        print(json.dumps([row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]))
+    finally:
+        connection.close()
+except sqlite3.Error as err:
+    sys.exit(f"cannot read PATH as an SQLite database ({err})")
+"""
+
+
+def _in_use(path: str | Path) -> bool:
+    """Whether a WAL-mode database may be open: its `-wal` or `-shm` file exists. Then a first look must be an
+    ordinary read-only connection (it shares the WAL index and the locks); `immutable=1` would bypass the locks
+    that tell SQLite other connections exist, and a process opening the file next could reset the WAL index
+    under them, losing their committed writes."""
+    return Path(f"{path}-wal").exists() or Path(f"{path}-shm").exists()
