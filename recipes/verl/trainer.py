@@ -38,6 +38,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from recipes.progress import ProgressFile, report, reporting
 from recipes.verl.agent_loop import train_config
 
 log = logging.getLogger("orch.verl")
@@ -84,7 +85,6 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def fit(self) -> dict[str, Any]:
         """veRL's loop with orch's metric sink; returns how the run ended."""
-        from recipes.progress import ProgressFile, reporting
         from recipes.verl.patches import tracking_sink
 
         folder = Path(self.config.trainer.default_local_dir).parent  # orch's checkpoint folder (veRL's is verl/)
@@ -98,8 +98,6 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def _start_profiling(self, do_profile: bool) -> None:
         """The step begins (the first call of every step)."""
-        from recipes.progress import report
-
         self._step_started = time.perf_counter()
         report(step=int(self.global_steps), phase="rollout")
         super()._start_profiling(do_profile)
@@ -130,7 +128,6 @@ class OrchPPOTrainer(RayPPOTrainer):
         """Rewards per turn, dynamic sampling, statistics, hooks and the filter on the step's rollout."""
         from recipes import filtering
         from recipes.hooks import StepContext
-        from recipes.progress import report
         from recipes.rollout_stats import rollout_frame, rollout_metrics
 
         step, cfg = int(self.global_steps), self.cfg
@@ -262,8 +259,6 @@ class OrchPPOTrainer(RayPPOTrainer):
         return super()._update_critic(batch)
 
     def _update_actor(self, batch: DataProto) -> DataProto:
-        from recipes.progress import report
-
         report(phase="update")
         if self.skip_update:
             return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
@@ -297,7 +292,6 @@ class OrchPPOTrainer(RayPPOTrainer):
         """One episode per validation seed at `val_temperature`: orch's `val/*` metrics."""
         from verl.trainer.ppo.ray_trainer import pad_dataproto_to_divisor, unpad_dataproto
 
-        from recipes.progress import report
         from recipes.rollout_stats import validation_metrics
 
         report(phase="validation")
@@ -428,8 +422,6 @@ class OrchPPOTrainer(RayPPOTrainer):
             self.tracker.set_tags(self.step_tags)
             self.step_tags = {}
         if step > 0:
-            from recipes.progress import report
-
             report(step=step, done=step, phase="logging", success=metrics.get("rollout/success_rate"))
             log.info("step %d/%d: success %.3f, kept %.2f, %.1fs", step, self.cfg.trainer.total_steps,
                      metrics.get("rollout/success_rate", float("nan")), metrics.get("rollout/kept_ratio", 1.0),
