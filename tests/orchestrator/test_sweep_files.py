@@ -27,7 +27,9 @@ EXPECTED_CELLS = {
     "table7.yaml": 3 * 3,
     "topp.yaml": 84,
     "slip.yaml": 42,
+    "repro_tiny.yaml": 2 * 2 * 3,
 }
+TORCH_SWEEPS = {"demo.yaml", "repro_tiny.yaml"}  # laptop sweeps: the torch backend as written, no cpu profile needed
 
 
 def test_every_required_sweep_file_is_shipped() -> None:
@@ -41,14 +43,14 @@ def test_sweep_file_validates(name: str, workdir: Path) -> None:
     if name in EXPECTED_CELLS:
         assert len(plan.cells) == EXPECTED_CELLS[name]
     plan.check_submittable()
-    if name == "demo.yaml":
+    if name in TORCH_SWEEPS:
         assert {cell.backend for cell in plan.cells} == {"torch"}
     else:
         assert {cell.backend for cell in plan.cells} == {"verl"}
     assert not (workdir / ".orch").exists()
 
 
-@pytest.mark.parametrize("name", [name for name in FILES if name != "demo.yaml"])
+@pytest.mark.parametrize("name", [name for name in FILES if name not in TORCH_SWEEPS])
 def test_cpu_profile_rehearses_a_paper_sweep(name: str) -> None:
     plan = build_plan(load_sweep(SWEEPS / name, profile="cpu"))
     plan.check_submittable()
@@ -57,7 +59,7 @@ def test_cpu_profile_rehearses_a_paper_sweep(name: str) -> None:
     assert {cell.settings["model"] for cell in plan.cells} == {"tiny"}
 
 
-@pytest.mark.parametrize("name", [name for name in FILES if name != "demo.yaml"])
+@pytest.mark.parametrize("name", [name for name in FILES if name not in TORCH_SWEEPS])
 def test_cpu_verl_profile_rehearses_a_paper_sweep_on_the_verl_backend(name: str) -> None:
     plan = build_plan(load_sweep(SWEEPS / name, profile="cpu-verl"))
     plan.check_submittable()
