@@ -225,3 +225,10 @@ def report(
     for note in built.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figure files" if len(written) > 1 else ""))
+    found = built.science
+    if found is not None and found.reason:
+        typer.echo(f"note: the paper's findings were not tested: {found.reason}", err=True)
+    elif found is not None:
+        typer.echo("findings over seeds (rules: docs/science.md):")
+        for finding in found.findings:
+            typer.echo(f"  {finding.line()}")

@@ -175,3 +175,85 @@ def predictor_figure(table: pd.DataFrame) -> go.Figure:
         xaxis_title="std(RV) / mean(RV)", yaxis_title="filter gain (success points)", **LAYOUT,
     )
     return figure
+
+
+def filter_effect_figure(summary: pd.DataFrame) -> go.Figure:
+    """Final success per task (and variant) without and with each filter setting: every seed as a point, the mean
+    over seeds as a bar."""
+    import plotly.graph_objects as go
+
+    frame = summary.assign(where=summary["task"].astype(str) + summary["variant"].map(
+        lambda v: "" if v == "base" else f" · {v}"))
+    figure = go.Figure()
+    for index, (setting, group) in enumerate(frame.groupby("filter", sort=True)):
+        color = "#7f7f7f" if setting == "none" else _color(index)
+        means = group.groupby("where", sort=True)["final_success"].mean()
+        figure.add_bar(x=list(means.index), y=list(means), name=f"{setting} (mean)", marker={"color": color},
+                       opacity=0.45, offsetgroup=str(setting))
+        figure.add_scatter(
+            x=group["where"], y=group["final_success"], mode="markers", name=f"{setting} (seeds)",
+            marker={"color": color, "size": 8}, offsetgroup=str(setting),
+            text="seed " + group["seed"].astype(str),
+        )
+    figure.update_layout(title="did filtering help? final success per seed (bars: mean over seeds)",
+                         barmode="group", scattermode="group", yaxis_title="final validation success (%)", **LAYOUT)
+    return figure
+
+
+def collapse_figure(data: RunData, summary: pd.DataFrame) -> go.Figure:
+    """Mean over seeds against step of success, retrieval's excess over chance (0 = chance), MI-ZScore-EMA and
+    entropy, one panel each; one line per (task, variant, filter setting), filter-off lines dashed; dotted lines
+    at the steps where the collapse alert first fired."""
+    from plotly.subplots import make_subplots
+
+    from analysis import names
+
+    panels = (names.VAL_SUCCESS, names.RETRIEVAL_EXCESS, names.MI_ZSCORE_EMA, names.ENTROPY)
+    titles = ("validation success", "retrieval excess over chance (0 = chance)", "MI-ZScore-EMA", "entropy")
+    figure = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.06)
+    keys = summary[["run_id", "task", "variant", "filter"]]
+    lines = sorted({(t, v, f) for t, v, f in keys[["task", "variant", "filter"]].itertuples(index=False)}, key=str)
+    colors = {pair: _color(index) for index, pair in enumerate(dict.fromkeys((t, v) for t, v, _ in lines))}
+    for row, key in enumerate(panels, start=1):
+        history = data.history(key).merge(keys, on="run_id")
+        for task, variant, setting in lines:
+            rows = history[(history["task"] == task) & (history["variant"] == variant) & (history["filter"] == setting)]
+            if rows.empty:
+                continue
+            stats = rows.groupby("step")["value"].mean().reset_index()
+            name = " · ".join(str(p) for p in (task, None if variant == "base" else variant, setting) if p)
+            figure.add_scatter(
+                x=stats["step"], y=stats["value"], mode="lines+markers", marker={"size": 4}, name=name,
+                legendgroup=name, showlegend=row == 1, row=row, col=1,
+                line={"color": colors[task, variant], "dash": "dash" if setting == "none" else "solid"},
+            )
+    figure.add_hline(y=0, line={"dash": "dot", "color": "grey"}, row=2, col=1)
+    alerts = data.history(names.COLLAPSE_ALERT)
+    first = alerts[alerts["value"] >= 0.5].groupby("run_id")["step"].min()
+    for step in sorted(set(first.astype(int))):
+        figure.add_vline(x=step, line={"dash": "dot", "color": "#d62728", "width": 1})
+    figure.update_layout(title="did MI collapse before success? (mean over seeds; red dotted: collapse alert fired)",
+                         **{**LAYOUT, "height": 820})
+    figure.update_xaxes(title_text="step", row=len(panels), col=1)
+    return figure
+
+
+def effect_intervals(effects: pd.DataFrame) -> go.Figure:
+    """The filter's effect on final success per (task, variant, filter setting): the delta over seeds with its 95%
+    bootstrap interval (``effects``: :func:`analysis.science.filter_effect`)."""
+    import plotly.graph_objects as go
+
+    shown = effects.dropna(subset=["delta"])
+    labels = [" · ".join(str(p) for p in (row.task, None if row.variant == "base" else row.variant, row.filter) if p)
+              for row in shown.itertuples()]
+    figure = go.Figure()
+    figure.add_scatter(
+        x=shown["delta"], y=labels, mode="markers", marker={"size": 10, "color": _color(0)}, name="delta",
+        error_x={"type": "data", "symmetric": False, "array": (shown["hi"] - shown["delta"]).fillna(0),
+                 "arrayminus": (shown["delta"] - shown["lo"]).fillna(0)},
+        text=[f"{b} vs {f} seeds" for b, f in zip(shown["base_n"], shown["filt_n"], strict=True)],
+    )
+    figure.add_vline(x=0, line={"color": "grey"})
+    figure.update_layout(title="filter effect on final success (filtered − baseline, 95% bootstrap interval over seeds)",
+                         xaxis_title="success points", **LAYOUT)
+    return figure

@@ -57,6 +57,11 @@ def collapse_metric(sample_set: str, name: str) -> str:
 MI_ZSCORE_EMA = collapse_metric("trajectory", "mi_zscore_ema")
 MI_EST = collapse_metric("trajectory", "mi_est")
 RETRIEVAL_ACC = collapse_metric("trajectory", "retrieval_acc")
+RETRIEVAL_CHANCE = collapse_metric("trajectory", "retrieval_chance")  # 1 / (columns a sample could be matched to)
+# Derived by analysis (never logged): retrieval_acc / retrieval_chance - 1, the excess over chance that the
+# trainer's early-warning rule tracks (recipes.collapse.CollapseDetector).
+RETRIEVAL_EXCESS = collapse_metric("trajectory", "retrieval_excess")
+COLLAPSE_NUM_SAMPLES = collapse_metric("trajectory", "num_samples")  # 0 when no sample set could be built
 CONDITIONAL_ENTROPY = collapse_metric("trajectory", "conditional_entropy")
 
 # Diagnostics correlated with task performance: metric -> family (the paper's MI-vs-entropy comparison).
@@ -86,6 +91,8 @@ PARAM_FILTER_VALUE = "filter.value"  # rho for top_p
 PARAM_PROMPTS = "trainer.prompts_per_step"
 PARAM_SAMPLES = "trainer.samples_per_prompt"
 PARAM_SLIP = "task.env.slip"  # FrozenLake slip probability
+PARAM_HOOKS = "hooks"  # the step hooks, as a list repr: "['collapse']" when the MI diagnostics are on
+COLLAPSE_HOOK = "collapse"
 FILTER_PREFIX = "filter."
 
 
@@ -107,6 +114,7 @@ TAG_ALGORITHM = "algorithm"
 TAG_MODEL = "model"
 TAG_BACKEND = "backend"
 TAG_PARENT = "mlflow.parentRunId"
+TAG_COLLAPSE_ALERT_STEP = "collapse_alert_step"  # set by the collapse hook when its early warning first fires
 
 # --- artifacts ------------------------------------------------------------------------------------------------
 ROLLOUT_DIR = "rollouts"  # rollouts/step_NNNN.parquet, the rollout-batch format (docs/rollout_batch.md)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from analysis.mlflow_store import RunData
+    from analysis.science import Science
 
 FORMATS = ("html", "png", "pdf")
 SCATTER_DIAGNOSTICS = (names.MI_ZSCORE_EMA, names.ENTROPY)  # the paper's MI-vs-entropy comparison
@@ -59,6 +60,7 @@ class Report:
     generated: str
     notes: list[str]
     sections: list[Section]
+    science: Science | None = None  # the tiny-scale reproduction's verdicts (reason set when not testable)
 
     def figures(self) -> list[go.Figure]:
         return [block for section in self.sections for block in section.blocks if not isinstance(block, str)]
@@ -249,33 +251,79 @@ def _early_warning(data: RunData, summary: pd.DataFrame) -> Section:
     return section
 
 
+def _first_batches(
+    data: RunData, summary: pd.DataFrame, progress: Progress | None
+) -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[str]]:
+    """The first dumped rollout batch of every baseline run with results (lowest seed first), the predictor on
+    each (:func:`analysis.rollout_artifacts.predictions`) and the notes on batches it refused."""
+    from analysis import rollout_artifacts
+
+    with_results = summary[summary["peak_success"].notna()]
+    baseline = with_results[with_results["filtered"].eq(False).fillna(False)].sort_values(["task", "variant", "seed"])
+    first = rollout_artifacts.load_batches(data.tracking_uri, list(baseline["run_id"]), which="first", progress=progress)
+    predictions, notes = rollout_artifacts.predictions(first)
+    return first, predictions, notes
+
+
 def _predictor(
-    data: RunData, summary: pd.DataFrame, t4: pd.DataFrame, progress: Progress | None
-) -> tuple[Section, list[str]]:
+    data: RunData, summary: pd.DataFrame, t4: pd.DataFrame, first: dict[str, pd.DataFrame], predictions: pd.DataFrame,
+    progress: Progress | None,
+) -> Section:
     """Table 8 from the baseline runs' first dumped batch; RV histograms from every dumped batch of one baseline
     run per task (the runs with results, lowest seed first)."""
     from analysis import figures, rollout_artifacts, tables
 
     section = Section("Will filtering help? The Std(RV)/Mean(RV) predictor")
-    with_results = summary[summary["peak_success"].notna()]
-    baseline = with_results[with_results["filtered"].eq(False).fillna(False)].sort_values(["task", "variant", "seed"])
-    first = rollout_artifacts.load_batches(data.tracking_uri, list(baseline["run_id"]), which="first", progress=progress)
     if not first:
         section.note(f"no baseline run has rollout batches ({names.ROLLOUT_DIR}/step_NNNN.parquet artifacts)")
-        return section, []
-    predictions, notes = rollout_artifacts.predictions(first)
+        return section
     if not predictions.empty:
         t8 = tables.table8(summary, predictions, t4)
         section.table(t8, "Table 8 — predictor on each baseline run's first dumped batch vs realised filter gain")
         if t8["gain"].notna().any():
             section.figure(figures.predictor_figure(t8))
-    picked = baseline[baseline["run_id"].isin(first)].drop_duplicates("task")
+    baseline = summary[summary["run_id"].isin(first)].sort_values(["task", "variant", "seed"])
+    picked = baseline.drop_duplicates("task")
     every = rollout_artifacts.load_batches(data.tracking_uri, list(picked["run_id"]), which="all", progress=progress)
     rv = rollout_artifacts.prompt_rv(every)
     if not rv.empty:
         labels = {row.run_id: f"{row.task} · {row.variant} · {row.filter} · seed {row.seed}" for row in picked.itertuples()}
         section.figure(figures.rv_histograms(rv, labels))
-    return section, notes
+    return section
+
+
+def _answers(data: RunData, summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.DataFrame | None) -> Section:
+    """The first screen: the user's three questions (analysis/answers.py), each in words with one figure."""
+    from analysis.answers import answers
+
+    section = Section("The answers: did filtering help, did MI collapse, what did the predictor say?")
+    for answer in answers(data, summary, effects, predictions):
+        section.blocks.append(
+            f"<h3>{html.escape(answer.question)}</h3>"
+            + "".join(f'<p class="answer">{html.escape(line)}</p>' for line in answer.words)
+        )
+        if answer.figure is not None:
+            section.figure(answer.figure)
+    return section
+
+
+def _science(result: Science) -> Section:
+    """The tiny-scale reproduction (analysis/science.py): every finding's verdict by its pre-declared rule."""
+    from analysis import figures, science
+
+    section = Section("Does the paper's story hold here? Findings over seeds")
+    section.note(
+        f"Verdicts follow rules declared before the runs (docs/science.md): 95% bootstrap intervals over seeds "
+        f"({science.N_BOOT} resamples), at least {science.MIN_SEEDS} seeds where a rule needs them; a finding that "
+        "does not reproduce is a result."
+    )
+    counts = result.frame()["verdict"].value_counts()
+    section.note(", ".join(f"{verdict}: {counts.get(verdict, 0)}" for verdict in
+                           (science.REPRODUCED, science.NOT_REPRODUCED, science.INCONCLUSIVE)))
+    section.table(result.frame())
+    if result.effects is not None and not result.effects.dropna(subset=["delta"]).empty:
+        section.figure(figures.effect_intervals(result.effects))
+    return section
 
 
 def _study(sweep: str, store_url: str | None) -> Section | None:
@@ -327,6 +375,7 @@ def build_report(
     """Load the sweep's runs (and its cells from the orch store at ``store_url``, default ``$ORCH_STORE`` or
     ``.orch/orch.db``, when that store knows the sweep) and build every section (see the module docstring)."""
     from analysis.mlflow_store import RunQuery, load_runs
+    from analysis.science import filter_effect, science
     from analysis.summary import metric_summary, summarize
     from analysis.sweep_state import store_cells
 
@@ -340,16 +389,23 @@ def build_report(
     tables_section, t4 = _paper_tables(summary, finals, notes)
     sections = [_cells(summary), tables_section, _curves(data, summary), _correlations(data, summary, n_boot),
                 _early_warning(data, summary)]
+    predictions = None
     if rollouts:
-        predictor_section, predictor_notes = _predictor(data, summary, t4, progress)
-        sections.append(predictor_section)
+        first, predictions, predictor_notes = _first_batches(data, summary, progress)
+        sections.append(_predictor(data, summary, t4, first, predictions, progress))
         notes.extend(predictor_notes)
+    found = science(data, summary, predictions)
+    if not found.reason:
+        sections.insert(0, _science(found))
     study_section = _study(sweep, store_url)
     if study_section is not None:
         sections.append(study_section)
     sections.insert(0, _overview(data, summary, store, notes))
+    effects = found.effects if found.effects is not None else filter_effect(summary)
+    sections.insert(0, _answers(data, summary, effects, predictions))
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return Report(sweep=sweep, tracking_uri=data.tracking_uri, generated=generated, notes=notes, sections=sections)
+    return Report(sweep=sweep, tracking_uri=data.tracking_uri, generated=generated, notes=notes, sections=sections,
+                  science=found)
 
 
 STYLE = """
@@ -359,7 +415,7 @@ nav a { margin-right: 1rem; } section { margin-top: 2rem; border-top: 1px solid 
 table.data { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1rem; }
 table.data th, table.data td { padding: 0.25rem 0.6rem; border-bottom: 1px solid #eee; text-align: right; }
 table.data th { background: #f6f6f6; } .scroll { overflow-x: auto; }
-.note { color: #555; font-style: italic; } .missing { background: #fff6e5; padding: 0.3rem 1rem; }
+.note { color: #555; font-style: italic; } .answer { font-size: 1.05rem; max-width: 60rem; } .missing { background: #fff6e5; padding: 0.3rem 1rem; }
 #orch-errors { display: none; background: #fde8e8; color: #a00; padding: 0.5rem 1rem; white-space: pre-wrap; }
 """
 # Collects JavaScript errors into a visible banner (and for the headless-browser test).

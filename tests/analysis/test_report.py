@@ -23,7 +23,9 @@ def demo_report(demo_store, tmp_path_factory):
 def test_report_sections_and_missing_cells(demo_report):
     titles = [section.title for section in demo_report.sections]
     assert titles == [
+        "The answers: did filtering help, did MI collapse, what did the predictor say?",
         "Sweep overview",
+        "Does the paper's story hold here? Findings over seeds",  # 2 seeds per cell, filter off and on
         "Cells",
         "The paper's tables",
         "Training curves",

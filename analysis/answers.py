@@ -1,0 +1,189 @@
+"""The report's first screen: the user's three questions answered in words, one figure each.
+
+(a) *Did filtering help here?* -- per task, final success without and with the filter, the delta with its bootstrap
+    interval over seeds (:func:`analysis.science.filter_effect`) and the seed counts.
+(b) *Did MI collapse, and before success did?* -- the baseline runs' MI proxies (retrieval excess over chance,
+    MI-ZScore-EMA) against entropy and success over steps; the decline onsets and lead of
+    :mod:`analysis.early_warning` and the step at which the trainer's ``collapse/alert`` fired.
+(c) *What did the predictor say?* -- the Std(RV)/Mean(RV) verdict (:mod:`analysis.predictor`) on each baseline
+    run's first rollout batch, next to the filter's measured effect from (a).
+
+A question without the data to answer it says so, with the cause (e.g. the MI diagnostics were off).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from analysis import names
+from analysis.science import (
+    DIAGNOSTICS_CAUSE,
+    DROP,
+    MIN_SEEDS,
+    diagnostics_state,
+    falls,
+    side,
+    with_retrieval_excess,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from analysis.mlflow_store import RunData
+
+QUESTIONS = ("Did filtering help here?", "Did MI collapse, and before success did?", "What did the predictor say?")
+
+
+@dataclass
+class Answer:
+    question: str
+    words: list[str] = field(default_factory=list)
+    figure: go.Figure | None = None
+
+
+def _effect_words(row: pd.Series) -> str:
+    head = (f"{row['task']}" + ("" if row["variant"] == "base" else f" · {row['variant']}") + f": final success "
+            f"{row['base_mean']:.1f}% without the filter, {row['filt_mean']:.1f}% with {row['filter']} "
+            f"({row['delta']:+.1f} points")
+    if min(row["base_n"], row["filt_n"]) < 2:
+        return f"{head}; {row['base_n']} vs {row['filt_n']} seeds): too few seeds to tell an effect from noise."
+    where = side(row["lo"], row["hi"], 0.0)
+    said = {"clears": "it helped", "misses": "it hurt"}.get(where, "no clear difference: the interval spans 0")
+    if min(row["base_n"], row["filt_n"]) < MIN_SEEDS:
+        said = f"fewer than {MIN_SEEDS} seeds per side, so no verdict"
+    return (f"{head}, 95% interval over seeds [{row['lo']:+.1f}, {row['hi']:+.1f}]; {row['base_n']} vs "
+            f"{row['filt_n']} seeds): {said}.")
+
+
+def filtering(summary: pd.DataFrame, effects: pd.DataFrame) -> Answer:
+    from analysis import figures
+
+    answer = Answer(QUESTIONS[0])
+    done = summary[summary["final_success"].notna()]
+    if done.empty:
+        answer.words.append(f"Cannot say yet: no run has validation results ({names.VAL_SUCCESS}).")
+    elif not done["filtered"].eq(True).any():
+        answer.words.append("Cannot say: every run with results ran without the filter; a sweep needs "
+                            "filter: [none, top_p] (or another filter) in its grid to measure it.")
+    elif not done["filtered"].eq(False).any():
+        answer.words.append("Cannot say: every run with results ran with the filter; there is no baseline "
+                            "(filter none) to compare with.")
+    elif effects.dropna(subset=["delta"]).empty:
+        answer.words.append("Cannot say: no task has finished runs both without and with the filter.")
+    else:
+        answer.words += [_effect_words(row) for _, row in effects.dropna(subset=["delta"]).iterrows()]
+        answer.figure = figures.filter_effect_figure(done)
+    return answer
+
+
+def _median(values: pd.Series) -> str:
+    return f"{float(values.median()):.0f}"
+
+
+def collapse(data: RunData, summary: pd.DataFrame) -> Answer:
+    import pandas as pd
+
+    from analysis import figures
+    from analysis.early_warning import early_warning
+
+    answer = Answer(QUESTIONS[1])
+    state = diagnostics_state(data)
+    if state != "logged":
+        answer.words.append(f"Cannot tell: {DIAGNOSTICS_CAUSE[state]}.")
+        return answer
+    data = with_retrieval_excess(data)
+    baseline = summary[summary["filtered"].eq(False).fillna(False)]
+    runs, which = (baseline, "Without filtering") if len(baseline) else (summary, "Every run (none ran without the filter)")
+    leads = early_warning(data)
+    leads = leads[leads["run_id"].isin(runs["run_id"])]
+    n = len(leads)
+    counts = leads["outcome"].value_counts()
+    mi_fell = int(leads["mi_decline_step"].notna().sum())
+    success_fell = int(leads["success_decline_step"].notna().sum())
+    answer.words.append(
+        f"{which}: MI-ZScore-EMA declined (at or below {1 - DROP:.0%} of "
+        f"its running peak twice in a row) in {mi_fell} of {n} runs, success in {success_fell}."
+    )
+    fall = falls(data, (names.MI_ZSCORE_EMA, names.RETRIEVAL_EXCESS, names.ENTROPY)).reindex(runs["run_id"])
+    shown = {names.MI_ZSCORE_EMA: "MI-ZScore-EMA", names.RETRIEVAL_EXCESS: "retrieval's excess over chance",
+             names.ENTROPY: "entropy"}
+    parts = [f"{label} {100 * fall[key].mean():.0f}%" for key, label in shown.items()
+             if key in fall.columns and fall[key].notna().any()]
+    if parts:
+        answer.words.append("Mean fall from peak to the end (last 3 points): " + ", ".join(parts) + ".")
+    lead = leads["lead_steps"].dropna()
+    if len(lead):
+        answer.words.append(
+            f"Where both declined ({len(lead)} runs), MI fell first in {int(counts.get('MI first', 0))}, success "
+            f"first in {int(counts.get('success first', 0))}; median lead {_median(lead)} steps (positive: MI first)."
+        )
+    else:
+        answer.words.append("No run saw both MI and success decline, so there is no lead to measure.")
+    alerts = leads["alert_step"].copy()
+    column = f"tags.{names.TAG_COLLAPSE_ALERT_STEP}"
+    if column in data.runs.columns:  # runs whose metric history lacks the alert but whose tag has it
+        tagged = data.runs.set_index("run_id")[column].reindex(leads["run_id"]).to_numpy()
+        alerts = alerts.fillna(pd.Series(pd.to_numeric(tagged, errors="coerce"), index=leads.index).round())
+    fired = alerts.dropna()
+    if len(fired):
+        warned = leads["alert_lead_steps"].dropna()
+        text = (f"The collapse alert ({names.COLLAPSE_ALERT}) fired in {len(fired)} of {n} runs (first at step "
+                f"{int(fired.min())})")
+        text += f", a median {_median(warned)} steps before success declined." if len(warned) else "."
+        answer.words.append(text)
+    else:
+        answer.words.append(f"The collapse alert ({names.COLLAPSE_ALERT}) fired in none of the {n} runs.")
+    answer.figure = figures.collapse_figure(data, summary)
+    return answer
+
+
+def predictor(summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.DataFrame | None) -> Answer:
+    import pandas as pd
+
+    from analysis import figures
+    from analysis.predictor import PredictorThresholds, verdict_for
+
+    answer = Answer(QUESTIONS[2])
+    if predictions is None:
+        answer.words.append("Not asked: the report was built without reading rollout batches (--no-rollouts).")
+        return answer
+    baseline = summary[summary["filtered"].eq(False).fillna(False)]
+    first = predictions.sort_values("step").drop_duplicates("run_id")
+    first = baseline[["run_id", "task", "variant"]].merge(first, on="run_id")
+    if first.empty:
+        cause = ("no run ran without the filter" if baseline.empty else
+                 f"no baseline run dumped a rollout batch ({names.ROLLOUT_DIR}/step_NNNN.parquet; "
+                 "trainer.dump_every > 0 writes them)")
+        answer.words.append(f"Cannot say: {cause}.")
+        return answer
+    rows = []
+    for (task, variant), group in first.groupby(["task", "variant"], sort=True):
+        ratios = group["ratio"].astype(float)
+        mean = None if ratios.isna().all() else float(ratios.mean())
+        said = verdict_for(mean, PredictorThresholds())[0]
+        shown = "undefined (no prompt had reward variance)" if mean is None else f"{mean:.2f}"
+        text = (f"{task}" + ("" if variant == "base" else f" · {variant}") + f": std(RV)/mean(RV) = {shown} on the "
+                f"first rollout batch (mean of {len(group)} baseline runs): {said}.")
+        measured = effects[(effects["task"] == task) & (effects["variant"] == variant)].dropna(subset=["delta"])
+        for _, row in measured.iterrows():
+            text += f" Measured with {row['filter']}: {row['delta']:+.1f} points"
+            if min(row["base_n"], row["filt_n"]) >= 2 and not math.isnan(row["lo"]):
+                text += f" [{row['lo']:+.1f}, {row['hi']:+.1f}]"
+            text += "."
+            rows.append({"task": task, "variant": variant, "verdict": said, "ratio_mean": mean,
+                         "ratio_std": float(ratios.std()) if len(ratios) > 1 else math.nan, "gain": row["delta"]})
+        if measured.empty:
+            text += " No filtered run of this task to measure the effect against."
+        answer.words.append(text)
+    if rows:
+        answer.figure = figures.predictor_figure(pd.DataFrame(rows))
+    return answer
+
+
+def answers(data: RunData, summary: pd.DataFrame, effects: pd.DataFrame,
+            predictions: pd.DataFrame | None) -> list[Answer]:
+    """The three answers of the module docstring, in order."""
+    return [filtering(summary, effects), collapse(data, summary), predictor(summary, effects, predictions)]

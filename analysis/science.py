@@ -1,0 +1,397 @@
+"""Does RAGEN-2's story (arXiv 2604.06268) hold in this sweep? Each finding tested with statistics over seeds and
+given a machine-made verdict -- *reproduced*, *not reproduced* or *inconclusive* -- by the rules below, declared
+before any run was looked at (docs/science.md repeats them). A finding that does not reproduce is a result.
+
+Definitions (per run):
+
+* *success* is the last validation success (``final_success`` of :func:`analysis.summary.summarize`, percent);
+* a metric's *final* value is the mean of its last 3 logged values, its *peak* the largest logged value
+  (:func:`analysis.summary.metric_stats`);
+* *retrieval excess* is ``retrieval_acc / retrieval_chance - 1`` of the trajectory sample set: the excess over
+  chance that the trainer's early warning tracks (``recipes.collapse.CollapseDetector``);
+* a metric's *fall* is ``(peak - final) / peak``, 0 when its peak is not positive (nothing above zero to lose);
+* a *decline onset* and the early-warning *lead* are :mod:`analysis.early_warning`'s (the series sits at or below
+  70% of its running peak on 2 consecutive points: ``recipes.collapse.CollapseRule``'s defaults); the lead is
+  success's onset minus MI-ZScore-EMA's onset, in steps (positive: MI fell first).
+
+Every interval is a 95% percentile bootstrap over seeds (2,000 resamples, fixed seed): of a mean over runs, or of
+a difference of means with each arm resampled on its own. An interval *clears* a threshold when it lies entirely
+above it and *misses* it when it lies entirely below. Fewer than :data:`MIN_SEEDS` runs where a rule needs them
+make that finding inconclusive. Findings are judged per task (and variant): pooling tasks would mix task difficulty
+into every statistic.
+
+1a. Without filtering, the MI proxies fall while entropy does not (baseline runs). Reproduced when the mean falls
+    of MI-ZScore-EMA and of retrieval excess both clear 0.3 and entropy's (``actor/entropy``) mean fall misses
+    0.3; not reproduced when either MI fall misses 0.3 or entropy's fall clears it; inconclusive otherwise.
+1b. Without filtering, MI falls before success (baseline runs where both declined). Reproduced when the mean lead
+    clears 0; not reproduced when it misses 0; inconclusive otherwise, or when fewer than 3 runs saw both decline.
+2.  With filtering, MI and success end higher (each filter setting against the baseline): the deltas of final
+    success and of final MI-ZScore-EMA (filtered minus baseline). Reproduced when both intervals clear 0; not
+    reproduced when either misses 0; inconclusive otherwise (and without MI diagnostics).
+3.  MI tracks success better than entropy does (all runs of a task, filtered or not; at least 2 x 3 runs):
+    Spearman's rho across runs of each run's mean MI-ZScore-EMA, and of its mean entropy, with final success.
+    Reproduced when rho(MI)'s interval clears 0 and the interval of rho(MI) - |rho(entropy)| (runs resampled
+    together) clears 0; not reproduced when either misses 0; inconclusive otherwise.
+4.  The Std(RV)/Mean(RV) predictor (``analysis.predictor``: the mean over baseline seeds of the ratio on each
+    run's first dumped rollout batch, its verdict at the default thresholds) against the measured gain (finding
+    2's success delta). Reproduced when *likely helps* meets a gain interval that clears 0, or *unlikely to help*
+    one that misses 0; not reproduced when they point the other way; inconclusive when the verdict is *uncertain*,
+    the interval spans 0, or no baseline run dumped a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysis import names
+from analysis.early_warning import DEFAULT_RULE
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData
+
+MIN_SEEDS = 3
+DROP = DEFAULT_RULE.drop_fraction  # the fall that counts as a collapse (0.3)
+CI = 0.95
+N_BOOT = 2000
+BOOT_SEED = 0
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+CLAIMS = {
+    "1a": "without filtering, the MI proxies fall while entropy does not",
+    "1b": "without filtering, MI falls before success does",
+    "2": "with filtering, MI and success end higher than without",
+    "3": "MI tracks success across runs better than entropy does (Spearman)",
+    "4": "the Std(RV)/Mean(RV) predictor on the first batch foretells the filter's gain",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding's verdict on one scope (a task, variant and filter setting), with its numbers in words."""
+
+    key: str
+    scope: str
+    verdict: str
+    evidence: str
+
+    @property
+    def claim(self) -> str:
+        return CLAIMS[self.key]
+
+    def line(self) -> str:
+        return f"finding {self.key} [{self.scope}] {self.verdict}: {self.claim} -- {self.evidence}"
+
+
+@dataclass
+class Science:
+    """The verdicts of a sweep, or why the sweep cannot test the story (``reason``; then no findings)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    reason: str = ""
+    effects: pd.DataFrame | None = None  # filter_effect(): the deltas behind findings 2 and 4
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        rows = [{"finding": f.key, "claim": f.claim, "scope": f.scope, "verdict": f.verdict, "evidence": f.evidence}
+                for f in self.findings]
+        return pd.DataFrame(rows, columns=["finding", "claim", "scope", "verdict", "evidence"])
+
+
+# --- statistics ------------------------------------------------------------------------------------------------
+
+def _percentiles(values: np.ndarray) -> tuple[float, float]:
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return math.nan, math.nan
+    lo, hi = np.percentile(values, [100 * (1 - CI) / 2, 100 * (1 + CI) / 2])
+    return float(lo), float(hi)
+
+
+def mean_interval(values, n_boot: int = N_BOOT) -> tuple[float, float, float]:
+    """(mean, lo, hi): the mean over runs and its percentile bootstrap interval (NaN without values)."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(BOOT_SEED)
+    means = values[rng.integers(0, values.size, size=(n_boot, values.size))].mean(axis=1)
+    return (float(values.mean()), *_percentiles(means))
+
+
+def delta_interval(base, treated, n_boot: int = N_BOOT) -> tuple[float, float, float]:
+    """(delta, lo, hi): mean(treated) - mean(base), each arm resampled on its own (NaN when an arm is empty)."""
+    base = np.asarray(base, dtype=np.float64)
+    treated = np.asarray(treated, dtype=np.float64)
+    base, treated = base[np.isfinite(base)], treated[np.isfinite(treated)]
+    if not base.size or not treated.size:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(BOOT_SEED)
+    draws = (treated[rng.integers(0, treated.size, size=(n_boot, treated.size))].mean(axis=1)
+             - base[rng.integers(0, base.size, size=(n_boot, base.size))].mean(axis=1))
+    return (float(treated.mean() - base.mean()), *_percentiles(draws))
+
+
+def side(lo: float, hi: float, threshold: float) -> str:
+    """'clears' (interval above ``threshold``), 'misses' (below) or 'spans'."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "spans"
+    return "clears" if lo > threshold else "misses" if hi < threshold else "spans"
+
+
+def _interval(value: float, lo: float, hi: float, digits: int = 2) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+# --- per-run signals -------------------------------------------------------------------------------------------
+
+def with_retrieval_excess(data: RunData) -> RunData:
+    """``data`` with the derived metric :data:`analysis.names.RETRIEVAL_EXCESS` added at every step where both
+    retrieval accuracy and its chance level were logged (chance > 0)."""
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData
+
+    acc = data.history(names.RETRIEVAL_ACC)
+    chance = data.history(names.RETRIEVAL_CHANCE).rename(columns={"value": "chance"})
+    both = acc.merge(chance, on=["run_id", "step"])
+    both = both[both["chance"] > 0]
+    if both.empty:
+        return data
+    derived = pd.DataFrame({"run_id": both["run_id"], "key": names.RETRIEVAL_EXCESS, "step": both["step"],
+                            "timestamp": 0, "value": both["value"] / both["chance"] - 1.0})
+    metrics = pd.concat([data.metrics, derived.astype(data.metrics.dtypes.to_dict())], ignore_index=True)
+    return RunData(runs=data.runs, metrics=metrics, tracking_uri=data.tracking_uri, reader=data.reader)
+
+
+def falls(data: RunData, keys: tuple[str, ...]) -> pd.DataFrame:
+    """Per run (index run_id), each metric's fall ``(peak - final) / peak`` (0 when the peak is not positive)."""
+    import pandas as pd
+
+    from analysis.summary import metric_stats
+
+    columns = {}
+    for key in keys:
+        stats = metric_stats(data, key)
+        if not stats.empty:
+            peak, final = stats["peak"].astype(float), stats["final"].astype(float)
+            columns[key] = ((peak - final) / peak).where(peak > 0, 0.0)
+    return pd.DataFrame(columns).rename_axis("run_id")
+
+
+def diagnostics_state(data: RunData) -> str:
+    """Why a sweep has (or lacks) MI proxies: 'logged', 'off' (no run had the collapse hook), 'empty' (the hook ran
+    but built no sample set) or 'missing' (the hook was on by its params, yet nothing was logged)."""
+    from analysis.summary import cell_runs, config_value
+
+    if data.history(names.MI_ZSCORE_EMA)["value"].notna().any():
+        return "logged"
+    hooks = config_value(cell_runs(data.runs), names.PARAM_HOOKS).dropna()
+    if not hooks.map(lambda value: f"'{names.COLLAPSE_HOOK}'" in value).any():
+        return "off"
+    return "empty" if not data.history(names.COLLAPSE_NUM_SAMPLES).empty else "missing"
+
+
+DIAGNOSTICS_CAUSE = {
+    "off": f"the MI diagnostics were off: no run had the collapse hook (run with hooks=[{names.COLLAPSE_HOOK}])",
+    "empty": (f"the collapse hook ran but built no trajectory sample set ({names.COLLAPSE_NUM_SAMPLES} = 0: no "
+              "response held a complete <think>...</think> block), so no MI proxy was computed"),
+    "missing": f"the runs had the collapse hook on but logged no {names.MI_ZSCORE_EMA} (runs cut short?)",
+}
+
+
+def filter_effect(summary: pd.DataFrame, n_boot: int = N_BOOT, value: str = "final_success") -> pd.DataFrame:
+    """Per (task, variant, filter setting): the baseline and filtered means of ``value`` over seeds, their run
+    counts, and the delta with its bootstrap interval. Columns task, variant, filter, base_mean, base_n, filt_mean,
+    filt_n, delta, lo, hi."""
+    import pandas as pd
+
+    rows = []
+    known = summary[summary["filtered"].notna() & summary[value].notna()]
+    for (task, variant), group in known.groupby(["task", "variant"], sort=True):
+        base = group.loc[~group["filtered"].astype(bool), value].to_numpy(dtype=float)
+        for setting, treated in group[group["filtered"].astype(bool)].groupby("filter", sort=True):
+            values = treated[value].to_numpy(dtype=float)
+            delta, lo, hi = delta_interval(base, values, n_boot)
+            rows.append({"task": task, "variant": variant, "filter": setting,
+                         "base_mean": base.mean() if base.size else math.nan, "base_n": int(base.size),
+                         "filt_mean": values.mean(), "filt_n": int(values.size), "delta": delta, "lo": lo, "hi": hi})
+    columns = ["task", "variant", "filter", "base_mean", "base_n", "filt_mean", "filt_n", "delta", "lo", "hi"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --- the findings ----------------------------------------------------------------------------------------------
+
+def _scope(task: str, variant: str, setting: str | None = None) -> str:
+    parts = [str(task)] + ([] if variant == "base" else [str(variant)]) + ([str(setting)] if setting else [])
+    return " · ".join(parts)
+
+
+def _finding_1a(scope: str, fall: pd.DataFrame, n_boot: int) -> Finding:
+    needed = (names.MI_ZSCORE_EMA, names.RETRIEVAL_EXCESS, names.ENTROPY)
+    absent = [key if key != names.RETRIEVAL_EXCESS else f"{names.RETRIEVAL_ACC} and {names.RETRIEVAL_CHANCE}"
+              for key in needed if key not in fall.columns]
+    if absent:
+        return Finding("1a", scope, INCONCLUSIVE, f"not logged: {', '.join(absent)}")
+    fall = fall[list(needed)].dropna()
+    if len(fall) < MIN_SEEDS:
+        return Finding("1a", scope, INCONCLUSIVE, f"{len(fall)} baseline runs with every signal (< {MIN_SEEDS})")
+    stats = {key: mean_interval(fall[key], n_boot) for key in needed}
+    mi_sides = [side(*stats[key][1:], DROP) for key in needed[:2]]
+    entropy_side = side(*stats[names.ENTROPY][1:], DROP)
+    if "misses" in mi_sides or entropy_side == "clears":
+        verdict = NOT_REPRODUCED
+    elif mi_sides == ["clears", "clears"] and entropy_side == "misses":
+        verdict = REPRODUCED
+    else:
+        verdict = INCONCLUSIVE
+    labels = {names.MI_ZSCORE_EMA: "MI-ZScore-EMA", names.RETRIEVAL_EXCESS: "retrieval excess",
+              names.ENTROPY: "entropy"}
+    text = "; ".join(f"{labels[key]} fall {_interval(*stats[key])}" for key in needed)
+    return Finding("1a", scope, verdict, f"{text} (threshold {DROP:g}, {len(fall)} baseline runs)")
+
+
+def _finding_1b(scope: str, leads: pd.DataFrame, n_boot: int) -> Finding:
+    counts = ", ".join(f"{outcome} {count}" for outcome, count in leads["outcome"].value_counts().items())
+    lead = leads["lead_steps"].dropna().to_numpy(dtype=float)
+    if lead.size < MIN_SEEDS:
+        return Finding("1b", scope, INCONCLUSIVE,
+                       f"{lead.size} baseline runs where both MI and success declined (< {MIN_SEEDS}); {counts}")
+    mean, lo, hi = mean_interval(lead, n_boot)
+    verdict = {"clears": REPRODUCED, "misses": NOT_REPRODUCED}.get(side(lo, hi, 0.0), INCONCLUSIVE)
+    return Finding("1b", scope, verdict, f"lead {_interval(mean, lo, hi, 1)} steps over {lead.size} runs; {counts}")
+
+
+def _finding_2(scope: str, effect: pd.Series, mi: tuple[float, float, float] | None, counts: str) -> Finding:
+    success = (effect["delta"], effect["lo"], effect["hi"])
+    text = f"success {_interval(*success, 1)} points"
+    if mi is not None:
+        text += f"; MI-ZScore-EMA {_interval(*mi)}"
+    text += f" ({counts})"
+    if min(effect["base_n"], effect["filt_n"]) < MIN_SEEDS:
+        return Finding("2", scope, INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds in an arm; {text}")
+    sides = [side(*success[1:], 0.0)] + ([side(*mi[1:], 0.0)] if mi is not None else [])
+    if "misses" in sides:
+        verdict = NOT_REPRODUCED
+    elif mi is None:
+        verdict, text = INCONCLUSIVE, f"no MI proxies logged; {text}"
+    else:
+        verdict = REPRODUCED if sides == ["clears", "clears"] else INCONCLUSIVE
+    return Finding("2", scope, verdict, text)
+
+
+def spearman_gap(mi, entropy, success, n_boot: int = N_BOOT) -> tuple[float, float, float]:
+    """(rho(MI) - |rho(entropy)|, lo, hi) across runs, the runs resampled together (NaN-free inputs)."""
+    from analysis.correlations import rowwise_spearman
+
+    x, e, y = (np.asarray(v, dtype=np.float64)[None] for v in (mi, entropy, success))
+    point = float(rowwise_spearman(x, y)[0] - abs(rowwise_spearman(e, y)[0]))
+    picks = np.random.default_rng(BOOT_SEED).integers(0, x.shape[1], size=(n_boot, x.shape[1]))
+    draws = rowwise_spearman(x[0][picks], y[0][picks]) - np.abs(rowwise_spearman(e[0][picks], y[0][picks]))
+    return (point, *_percentiles(draws))
+
+
+def _finding_3(scope: str, runs: pd.DataFrame, n_boot: int) -> Finding:
+    from analysis.correlations import correlate
+
+    if names.MI_ZSCORE_EMA not in runs.columns or names.ENTROPY not in runs.columns:
+        return Finding("3", scope, INCONCLUSIVE, f"not logged: {names.MI_ZSCORE_EMA} or {names.ENTROPY}")
+    runs = runs[[names.MI_ZSCORE_EMA, names.ENTROPY, "final_success"]].dropna()
+    if len(runs) < 2 * MIN_SEEDS:
+        return Finding("3", scope, INCONCLUSIVE, f"{len(runs)} runs with MI, entropy and success (< {2 * MIN_SEEDS})")
+    mi = correlate(runs[names.MI_ZSCORE_EMA], runs["final_success"], n_boot=n_boot, ci=CI, seed=BOOT_SEED)
+    entropy = correlate(runs[names.ENTROPY], runs["final_success"], n_boot=n_boot, ci=CI, seed=BOOT_SEED)
+    gap = spearman_gap(runs[names.MI_ZSCORE_EMA], runs[names.ENTROPY], runs["final_success"], n_boot)
+    sides = [side(mi["spearman_lo"], mi["spearman_hi"], 0.0), side(*gap[1:], 0.0)]
+    verdict = NOT_REPRODUCED if "misses" in sides else REPRODUCED if sides == ["clears", "clears"] else INCONCLUSIVE
+    text = (f"Spearman MI {_interval(mi['spearman'], mi['spearman_lo'], mi['spearman_hi'])}, entropy "
+            f"{_interval(entropy['spearman'], entropy['spearman_lo'], entropy['spearman_hi'])}, MI - |entropy| "
+            f"{_interval(*gap)} over {len(runs)} runs")
+    return Finding("3", scope, verdict, text)
+
+
+def _finding_4(scope: str, ratios: np.ndarray | None, effect: pd.Series) -> Finding:
+    from analysis.predictor import VERDICT_HELPS, VERDICT_HURTS, PredictorThresholds, verdict_for
+
+    gain = f"gain {_interval(effect['delta'], effect['lo'], effect['hi'], 1)} points"
+    if ratios is None:
+        return Finding("4", scope, INCONCLUSIVE, f"rollout batches were not read (--no-rollouts); {gain}")
+    if not ratios.size:
+        return Finding("4", scope, INCONCLUSIVE, f"no baseline run dumped a rollout batch; {gain}")
+    ratio = float(np.nanmean(ratios)) if np.isfinite(ratios).any() else None
+    said = verdict_for(ratio, PredictorThresholds())[0]
+    shown = "undefined (every prompt zero-variance)" if ratio is None else f"{ratio:.2f}"
+    text = f"ratio {shown} over {ratios.size} baseline runs: {said}; {gain}"
+    if min(effect["base_n"], effect["filt_n"]) < MIN_SEEDS:
+        return Finding("4", scope, INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds in an arm; {text}")
+    where = side(effect["lo"], effect["hi"], 0.0)
+    if where == "spans" or said not in (VERDICT_HELPS, VERDICT_HURTS):
+        return Finding("4", scope, INCONCLUSIVE, text)
+    agrees = (said == VERDICT_HELPS) == (where == "clears")
+    return Finding("4", scope, REPRODUCED if agrees else NOT_REPRODUCED, text)
+
+
+def testable(summary: pd.DataFrame) -> str:
+    """'' when the sweep can test the story (runs without and with the filter, at least 2 seeds in every
+    (task, variant, filter) cell with results), else why not."""
+    done = summary[summary["final_success"].notna()]
+    if not (done["filtered"].eq(True).any() and done["filtered"].eq(False).any()):
+        return "the sweep needs finished runs both without and with the filter"
+    seeds = done.groupby(["task", "variant", "filter"])["run_id"].nunique()
+    if seeds.min() < 2:
+        return f"every cell needs at least 2 seeds with results; {seeds.idxmin()} has {seeds.min()}"
+    return ""
+
+
+def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | None = None,
+            n_boot: int = N_BOOT) -> Science:
+    """Every finding's verdict (module docstring) for a sweep; ``predictions``: the predictor on the baseline
+    runs' first rollout batches (:func:`analysis.rollout_artifacts.predictions`), or None when not read."""
+    from analysis.early_warning import early_warning
+    from analysis.summary import metric_summary
+
+    reason = testable(summary)
+    if reason:
+        return Science(reason=reason)
+    data = with_retrieval_excess(data)
+    done = summary[summary["final_success"].notna() & summary["filtered"].notna()]
+    fall = falls(data, (names.MI_ZSCORE_EMA, names.RETRIEVAL_EXCESS, names.ENTROPY))
+    leads = early_warning(data)
+    means = metric_summary(data, [names.MI_ZSCORE_EMA, names.ENTROPY], "mean")
+    finals = metric_summary(data, [names.MI_ZSCORE_EMA], "final")
+    effects = filter_effect(summary, n_boot)
+    state = diagnostics_state(data)
+    findings: list[Finding] = []
+    for (task, variant), group in done.groupby(["task", "variant"], sort=True):
+        scope = _scope(task, variant)
+        base = group[~group["filtered"].astype(bool)]
+        if state != "logged":
+            findings += [Finding(key, scope, INCONCLUSIVE, DIAGNOSTICS_CAUSE[state]) for key in ("1a", "1b")]
+        else:
+            findings.append(_finding_1a(scope, fall.reindex(base["run_id"]), n_boot))
+            findings.append(_finding_1b(scope, leads[leads["run_id"].isin(base["run_id"])], n_boot))
+        for _, effect in effects[(effects["task"] == task) & (effects["variant"] == variant)].iterrows():
+            treated = group[group["filter"] == effect["filter"]]
+            mi = None
+            if names.MI_ZSCORE_EMA in finals.columns:
+                mi = delta_interval(finals[names.MI_ZSCORE_EMA].reindex(base["run_id"]),
+                                    finals[names.MI_ZSCORE_EMA].reindex(treated["run_id"]), n_boot)
+                mi = None if math.isnan(mi[0]) else mi
+            counts = f"{effect['base_n']} vs {effect['filt_n']} seeds"
+            findings.append(_finding_2(_scope(task, variant, effect["filter"]), effect, mi, counts))
+        joined = group.set_index("run_id")[["final_success"]].join(means, how="left")
+        findings.append(_finding_3(scope, joined, n_boot))
+        ratios = None
+        if predictions is not None:
+            first = predictions.sort_values("step").drop_duplicates("run_id")
+            ratios = first.loc[first["run_id"].isin(base["run_id"]), "ratio"].to_numpy(dtype=float)
+        for _, effect in effects[(effects["task"] == task) & (effects["variant"] == variant)].iterrows():
+            findings.append(_finding_4(_scope(task, variant, effect["filter"]), ratios, effect))
+    order = list(CLAIMS)
+    findings.sort(key=lambda f: order.index(f.key))
+    return Science(findings=findings, effects=effects)
