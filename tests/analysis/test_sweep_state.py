@@ -61,5 +61,6 @@ def test_report_takes_states_and_reasons_from_the_store(demo_store, demo_orch_st
     assert len(report.notes) == 3  # from the store; the MLflow runs of those cells are not described twice
     assert any("CUDA out of memory" in note for note in report.notes)
     assert any("no MLflow run" in note for note in report.notes)
-    overview = "".join(block for block in report.sections[0].blocks if isinstance(block, str))
+    section = next(section for section in report.sections if section.title == "Sweep overview")
+    overview = "".join(block for block in section.blocks if isinstance(block, str))
     assert "cells by orch state" in overview
