@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 INIT_SEED = 0  # presets are initialised identically in every run, so a sweep shares one warm start
 CORPUS_DEMOS_PER_TASK = 32
-PRESET_FORMAT = 1  # bump when the way presets are built changes
+PRESET_FORMAT = 2  # bump when the way presets are built changes
 
 
 def protocol_corpus(demos_per_task: int = CORPUS_DEMOS_PER_TASK) -> list[str]:

@@ -2,7 +2,8 @@
 
 It is an ordinary Hugging Face fast tokenizer (saved as `tokenizer.json` + `tokenizer_config.json`) with a ChatML
 chat template, so a preset model folder reloads like any checkpoint. Byte-level means every string is encodable;
-the protocol tags are atomic tokens so a tiny model can emit them in one step.
+the protocol tags are atomic tokens so a tiny model can emit them in one step, and every cell of a text grid is
+its own token so that a tiny model can read coordinates off the grid.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ TURN_START = "<|im_start|>"
 TURN_END = "<|im_end|>"  # the end-of-turn token: generation stops on it and it is part of the response
 SPECIAL_TOKENS = (PAD_TOKEN, TURN_START, TURN_END)
 PROTOCOL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
+# One token per cell of a text grid (a line made only of the grid tasks' symbols, Sokoban's and FrozenLake's): BPE
+# would merge runs such as "___#" into one token, and a tiny model could then not tell a cell's column by counting.
+GRID_CELL = r"[#_OXPGS√](?=[#_OXPGS√]*\n)"
 
 # ChatML, as Qwen2.5 renders it when a system message is present (no default system prompt injected).
 CHAT_TEMPLATE = (
@@ -34,11 +38,14 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
     Returns a `PreTrainedTokenizerFast` with `eos_token` = `<|im_end|>`, `pad_token` = `<|endoftext|>`, no BOS, and
     the ChatML `chat_template`.
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(GRID_CELL), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -1,10 +1,14 @@
 """Warm start: supervised fine-tuning on the task's solver demonstrations until replies are well-formed.
 
 A random tiny model cannot produce `<think> ... </think> <answer> ... </answer>`, so RL would only ever see the
-format penalty. SFT on demonstrations (loss on the assistant tokens only) runs epoch by epoch until the format
-validity of sampled replies on held-out seeds reaches the target, or the epoch cap. The result is a Hugging Face
-folder cached by the hash of all inputs (base model, task, env config, demonstrations, settings), so a sweep trains
-it once; `warm_start.json` in it records the figures (validity, success, epochs, seconds).
+format penalty. SFT on demonstrations (loss on the assistant tokens only) runs epoch by epoch until sampled replies
+on held-out seeds are both well-formed (format validity at the target) and **read their input**: the first-turn
+retrieval accuracy of the MI diagnostics (`recipes.diagnostics`, in-batch cross-scoring of the held-out episodes'
+first-turn reasoning under every held-out prompt) at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level
+(or the epoch cap). A policy whose reasoning never depended on its prompt has no input dependence for template
+collapse to destroy (RAGEN-2, arXiv 2604.06268). The result is a Hugging Face folder cached by the hash of all inputs
+(base model, task, env config, demonstrations, settings), so a sweep trains it once; `warm_start.json` in it records
+the figures (validity, success, first-turn retrieval and its chance level, epochs, seconds).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from recipes.actor import model_mask
@@ -30,13 +35,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "warm_start.json"
-WARM_START_FORMAT = 1  # bump when the procedure changes
+WARM_START_FORMAT = 2  # bump when the procedure changes
+TARGET_RETRIEVAL_OVER_CHANCE = 2.0  # held-out first-turn retrieval accuracy / chance needed to stop early
 
 
-def format_validity(
+def heldout_figures(
     sampler: Sampler, task: str, env_config: dict[str, Any], seeds: list[int]
 ) -> dict[str, float]:
-    """Play `seeds` with `sampler`; the share of well-formed turns, the success rate and the mean return."""
+    """Play `seeds` with `sampler`: the share of well-formed turns, the success rate, the mean return, and the
+    first-turn retrieval accuracy of the MI diagnostics with its chance level (NaN when no first turn held
+    reasoning)."""
     from envs import run_episodes
 
     trajectories = run_episodes(task, env_config, seeds, sampler)
@@ -45,7 +53,31 @@ def format_validity(
         "format_validity": sum(turn.format_valid for turn in turns) / max(1, len(turns)),
         "success": sum(trajectory.success for trajectory in trajectories) / len(trajectories),
         "mean_return": sum(trajectory.episode_return for trajectory in trajectories) / len(trajectories),
+        **first_turn_retrieval(sampler, trajectories),
     }
+
+
+def first_turn_retrieval(sampler: Sampler, trajectories: list[Any]) -> dict[str, float]:
+    """`first_turn_retrieval` and `retrieval_chance`: the MI diagnostics' first-turn sample set of `trajectories`
+    (every episode's first reasoning, every distinct first prompt a column) cross-scored by the sampler's model."""
+    from recipes.collapse_hook import turn_encoder
+    from recipes.cross_scoring import cross_score
+    from recipes.diagnostics import first_turn_set
+    from recipes.mi import mi_proxies
+
+    encoder = turn_encoder(sampler.encoder, sampler.generated)
+    sample_set = first_turn_set(trajectories, encoder, len(trajectories), np.random.default_rng(0))
+    if sample_set is None:
+        return {"first_turn_retrieval": float("nan"), "retrieval_chance": float("nan")}
+    scores = cross_score(sampler.model, sample_set.prompts, sample_set.samples,
+                         pad_id=sampler.encoder.tokenizer.pad_token_id)
+    proxies = mi_proxies(scores.L, scores.L_sum, sample_set.column, sample_set.column_classes)
+    return {"first_turn_retrieval": proxies.retrieval_acc, "retrieval_chance": proxies.retrieval_chance}
+
+
+def reads_its_input(figures: dict[str, float]) -> bool:
+    """Held-out first-turn retrieval at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level."""
+    return figures["first_turn_retrieval"] >= TARGET_RETRIEVAL_OVER_CHANCE * figures["retrieval_chance"]
 
 
 def supervised_epoch(
@@ -94,13 +126,20 @@ def train_warm_start(
             continue
         eval_start = time.perf_counter()
         sampler = Sampler(model, encoder, settings["max_response_tokens"], settings["eval_temperature"], 1 << 20)
-        figures = format_validity(sampler, task, env_config, seeds)
+        figures = heldout_figures(sampler, task, env_config, seeds)
         history.append({"epoch": epoch, "loss": loss, **figures, "train_seconds": eval_start - epoch_start,
                         "eval_seconds": time.perf_counter() - eval_start})
-        log.info("warm start %s epoch %d: loss %.3f, format validity %.3f", task, epoch, loss,
-                 figures["format_validity"])
-        if figures["format_validity"] >= settings["target_format_validity"]:
+        log.info("warm start %s epoch %d: loss %.3f, format validity %.3f, first-turn retrieval %.3f (chance %.3f)",
+                 task, epoch, loss, figures["format_validity"], figures["first_turn_retrieval"],
+                 figures["retrieval_chance"])
+        if figures["format_validity"] >= settings["target_format_validity"] and reads_its_input(figures):
             break
+    if not reads_its_input(history[-1]):
+        log.warning(
+            "warm start %s: after %d epochs the held-out first-turn retrieval is %.3f against a chance level of %.3f "
+            "(target: %.0fx chance): the policy's reasoning barely depends on its prompt, so the MI diagnostics have "
+            "little input dependence to watch collapse", task, history[-1]["epoch"],
+            history[-1]["first_turn_retrieval"], history[-1]["retrieval_chance"], TARGET_RETRIEVAL_OVER_CHANCE)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     report = {**history[-1], "epochs": history[-1]["epoch"], "seconds": time.perf_counter() - started,

@@ -20,4 +20,4 @@ if ! command -v bwrap >/dev/null; then
 fi
 
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=30 "$@"

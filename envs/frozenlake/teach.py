@@ -1,11 +1,17 @@
-"""Expert reasoning for FrozenLake demonstrations: where I am, where the goal and nearby holes are, and why
-the next moves follow the shortest safe path."""
+"""Expert reasoning for FrozenLake demonstrations: where I am, where the goal and the holes are, and why the next
+moves follow the shortest safe path.
+
+The reasoning is short and dense in facts that only this lake has — every hole's coordinates, the safe path's length
+and where each move lands — so that a policy imitating it must read the map: its reasoning then depends on the input
+(first-turn retrieval well above chance in the MI diagnostics; the start and the goal alone are the same on every
+map), which is what template collapse later destroys (RAGEN-2, arXiv 2604.06268).
+"""
 
 from __future__ import annotations
 
 import random
 
-from envs.frozenlake.lake import ACTIONS, GOAL, HOLE, Lake, Pos, find, move, shortest_path
+from envs.frozenlake.lake import GOAL, HOLE, Lake, Pos, find, move, shortest_path
 from envs.phrasing import at, plural
 
 
@@ -15,35 +21,17 @@ def explain(lake: Lake, pos: Pos, n_actions: int, slip: float, rng: random.Rando
     goal = find(lake, GOAL)
     plan = shortest_path(lake, pos)
     assert plan is not None, "a non-terminal cell always keeps a path to the goal"
-    gap = abs(goal[0] - pos[0]) + abs(goal[1] - pos[1])
+    holes = [(r, c) for r, row in enumerate(lake) for c, cell in enumerate(row) if cell == HOLE]
     facts = [
-        rng.choice(["I am at", "The player is at", "My position is"]) + f" {at(pos)}.",
-        rng.choice(
-            [
-                f"The goal is at {at(goal)}, {plural(gap, 'step')} away in a straight count.",
-                f"The goal sits at {at(goal)}; the Manhattan distance is {gap}.",
-            ]
-        ),
+        rng.choice(["I am at", "Player at"]) + f" {at(pos)}, goal {at(goal)}.",
+        ("Holes: " + ", ".join(at(hole) for hole in holes) + ".") if holes else "No holes.",
+        rng.choice([f"Safe path: {plural(len(plan), 'step')}.", f"{plural(len(plan), 'safe step')} to go."]),
     ]
-    holes = [a for a in ACTIONS if (cell := move(lake, pos, a)) != pos and lake[cell[0]][cell[1]] == HOLE]
-    if holes:
-        facts.append("Moving " + " or ".join(holes) + " would drop me into a hole.")
-    else:
-        facts.append(rng.choice(["No hole is next to me.", "All my neighbouring cells are safe."]))
-    facts.append(
-        rng.choice(
-            [
-                f"The shortest safe path needs {plural(len(plan), 'step')}.",
-                f"Avoiding holes, the goal is {plural(len(plan), 'step')} away.",
-            ]
-        )
-    )
     actions = plan[: 1 if slip > 0 else n_actions]
     for action in actions:
-        nxt = move(lake, pos, action)
-        facts.append(f"{action} takes me from {at(pos)} to {at(nxt)}.")
-        pos = nxt
+        pos = move(lake, pos, action)
+        facts.append(f"{action} to {at(pos)}.")
     if slip > 0:
-        facts.append("The ice is slippery, so I take one move and re-plan after seeing where I land.")
-    facts.append(rng.choice(["So I move", "Next:", "I choose"]) + " " + ", ".join(actions) + ".")
+        facts.append("Slippery: one move, then re-plan.")
+    facts.append(rng.choice(["So", "I move"]) + " " + ", ".join(actions) + ".")
     return " ".join(facts), actions

@@ -21,7 +21,8 @@ def test_warm_start_is_trained_once_and_cached(micro_folder, session_dir, monkey
     env = dict(cfg.task.env)
     folder, report = warm_start_folder(cfg.model, micro_folder, "countdown", env, "cpu")
     assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
-    assert {"format_validity", "success", "epochs", "seconds", "history"} <= set(report)
+    assert {"format_validity", "success", "first_turn_retrieval", "retrieval_chance", "epochs", "seconds",
+            "history"} <= set(report)
     assert report == json.loads((folder / REPORT_FILE).read_text()) and report["epochs"] == 1
 
     def must_not_train(*args, **kwargs):
@@ -32,3 +33,10 @@ def test_warm_start_is_trained_once_and_cached(micro_folder, session_dir, monkey
     changed = compose_train_config([*MICRO, "task=countdown", *SETTINGS, "model.warm_start.lr=0.01"])
     with pytest.raises(AssertionError, match="trained again"):  # another input: another cache entry
         warm_start_folder(changed.model, micro_folder, "countdown", env, "cpu")
+
+
+def test_the_warm_start_stops_early_only_once_replies_read_their_input() -> None:
+    well_formed = {"format_validity": 1.0, "retrieval_chance": 0.0625}
+    assert warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.125})  # 2x chance
+    assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.0625})  # chance: a template
+    assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": float("nan")})  # no reasoning
