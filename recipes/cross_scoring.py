@@ -90,14 +90,31 @@ def _score_naive(model, prompts: Sequence[TokenIds], samples: Sequence[TokenIds]
 PREFIX_ATTENTION = "orch_shared_prefix"
 
 
+def _attend(query, key, value, scaling: float, causal: bool):
+    """Softmax attention (B, H, L, d) and its log-sum-exp (B, H, L): CPU's fused flash kernel, else plain matmuls."""
+    import torch
+
+    if query.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, causal,
+                                                                                scale=scaling)
+        return out, lse
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if causal:
+        future = torch.ones(scores.shape[-2:], dtype=torch.bool, device=query.device).triu_(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse[..., None]), value), lse
+
+
 def _shared_prefix_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, prefix=None,
                              sliding_window=None, **kwargs):
     """Attention of B continuation rows over ONE shared prompt cache plus each row's own earlier tokens.
 
     query (B, H, Z, d); key, value (B, Hkv, Z, d): the rows' own tokens (right-padded: causal order keeps every real
-    token off the padding); ``prefix``: the prompt's key/value cache (batch 1). The prompt part is one matmul over
-    all rows (no per-row copy of the cache), the own part a (Z, Z) causal block per row, and one softmax over both
-    (a shared max and denominator): the same weights as attention over the concatenated keys. Returns (B, Z, H, d).
+    token off the padding); ``prefix``: the prompt's key/value cache (batch 1). The prompt part is one attention
+    call with all rows (and the query heads of a key/value head) as one long query -- no per-row copy of the
+    cache --, the own part a causal (Z, Z) attention per row, and the two are merged by their log-sum-exps: the
+    same weights as one softmax over the concatenated keys. Returns (B, Z, H, d).
     """
     import torch
 
@@ -106,21 +123,16 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, scaling,
     batch, heads, length, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
-    prompt_keys, prompt_values = prefix.layers[module.layer_idx].keys[0], prefix.layers[module.layer_idx].values[0]
-    q = query.reshape(batch, kv_heads, groups, length, dim).permute(1, 0, 2, 3, 4)  # (Hkv, B, g, Z, d)
-    on_prompt = torch.matmul(q.reshape(kv_heads, -1, dim), prompt_keys.transpose(1, 2)).mul_(scaling)
-    on_prompt = on_prompt.view(kv_heads, batch, groups, length, -1)  # (Hkv, B, g, Z, P)
-    on_self = torch.matmul(q, key.transpose(0, 1)[:, :, None].transpose(-1, -2)).mul_(scaling)  # (Hkv, B, g, Z, Z)
-    future = torch.ones(length, length, dtype=torch.bool, device=query.device).triu_(1)
-    on_self.masked_fill_(future, float("-inf"))
-    top = torch.maximum(on_prompt.amax(-1, keepdim=True), on_self.amax(-1, keepdim=True))
-    on_prompt = on_prompt.sub_(top).exp_()
-    on_self = on_self.sub_(top).exp_()
-    total = on_prompt.sum(-1, keepdim=True) + on_self.sum(-1, keepdim=True)
-    out = torch.matmul(on_prompt.view(kv_heads, -1, on_prompt.shape[-1]), prompt_values).view(q.shape)
-    out = out + torch.matmul(on_self, value.transpose(0, 1)[:, :, None])
-    out = out.div_(total)  # (Hkv, B, g, Z, d)
-    return out.permute(1, 3, 0, 2, 4).reshape(batch, length, heads, dim), None
+    layer = prefix.layers[module.layer_idx]
+    grouped = query.reshape(batch, kv_heads, groups * length, dim).transpose(0, 1).reshape(1, kv_heads, -1, dim)
+    on_prompt, prompt_lse = _attend(grouped, layer.keys, layer.values, scaling, causal=False)
+    on_prompt = on_prompt.reshape(kv_heads, batch, groups, length, dim).transpose(0, 1).reshape(query.shape)
+    prompt_lse = prompt_lse.reshape(kv_heads, batch, groups * length).transpose(0, 1).reshape(batch, heads, length)
+    own_keys, own_values = (t.repeat_interleave(groups, dim=1) for t in (key, value))
+    on_self, self_lse = _attend(query, own_keys, own_values, scaling, causal=True)
+    total = torch.logaddexp(prompt_lse, self_lse)
+    out = on_prompt * (prompt_lse - total).exp()[..., None] + on_self * (self_lse - total).exp()[..., None]
+    return out.transpose(1, 2), None
 
 
 @contextmanager
