@@ -4,6 +4,10 @@ Prints, per ratio: CPU time of each method (one thread by default), tokens each 
 speed-up (tokens saved: naive tokens / prefix tokens) and their ratio (efficiency), and the max |L| difference.
 
     python benchmarks/bench_cross_scoring.py [--columns 8] [--samples 64] [--reasoning 24] [--ratios 1,4,16]
+
+With `--trajectory`: instead, the MI trajectory set's shape at the paper's 64 samples -- 8 prompts x 8
+trajectories of 1-5 turns (a 150-token system prompt, a 100-token observation per turn, replies of 20-110 tokens),
+64 uniform (trajectory, turn) draws as columns and their replies as samples -- scored by `prefix` (CPU seconds).
 """
 
 from __future__ import annotations
@@ -39,6 +43,25 @@ def timed(fn, repeats: int):
     return best, result
 
 
+def trajectory_set(rng: np.random.Generator, vocab: int) -> tuple[list[list[int]], list[list[int]]]:
+    """64 columns and samples drawn like `recipes.diagnostics.trajectory_set` from synthetic multi-turn episodes."""
+    def tokens(count: int) -> list[int]:
+        return rng.integers(3, vocab, size=count).tolist()
+
+    system, episodes = tokens(150), []
+    for _ in range(8):
+        first = system + tokens(100)
+        for _ in range(8):
+            turns, context = [], list(first)
+            for _ in range(int(rng.integers(1, 6))):
+                reply = tokens(int(rng.integers(20, 110)))
+                turns.append((list(context), reply))
+                context += reply + tokens(110)
+            episodes.append(turns)
+    draws = [turns[rng.integers(len(turns))] for turns in (episodes[rng.integers(64)] for _ in range(64))]
+    return [prompt for prompt, _ in draws], [reply for _, reply in draws]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--columns", type=int, default=8, help="N prompt columns")
@@ -51,10 +74,19 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (times are CPU seconds)")
+    parser.add_argument("--trajectory", action="store_true", help="the trajectory set's shape instead (see above)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     model = build_model(args.hidden, args.layers, args.vocab)
+    if args.trajectory:
+        prompts, samples = trajectory_set(np.random.default_rng(0), args.vocab)
+        seconds, scores = timed(functools.partial(cross_score, model, prompts, samples, batch_size=args.batch_size),
+                                args.repeats)
+        print(f"trajectory set: {len({tuple(p) for p in prompts})} distinct of 64 columns, mean prompt "
+              f"{np.mean([len(p) for p in prompts]):.0f} tokens, mean reasoning {np.mean([len(z) for z in samples]):.0f}"
+              f" tokens; prefix: {seconds:.1f} CPU s, {scores.tokens_processed} tokens")
+        return
     params = sum(p.numel() for p in model.parameters()) / 1e6
     print(f"model: Qwen2 {params:.2f}M params ({args.layers} layers, hidden {args.hidden}), threads "
           f"{torch.get_num_threads()}; N={args.columns} columns, M={args.samples} samples, "

@@ -9,12 +9,15 @@ These feed :func:`recipes.mi.mi_proxies`. Two methods compute the same matrices:
 
 * ``naive`` -- the reference implementation: one forward pass per (column, sample) pair over the full sequence
   ``x_j + z_i`` (N x M sequences, batched with right padding).
-* ``prefix`` -- encode each prompt once and reuse its key/value cache for all M continuations: per column one
-  forward of ``x_j`` (batch 1), then the samples packed ``batch_size`` at a time into one row on top of the cache,
-  each seeing the prompt and its own earlier tokens only (a block-diagonal causal mask; positions continue from
-  the prompt length). Tokens processed drop from ``N*M*(P+Z)`` to ``N*P + N*M*Z``, which is the multi-turn win
-  (prompts of thousands of tokens, reasoning of a few hundred). There is no padding at all, and the prompt's cache
-  is never copied per sample (expanding it to a batch cost more than the attention itself on CPU).
+* ``prefix`` -- encode each distinct prompt once and reuse its key/value cache for all M continuations: per column
+  one forward of ``x_j`` (batch 1), then the samples ``batch_size`` rows at a time on top of the cache (shortest
+  first, right-padded), positions continuing from the prompt length. Their attention
+  (:func:`_shared_prefix_attention`, registered with transformers' ``AttentionInterface``, switched on for these forwards only)
+  takes the prompt's keys once for all rows -- no per-row copy of the cache, which cost more than the attention
+  itself on CPU -- and each row's own keys as a (Z, Z) causal block, one softmax over both. Tokens processed drop
+  from ``N*M*(P+Z)`` to ``N*P + N*M*Z``, the multi-turn win (prompts of thousands of tokens, reasoning of a few
+  hundred); columns with identical prompt tokens (first turns of one prompt in the trajectory set) are scored
+  once and copied.
 
 Both run under ``torch.inference_mode`` with the model in eval mode and restore its training flag afterwards.
 """
@@ -22,6 +25,7 @@ Both run under ``torch.inference_mode`` with the model in eval mode and restore 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -83,52 +87,127 @@ def _score_naive(model, prompts: Sequence[TokenIds], samples: Sequence[TokenIds]
     return L_sum, tokens
 
 
-def _packed_mask(owner: torch.Tensor, positions: torch.Tensor, prefix_length: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive attention mask (1, 1, n, prefix + n) for n packed continuation tokens behind a shared prefix: every
-    token sees the whole prefix and the earlier tokens of its own sample (`owner`), nothing of the others."""
+PREFIX_ATTENTION = "orch_shared_prefix"
+
+
+def _attend(query, key, value, scaling: float, causal: bool):
+    """Softmax attention (B, H, L, d) and its log-sum-exp (B, H, L): CPU's fused flash kernel, else plain matmuls."""
     import torch
 
-    allowed = (owner[:, None] == owner[None, :]) & (positions[None, :] <= positions[:, None])
-    mask = torch.zeros((1, 1, len(owner), prefix_length + len(owner)), dtype=dtype, device=owner.device)
-    mask[0, 0, :, prefix_length:] = torch.where(allowed, 0.0, float("-inf"))
-    return mask
+    if query.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, causal,
+                                                                                scale=scaling)
+        return out, lse
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if causal:
+        future = torch.ones(scores.shape[-2:], dtype=torch.bool, device=query.device).triu_(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse[..., None]), value), lse
+
+
+def _shared_prefix_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, prefix=None,
+                             sliding_window=None, **kwargs):
+    """Attention of B continuation rows over ONE shared prompt cache plus each row's own earlier tokens.
+
+    query (B, H, Z, d); key, value (B, Hkv, Z, d): the rows' own tokens (right-padded: causal order keeps every real
+    token off the padding); ``prefix``: the prompt's key/value cache (batch 1). The prompt part is one attention
+    call with all rows (and the query heads of a key/value head) as one long query -- no per-row copy of the
+    cache --, the own part a causal (Z, Z) attention per row, and the two are merged by their log-sum-exps: the
+    same weights as one softmax over the concatenated keys. Returns (B, Z, H, d).
+    """
+    import torch
+
+    if sliding_window is not None:
+        raise ValueError("cross-scoring method 'prefix' does not support sliding-window attention; use method naive")
+    batch, heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+    layer = prefix.layers[module.layer_idx]
+    grouped = query.reshape(batch, kv_heads, groups * length, dim).transpose(0, 1).reshape(1, kv_heads, -1, dim)
+    on_prompt, prompt_lse = _attend(grouped, layer.keys, layer.values, scaling, causal=False)
+    on_prompt = on_prompt.reshape(kv_heads, batch, groups, length, dim).transpose(0, 1).reshape(query.shape)
+    prompt_lse = prompt_lse.reshape(kv_heads, batch, groups * length).transpose(0, 1).reshape(batch, heads, length)
+    own_keys, own_values = (t.repeat_interleave(groups, dim=1) for t in (key, value))
+    on_self, self_lse = _attend(query, own_keys, own_values, scaling, causal=True)
+    total = torch.logaddexp(prompt_lse, self_lse)
+    out = on_prompt * (prompt_lse - total).exp()[..., None] + on_self * (self_lse - total).exp()[..., None]
+    return out.transpose(1, 2), None
+
+
+@contextmanager
+def _attention(model, implementation: str):
+    """Run the model's attention layers with ``implementation`` (an AttentionInterface name) inside the block."""
+    configs = {id(m.config): m.config for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "config")}
+    saved = {key: config._attn_implementation_internal for key, config in configs.items()}
+    try:
+        for config in configs.values():
+            config._attn_implementation_internal = implementation
+        yield
+    finally:
+        for key, config in configs.items():
+            config._attn_implementation_internal = saved[key]
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def _score_prefix(model, prompts: Sequence[TokenIds], samples: Sequence[TokenIds], batch_size: int, pad_id: int):
-    """Per column: one forward of the prompt into a key/value cache, then the samples `batch_size` at a time packed
-    into ONE row on top of it (block-diagonal causal mask, positions continuing from the prompt), cropping the cache
-    back to the prompt after each pack. No padding and no per-sample copy of the prompt's cache."""
+    """Each distinct prompt encoded once into a key/value cache, then the samples `batch_size` rows at a time on top
+    of it (`_score_on_cache`). The prompts go in sorted order, each extending the cache of the one before from
+    their longest common prefix (turns of one trajectory, trajectories of one prompt); identical prompts are scored
+    once."""
     import torch
-    from transformers import DynamicCache
+    from transformers import AttentionInterface, DynamicCache
 
-    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
-    L_sum = np.zeros((len(samples), len(prompts)))
-    tokens = 0
-    for j, prompt in enumerate(prompts):
-        length = len(prompt)
-        cache = DynamicCache()
-        prefix = model(input_ids=torch.as_tensor([list(prompt)], device=device), past_key_values=cache, use_cache=True)
-        tokens += length
-        first_logprobs = torch.log_softmax(prefix.logits[0, -1].float(), dim=-1)  # predicts every z_i[0]
-        for start in range(0, len(samples), batch_size):
-            chunk = range(start, min(start + batch_size, len(samples)))
-            sums = first_logprobs[torch.as_tensor([samples[i][0] for i in chunk], device=device)].double()
-            inputs = [list(samples[i][:-1]) for i in chunk]  # their logits predict z[1:]
-            if any(inputs):
-                owner = torch.as_tensor([r for r, row in enumerate(inputs) for _ in row], device=device)
-                positions = torch.as_tensor([length + t for row in inputs for t in range(len(row))], device=device)
-                out = model(
-                    input_ids=torch.as_tensor([[token for row in inputs for token in row]], device=device),
-                    position_ids=positions[None], attention_mask=_packed_mask(owner, positions, length, dtype),
-                    past_key_values=cache, use_cache=True,
-                )
-                cache.crop(length)
-                tokens += len(owner)
-                targets = torch.as_tensor([[token for i in chunk for token in samples[i][1:]]], device=device)
-                logprobs = _token_logprobs(out.logits, targets)[0].double()
-                sums = sums.index_add(0, owner, logprobs)
-            L_sum[list(chunk), j] = sums.cpu().numpy()
-    return L_sum, tokens
+    AttentionInterface.register(PREFIX_ATTENTION, _shared_prefix_attention)
+    device = next(model.parameters()).device
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i]))  # similar lengths share a batch
+    columns: dict[tuple[int, ...], np.ndarray] = {}
+    tokens, previous, cache = 0, (), DynamicCache()
+    for prompt in sorted({tuple(p) for p in prompts}):  # a sorted neighbour shares the longest prefix
+        shared = _common_prefix(previous, prompt)
+        if shared:
+            cache.crop(shared)
+        else:
+            cache = DynamicCache()
+        out = model(input_ids=torch.as_tensor([prompt[shared:]], device=device), past_key_values=cache, use_cache=True)
+        tokens += len(prompt) - shared
+        first_logprobs = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # predicts every z_i[0]
+        columns[prompt], scored = _score_on_cache(model, cache, first_logprobs, samples, order, batch_size, pad_id)
+        tokens += scored
+        previous = prompt
+    return np.stack([columns[tuple(p)] for p in prompts], axis=1), tokens
+
+
+def _score_on_cache(model, cache, first_logprobs, samples: Sequence[TokenIds], order: list[int], batch_size: int,
+                    pad_id: int) -> tuple[np.ndarray, int]:
+    """L_sum of every sample behind the prompt in `cache`, `batch_size` rows per forward in `order`, and the tokens
+    fed."""
+    import torch
+
+    device, length = first_logprobs.device, cache.get_seq_length()
+    sums, tokens = np.zeros(len(samples)), 0
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        chunk_sums = first_logprobs[torch.as_tensor([samples[i][0] for i in chunk], device=device)].double()
+        width = max(len(samples[i]) for i in chunk) - 1  # inputs z[:-1] predict z[1:]
+        if width:
+            ids = torch.full((len(chunk), width + 1), pad_id, dtype=torch.long, device=device)
+            for row, i in enumerate(chunk):
+                ids[row, : len(samples[i])] = torch.as_tensor(list(samples[i]), device=device)
+            positions = torch.arange(length, length + width, device=device).expand(len(chunk), -1)
+            with _attention(model, PREFIX_ATTENTION):
+                logits = model(input_ids=ids[:, :-1], position_ids=positions, prefix=cache, use_cache=False).logits
+            real = torch.arange(width, device=device)[None] < torch.as_tensor(
+                [len(samples[i]) - 1 for i in chunk], device=device)[:, None]
+            tokens += int(real.sum())
+            logprobs = _token_logprobs(logits[real][None], ids[:, 1:][real][None])[0].double()
+            rows = torch.arange(len(chunk), device=device)[:, None].expand(-1, width)[real]
+            chunk_sums = chunk_sums.index_add(0, rows, logprobs)
+        sums[chunk] = chunk_sums.cpu().numpy()
+    return sums, tokens
 
 
 SCORING_METHODS: dict[str, Callable] = {"naive": _score_naive, "prefix": _score_prefix}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -61,9 +63,41 @@ def test_prefix_reuse_equals_naive_and_direct(prompt_len, sample_len, batch_size
     np.testing.assert_allclose(naive.L_sum, direct_scores(model, prompts, samples), atol=1e-3)
     lengths = np.array([len(s) for s in samples])[:, None]
     np.testing.assert_allclose(prefix.L * lengths, prefix.L_sum)
-    # tokens: naive feeds every pair in full; prefix feeds each prompt once plus all but the last sample token
+    # tokens: naive feeds every pair in full; prefix feeds each prompt once (less what it shares with its sorted
+    # neighbour, whose cache it extends) plus all but the last sample token
     assert naive.tokens_processed == sum(len(p) + len(s) for p in prompts for s in samples)
-    assert prefix.tokens_processed == sum(map(len, prompts)) + len(prompts) * sum(len(s) - 1 for s in samples)
+    ordered = sorted(prompts)
+    shared = sum(len(os.path.commonprefix([a, b])) for a, b in zip(ordered, ordered[1:], strict=False))
+    assert prefix.tokens_processed == sum(map(len, prompts)) - shared + len(prompts) * sum(len(s) - 1 for s in samples)
+
+
+def test_repeated_and_overlapping_prompts_score_once_and_equal_naive():
+    # The trajectory set's columns: first turns of one prompt repeat exactly, later turns extend earlier ones.
+    rng = np.random.default_rng(5)
+    model = tiny_model(seed=5)
+    first, other = [[1, *ids] for ids in random_ids(rng, 12, 12, count=2)]  # sharing their first token only
+    other[1] = first[1] % (VOCAB - 1) + 1
+    second_turn = first + random_ids(rng, 9, 9, count=1)[0]
+    prompts = [first, second_turn, first, other, second_turn, first]
+    samples = random_ids(rng, 1, 14, count=13)
+    naive = cross_score(model, prompts, samples, method="naive", batch_size=5)
+    prefix = cross_score(model, prompts, samples, method="prefix", batch_size=5)
+    assert np.abs(naive.L - prefix.L).max() <= 1e-4
+    for j, same in ((2, 0), (5, 0), (4, 1)):
+        np.testing.assert_array_equal(prefix.L_sum[:, j], prefix.L_sum[:, same])
+    # each distinct prompt encoded once, extending the cache of a prompt it shares a prefix with (first -> its second
+    # turn: 9 new tokens; first -> other: all but the shared first token), each scoring every sample's inputs once
+    encoded = len(first) + 9 + len(other) - 1
+    assert prefix.tokens_processed == encoded + 3 * sum(len(s) - 1 for s in samples)
+
+
+def test_attention_implementation_is_restored():
+    model = tiny_model()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    before, implementation = model(input_ids=ids).logits, model.config._attn_implementation
+    cross_score(model, [[1, 2, 3]], [[3, 4], [5, 6, 7]])
+    assert model.config._attn_implementation == implementation
+    torch.testing.assert_close(model(input_ids=ids).logits, before)
 
 
 def test_model_training_flag_is_restored():
