@@ -4,11 +4,13 @@ A random tiny model cannot produce `<think> ... </think> <answer> ... </answer>`
 format penalty. SFT on demonstrations (loss on the assistant tokens only) runs epoch by epoch until sampled replies
 on held-out seeds are both well-formed (format validity at the target) and **read their input**: the first-turn
 retrieval accuracy of the MI diagnostics (`recipes.diagnostics`, in-batch cross-scoring of the held-out episodes'
-first-turn reasoning under every held-out prompt) at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level
-(or the epoch cap). A policy whose reasoning never depended on its prompt has no input dependence for template
-collapse to destroy (RAGEN-2, arXiv 2604.06268). The result is a Hugging Face folder cached by the hash of all inputs
-(base model, task, env config, demonstrations, settings), so a sweep trains it once; `warm_start.json` in it records
-the figures (validity, success, first-turn retrieval and its chance level, epochs, seconds).
+first-turn reasoning under every held-out prompt) at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level.
+It also stops at the epoch cap, or once replies are well-formed but `RETRIEVAL_PATIENCE` evaluations in a row bring
+no better ratio (a task whose reasoning the model does not learn to ground costs a few epochs, not the cap; a
+warning says so). A policy whose reasoning never depended on its prompt has no input dependence for template
+collapse to destroy (RAGEN-2, arXiv 2604.06268). The result is a Hugging Face folder cached by the hash of all
+inputs (base model, task, env config, demonstrations, settings), so a sweep trains it once; `warm_start.json` in it
+records the figures (validity, success, first-turn retrieval and its chance level, epochs, seconds).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 REPORT_FILE = "warm_start.json"
 WARM_START_FORMAT = 2  # bump when the procedure changes
 TARGET_RETRIEVAL_OVER_CHANCE = 2.0  # held-out first-turn retrieval accuracy / chance needed to stop early
+RETRIEVAL_PATIENCE = 2  # well-formed but below it: evaluations without a better ratio before giving up
 
 
 def heldout_figures(
@@ -119,6 +122,7 @@ def train_warm_start(
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
     seeds = heldout_seeds(settings["eval_episodes"])
     history = []
+    best_ratio, stalled = 0.0, 0
     for epoch in range(1, settings["epochs"] + 1):
         epoch_start = time.perf_counter()
         loss = supervised_epoch(model, optimizer, batch, settings["batch_size"], grad_clip=1.0)
@@ -132,7 +136,12 @@ def train_warm_start(
         log.info("warm start %s epoch %d: loss %.3f, format validity %.3f, first-turn retrieval %.3f (chance %.3f)",
                  task, epoch, loss, figures["format_validity"], figures["first_turn_retrieval"],
                  figures["retrieval_chance"])
-        if figures["format_validity"] >= settings["target_format_validity"] and reads_its_input(figures):
+        if figures["format_validity"] < settings["target_format_validity"]:
+            continue
+        ratio = figures["first_turn_retrieval"] / figures["retrieval_chance"]
+        stalled = 0 if ratio > best_ratio else stalled + 1  # False for NaN: no reasoning counts as no progress
+        best_ratio = max(best_ratio, ratio) if ratio == ratio else best_ratio
+        if reads_its_input(figures) or stalled >= RETRIEVAL_PATIENCE:
             break
     if not reads_its_input(history[-1]):
         log.warning(

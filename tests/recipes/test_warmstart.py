@@ -40,3 +40,22 @@ def test_the_warm_start_stops_early_only_once_replies_read_their_input() -> None
     assert warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.125})  # 2x chance
     assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.0625})  # chance: a template
     assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": float("nan")})  # no reasoning
+
+
+@pytest.mark.parametrize(("retrieval", "epochs"), [(0.25, 1), (0.1, 1 + warmstart.RETRIEVAL_PATIENCE)])
+def test_a_well_formed_warm_start_trains_on_until_it_reads_its_input_or_stops_improving(
+    micro_folder, tmp_path, monkeypatch, retrieval, epochs
+) -> None:
+    """Replies well-formed from epoch 1: at 2.5x chance it stops at once; at chance (a template) it gives up after
+    RETRIEVAL_PATIENCE evaluations without a better ratio, long before the 10-epoch cap."""
+    figures = {"format_validity": 1.0, "success": 0.0, "mean_return": 0.0, "first_turn_retrieval": retrieval,
+               "retrieval_chance": 0.1}
+    monkeypatch.setattr(warmstart, "heldout_figures", lambda *args: dict(figures))
+    cfg = compose_train_config([*MICRO, "task=countdown", *SETTINGS, "model.warm_start.epochs=10"])
+    from envs import demonstrations
+
+    settings = cfg.model.warm_start.model_dump(exclude={"enabled"})
+    demos = demonstrations("countdown", 4, seed=0, env_config=cfg.task.env)
+    report = warmstart.train_warm_start(micro_folder, "countdown", dict(cfg.task.env), demos, settings, "cpu",
+                                        tmp_path / "out")
+    assert report["epochs"] == epochs
