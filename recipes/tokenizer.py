@@ -18,6 +18,7 @@ TURN_START = "<|im_start|>"
 TURN_END = "<|im_end|>"  # the end-of-turn token: generation stops on it and it is part of the response
 SPECIAL_TOKENS = (PAD_TOKEN, TURN_START, TURN_END)
 PROTOCOL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
+VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")  # Qwen2-VL's image markup (vision presets)
 
 # ChatML, as Qwen2.5 renders it when a system message is present (no default system prompt injected).
 CHAT_TEMPLATE = (
@@ -28,8 +29,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer of at most `vocab_size` entries on `corpus` (strings).
+def train_tokenizer(
+    corpus: Iterable[str], vocab_size: int, extra_special: tuple[str, ...] = ()
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer of at most `vocab_size` entries on `corpus` (strings); `extra_special`
+    tokens (e.g. `VISION_TOKENS`) are added as special tokens after the protocol tokens.
 
     Returns a `PreTrainedTokenizerFast` with `eos_token` = `<|im_end|>`, `pad_token` = `<|endoftext|>`, no BOS, and
     the ChatML `chat_template`.
@@ -48,6 +52,8 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
     )
     backend.train_from_iterator(corpus, trainer)
     backend.add_tokens([AddedToken(token, normalized=False, single_word=False) for token in PROTOCOL_TOKENS])
+    if extra_special:
+        backend.add_special_tokens([AddedToken(token, normalized=False, special=True) for token in extra_special])
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token=TURN_END,
