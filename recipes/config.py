@@ -301,7 +301,7 @@ class TrainConfig(Section):
         _require(self.model.path is None or Path(self.model.path).expanduser().is_dir(), "model.path",
                  f"{self.model.path!r} is not a local Hugging Face checkpoint folder")
         if self.model.path is not None and self.task.env_config().observation == "image":
-            from recipes.models import is_vision_folder
+            from recipes.vision import is_vision_folder
 
             folder = Path(self.model.path).expanduser()
             _require((folder / "config.json").is_file() and is_vision_folder(folder), "task.env.observation",

@@ -138,13 +138,6 @@ def preset_folder(model_cfg: ModelConfig) -> Path:
     )
 
 
-def is_vision_folder(folder: Path) -> bool:
-    """Whether the checkpoint in `folder` is a vision-language model (its config has a `vision_config`)."""
-    import json
-
-    return "vision_config" in json.loads((folder / "config.json").read_text())
-
-
 def base_model_folder(model_cfg: ModelConfig) -> Path:
     """`model.path` if set (a local Hugging Face checkpoint), else the preset's cached folder."""
     if model_cfg.path is not None:
@@ -177,6 +170,8 @@ def load_policy(folder: Path, dtype: str, device: str) -> torch.nn.Module:
     mode."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+    from recipes.vision import is_vision_folder
+
     auto = AutoModelForImageTextToText if is_vision_folder(folder) else AutoModelForCausalLM
     model = auto.from_pretrained(folder, dtype=torch_dtype(dtype))
     return model.to(device).train()
@@ -187,9 +182,9 @@ def load_critic(folder: Path, dtype: str, device: str) -> torch.nn.Module:
     from transformers import AutoModelForTokenClassification
     from transformers.utils import logging
 
-    if is_vision_folder(folder):
-        from recipes.vision import VisionCritic
+    from recipes.vision import VisionCritic, is_vision_folder
 
+    if is_vision_folder(folder):
         backbone = load_policy(folder, dtype, device).base_model
         return VisionCritic(backbone).to(device=device, dtype=torch_dtype(dtype)).train()
     verbosity = logging.get_verbosity()

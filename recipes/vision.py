@@ -38,6 +38,13 @@ PROCESSOR_FILE = "preprocessor_config.json"
 FRAME_CACHE = 512  # processed frames kept (a step's distinct frames; each is re-processed on a miss)
 
 
+def is_vision_folder(folder: Path) -> bool:
+    """Whether the checkpoint in `folder` is a vision-language model (its config.json has a `vision_config`)."""
+    import json
+
+    return "vision_config" in json.loads((Path(folder) / "config.json").read_text())
+
+
 def frame_digest(frame: Any) -> str:
     """SHA-256 (hex) of a frame's shape and pixels: how the rollout-batch dump refers to an image observation."""
     pixels = np.ascontiguousarray(np.asarray(frame))

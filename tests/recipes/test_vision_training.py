@@ -12,8 +12,8 @@ import torch
 from recipes.batch import build_batch
 from recipes.chat import ChatEncoder
 from recipes.config import compose_train_config
-from recipes.models import is_vision_folder, load_policy, load_tokenizer, preset_folder
-from recipes.vision import ImageTokens
+from recipes.models import load_policy, load_tokenizer, preset_folder
+from recipes.vision import ImageTokens, is_vision_folder
 
 # The micro vision-language model: the micro text model of conftest.MICRO plus a one-block vision tower.
 MICRO_VL = [
