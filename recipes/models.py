@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 INIT_SEED = 0  # presets are initialised identically in every run, so a sweep shares one warm start
 CORPUS_DEMOS_PER_TASK = 32
 PRESET_FORMAT = 1  # bump when the way presets are built changes
+VISION_PRESET_FORMAT = 1  # bump when the way vision-language presets are built changes (text presets keep theirs)
 
 
 def protocol_corpus(demos_per_task: int = CORPUS_DEMOS_PER_TASK) -> list[str]:
@@ -89,7 +90,7 @@ def build_vision_preset(preset: dict[str, Any], corpus: list[str], folder: Path)
 
     vision = preset["vision"]
     tokenizer = train_tokenizer(corpus, int(preset["vocab_size"]), extra_special=VISION_TOKENS)
-    start, image, end = tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))
+    start, image, end, video = tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))
     half_head = preset["hidden_size"] // preset["num_attention_heads"] // 2
     temporal = half_head // 4
     sections = [temporal, (half_head - temporal) // 2, half_head - temporal - (half_head - temporal) // 2]
@@ -110,7 +111,7 @@ def build_vision_preset(preset: dict[str, Any], corpus: list[str], folder: Path)
             "window_size": vision["patch_size"] * vision["merge_size"] * 4, "out_hidden_size": preset["hidden_size"],
             "fullatt_block_indexes": list(range(vision["depth"])),
         },
-        image_token_id=image, video_token_id=image, vision_start_token_id=start, vision_end_token_id=end,
+        image_token_id=image, video_token_id=video, vision_start_token_id=start, vision_end_token_id=end,
         tie_word_embeddings=preset["tie_word_embeddings"], eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )
@@ -132,7 +133,9 @@ def preset_folder(model_cfg: ModelConfig) -> Path:
     preset = model_cfg.preset.model_dump()
     corpus = protocol_corpus()
     inputs = {"preset": preset, "corpus_sha256": text_sha(corpus), "init_seed": INIT_SEED, "format": PRESET_FORMAT}
-    build = build_vision_preset if preset.get("vision") else build_preset
+    build = build_preset
+    if preset.get("vision"):
+        inputs["vision_format"], build = VISION_PRESET_FORMAT, build_vision_preset
     return cached_folder(
         "presets", inputs, lambda folder: build(preset, corpus, folder), cache_root(model_cfg.cache_dir)
     )

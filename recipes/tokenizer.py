@@ -18,7 +18,8 @@ TURN_START = "<|im_start|>"
 TURN_END = "<|im_end|>"  # the end-of-turn token: generation stops on it and it is part of the response
 SPECIAL_TOKENS = (PAD_TOKEN, TURN_START, TURN_END)
 PROTOCOL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
-VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")  # Qwen2-VL's image markup (vision presets)
+# Qwen2-VL's image markup and its video pad (vision presets; the trainer shows images only)
+VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")
 
 # ChatML, as Qwen2.5 renders it when a system message is present (no default system prompt injected).
 CHAT_TEMPLATE = (

@@ -147,3 +147,32 @@ def test_two_step_training_run_with_image_observations(train_overrides: list[str
                                                          str(Path.cwd())))
     assert all(len(images) == turns for images, turns in zip(frame["images"], frame["turns"], strict=True))
     assert all(len(digest) == 64 for images in frame["images"] for digest in images)  # references, not bytes
+
+
+def test_mi_diagnostics_score_image_prompts(vl_policy, vl_encoder: ChatEncoder, demos: list) -> None:
+    """The collapse hook's sample sets and scorer with frames: first-turn prompts showing different frames are
+    different columns, and the MI proxies are computed from the image prompts."""
+    from recipes.collapse_hook import turn_encoder
+    from recipes.diagnostics import CollapseMonitor, DiagnosticsConfig, first_turn_set, scorer
+
+    config = DiagnosticsConfig(num_samples=3, batch_size=4)
+    encoder = turn_encoder(vl_encoder, {})
+    sample_set = first_turn_set(demos, encoder, 3, np.random.default_rng(0))
+    assert len(sample_set.prompts) == 3 and all(min(prompt) < 0 for prompt in sample_set.prompts)
+    score = scorer(vl_policy, config, vl_encoder.tokenizer.pad_token_id, vl_encoder.vision)
+    metrics = CollapseMonitor(config, seed=0).compute(1, score, encoder, demos, None)
+    assert metrics["collapse/first_turn/num_samples"] == 3
+    assert all(np.isfinite(value) for value in metrics.values())
+
+
+def test_warm_start_learns_from_image_demonstrations(vl_folder: Path, session_dir: Path, monkeypatch) -> None:
+    from recipes.warmstart import warm_start_folder
+
+    monkeypatch.setenv("ORCH_CACHE_DIR", str(session_dir / "cache"))
+    cfg = compose_train_config([*MICRO_VL, "model.warm_start.demos=4", "model.warm_start.epochs=2",
+                                "model.warm_start.eval_episodes=2", "model.warm_start.max_response_tokens=8",
+                                "model.warm_start.batch_size=2"])
+    folder, report = warm_start_folder(cfg.model, vl_folder, "sokoban", dict(cfg.task.env), "cpu")
+    assert is_vision_folder(folder) and ImageTokens.from_folder(folder, load_tokenizer(folder)) is not None
+    losses = [entry["loss"] for entry in report["history"]]
+    assert len(losses) == 2 and losses[1] < losses[0]  # it learns from the image demonstrations
