@@ -13,6 +13,10 @@ Two things keep this fast on a CPU, where re-reading long multi-turn contexts do
 * **A static decode cache.** The chats' caches are laid out right-aligned in one preallocated buffer and decoded
   together with an explicit additive mask; nothing is re-copied per token (Hugging Face `generate` re-copies its
   growing cache every token, about twice as slow here).
+
+With a vision-language policy (`encoder.vision`), `envs.run_episodes` passes each history's frames; contexts are
+keyed ids (`recipes.vision`), a prefill feeds the frames of the tokens it runs and the 3-D (M-RoPE) positions of
+the whole context, and decoding continues from the context's last position. The policy never writes vision tokens.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@
                6 validate     every `val_every` steps on held-out seeds at temperature 0.5
                7 log, dump the rollout batch, checkpoint; stop on request at this boundary
 
-Every metric is named where it is computed. Timings: `timing_s/<phase>`.
+Every metric is named where it is computed. Timings: `timing_s/<phase>`. Image observations (a vision-language
+policy, `model=tiny_vl` or a Qwen2.5-VL folder) travel as frames beside the chats: the sampler, the batch
+(`TrainBatch.images`) and the hooks feed them to the model (`recipes.vision`).
 """
 
 from __future__ import annotations

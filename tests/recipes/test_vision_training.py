@@ -64,6 +64,9 @@ def test_the_preset_is_an_ordinary_vision_language_folder(vl_folder: Path, vl_en
     assert vision.markup == "<|vision_start|><|image_pad|><|vision_end|>"
     assert vl_encoder.image_markup == vision.markup
     assert ImageTokens.from_folder(vl_folder, vl_encoder.tokenizer).pad_id == vision.pad_id
+    # loadable by path, as a real Qwen2.5-VL checkpoint is (`model=hf`): the host check accepts it for images
+    cfg = compose_train_config(["model=hf", f"model.path={vl_folder}", "task=sokoban", "task.env.observation=image"])
+    assert cfg.model.path == str(vl_folder)
 
 
 def test_image_tokens_are_never_in_the_loss_mask(vl_encoder: ChatEncoder, demos: list) -> None:
