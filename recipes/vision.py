@@ -35,7 +35,9 @@ from recipes.chat import ChatEncoder, EncodedChat
 VISION_START, VISION_END = "<|vision_start|>", "<|vision_end|>"
 IMAGE_PAD, VIDEO_PAD = "<|image_pad|>", "<|video_pad|>"
 PROCESSOR_FILE = "preprocessor_config.json"
-FRAME_CACHE = 512  # processed frames kept (a step's distinct frames; each is re-processed on a miss)
+# Processed frames kept, by their pixels' size: one sampler call, batch or MI set resolves the frames it encoded, so
+# this must hold a step's distinct frames (640 frames of 196 patches, a paper-sized Qwen2.5-VL batch, take 0.6 GiB).
+FRAME_CACHE_BYTES = 1 << 30
 
 
 def is_vision_folder(folder: Path) -> bool:
@@ -134,7 +136,7 @@ class ImageTokens:
         if key not in self._frames:
             out = self.image_processor(images=[to_image(frame)], return_tensors="pt")
             self._frames[key] = (out["pixel_values"], out["image_grid_thw"][0])
-            while len(self._frames) > FRAME_CACHE:
+            while sum(pixels.nbytes for pixels, _ in self._frames.values()) > FRAME_CACHE_BYTES:
                 self._frames.popitem(last=False)
         self._frames.move_to_end(key)
         return key, *self._frames[key]
@@ -162,8 +164,8 @@ class ImageTokens:
                 index += 1
                 continue
             if token not in self._frames:
-                raise OrchError("an image observation's pixels are no longer cached; a step shows at most "
-                                f"{FRAME_CACHE} distinct frames")
+                raise OrchError("an image observation's pixels are no longer cached: a step's distinct frames "
+                                f"exceed {FRAME_CACHE_BYTES >> 20} MiB of pixel values (recipes.vision.FRAME_CACHE_BYTES)")
             _, pixel_values, grid = token, *self._frames[token]
             count = int(grid.prod()) // self.merge**2
             if list(keyed[index : index + count]) != [token] * count:
