@@ -123,7 +123,6 @@ class ImageTokens:
                 next_end = next(ends, None)
         return out
 
-
     # -- keyed ids (the torch backend) ----------------------------------------------------------------------------
 
     @property
@@ -166,7 +165,7 @@ class ImageTokens:
             if token not in self._frames:
                 raise OrchError("an image observation's pixels are no longer cached: a step's distinct frames "
                                 f"exceed {FRAME_CACHE_BYTES >> 20} MiB of pixel values (recipes.vision.FRAME_CACHE_BYTES)")
-            _, pixel_values, grid = token, *self._frames[token]
+            pixel_values, grid = self._frames[token]
             count = int(grid.prod()) // self.merge**2
             if list(keyed[index : index + count]) != [token] * count:
                 raise OrchError("a token sequence starts or ends inside an image's tokens")
