@@ -25,6 +25,7 @@ _EXPORTS = {
     "Trajectory": "envs.trajectory",
     "Turn": "envs.trajectory",
     "demonstrations": "envs.demos",
+    "demonstration_trajectories": "envs.demos",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -22,7 +22,9 @@ def run_episodes(
     dynamics_seeds: Sequence[int] | None = None,
 ) -> list[Trajectory]:
     """Play one episode per seed. Each round, `policy` receives the chat histories of the episodes still
-    running (in seed order) and returns one reply per history. Returns the trajectories in seed order.
+    running (in seed order) and returns one reply per history. Returns the trajectories in seed order. With image
+    observations, a policy whose `takes_images` is true is called `policy(histories, frames)`: per history, the
+    frames of its image placeholders in order.
 
     `dynamics_seeds` (one per seed, optional) decorrelates stochastic dynamics between episodes that share a seed,
     e.g. the K samples of one prompt (see `Env.reset`)."""
@@ -34,8 +36,10 @@ def run_episodes(
     episodes = [
         Episode(cls(config), seed, max_turns, dynamics) for seed, dynamics in zip(seeds, per_episode, strict=True)
     ]
+    with_frames = config.observation == "image" and bool(getattr(policy, "takes_images", False))
     while active := [episode for episode in episodes if not episode.done]:
-        replies = policy([list(episode.messages) for episode in active])
+        histories = [list(episode.messages) for episode in active]
+        replies = policy(histories, [episode.images for episode in active]) if with_frames else policy(histories)
         if len(replies) != len(active):
             raise OrchError(f"policy returned {len(replies)} replies for {len(active)} chat histories")
         for episode, reply in zip(active, replies, strict=True):

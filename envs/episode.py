@@ -93,6 +93,12 @@ class Episode:
             self._show_state(reward, failure)
         return turn
 
+    @property
+    def images(self) -> list[np.ndarray]:
+        """The frames of the chat's image placeholders so far, in order (empty with text observations)."""
+        shown = [turn.image for turn in self.turns if turn.image is not None]
+        return shown if self.done or self.image is None else [*shown, self.image]
+
     def trajectory(self) -> Trajectory:
         return Trajectory(
             task=self.env.name,

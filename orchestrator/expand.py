@@ -131,7 +131,11 @@ def expand(definition: SweepDefinition) -> list[RawCell]:
         raise source.error((), "the sweep has no cells (every cell is excluded, or a dimension is empty)")
     if definition.forced:
         for cell in cells:
+            matched = [rule.set for rule in definition.forced_rules
+                       if matches(rule.when, lambda key, cell=cell: cell.settings.get(key, MISSING))]
             cell.settings.update(definition.forced)
+            for forced in matched:
+                cell.settings.update(forced)
     else:
         _refuse_identical_settings(cells, source)
     return cells

@@ -135,6 +135,15 @@ class ClusterSettings(BaseModel):
         return shlex.join(shlex.split(self.python)) if self.python else shlex.quote(default)
 
 
+class ProfileRule(BaseModel):
+    """`when` a cell matches (its settings before the profile, see `orchestrator.rules`), force `set` on it too."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    when: dict[str, Any] = Field(min_length=1)
+    set: dict[str, Any] = Field(min_length=1)
+
+
 class Profile(BaseModel):
     """A named variant of a sweep: `orch sweep FILE --profile NAME`."""
 
@@ -143,6 +152,7 @@ class Profile(BaseModel):
     description: str = ""
     backend: str | None = Field(None, description="Replace the backend of every cell.")
     set: dict[str, Any] = Field(default_factory=dict, description="Config keys forced on every cell.")
+    rules: list[ProfileRule] = Field(default_factory=list, description="Config keys forced on matching cells.")
     seeds: list[Seed] | None = Field(None, min_length=1, description="Replace the seeds.")
     resources: ResourcesSpec | None = Field(None, description="Replace the resources section.")
     cluster: dict[str, Any] = Field(default_factory=dict, description="Cluster fields to change.")
@@ -179,6 +189,7 @@ class SweepDefinition:
     profile: str | None = None
     forced: dict[str, Any] = field(default_factory=dict)  # config keys forced on every cell (profile, --set)
     forced_where: dict[str, str] = field(default_factory=dict)  # key -> where it was forced (for messages)
+    forced_rules: list[ProfileRule] = field(default_factory=list)  # the profile's per-cell forcing (after `forced`)
 
     @property
     def path(self) -> Path:
@@ -237,6 +248,9 @@ def check_keys(definition: SweepDefinition) -> None:
     for name, profile in spec.profiles.items():
         for key in profile.set:
             check_key(key, source, ("profiles", name, "set", key))
+        for index, rule in enumerate(profile.rules):
+            for key in rule.set:
+                check_key(key, source, ("profiles", name, "rules", index, "set", key))
     if spec.study is not None:
         for key in spec.study.space:
             check_key(key, source, ("study", "space", key))
@@ -261,6 +275,9 @@ def load_profiles(definition: SweepDefinition) -> dict[str, tuple[Profile, YamlS
             profile = validate_model(Profile, data, source, (name,))
             for key in profile.set:
                 check_key(key, source, (name, "set", key))
+            for index, rule in enumerate(profile.rules):
+                for key in rule.set:
+                    check_key(key, source, (name, "rules", index, "set", key))
             profiles[name] = (profile, source, (name,))
     for name, profile in definition.spec.profiles.items():
         profiles[name] = (profile, definition.source, ("profiles", name))
@@ -292,6 +309,7 @@ def apply_profile(definition: SweepDefinition, name: str) -> None:
     for key, value in profile.set.items():
         definition.forced[key] = value
         definition.forced_where[key] = source.where((*loc, "set", key))
+    definition.forced_rules = list(profile.rules)
 
 
 def apply_sets(definition: SweepDefinition, sets: list[str]) -> None:

@@ -51,7 +51,8 @@ def token_log_probs(
     """
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-    hidden = model.base_model(input_ids=batch.input_ids, attention_mask=model_mask(batch)).last_hidden_state
+    hidden = model.base_model(input_ids=batch.input_ids, attention_mask=model_mask(batch),
+                              **batch.model_inputs(model)).last_hidden_state
     rows, cols = torch.nonzero(batch.loss_mask, as_tuple=True)  # position 0 is never in the loss
     logits = model.get_output_embeddings()(hidden[rows, cols - 1]).float()  # (N, V): predicts token (row, col)
     log_probs = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=logits.device)
@@ -65,7 +66,8 @@ def token_log_probs(
 
 def state_values(critic: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
     """(T, L) value of the state before each token: V(tokens < t) at position t; position 0 is 0."""
-    scores = critic(input_ids=batch.input_ids, attention_mask=model_mask(batch)).logits[..., 0].float()
+    scores = critic(input_ids=batch.input_ids, attention_mask=model_mask(batch),
+                    **batch.model_inputs(critic)).logits[..., 0].float()
     values = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=scores.device)
     values[:, 1:] = scores[:, :-1]
     return values

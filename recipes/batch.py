@@ -16,6 +16,7 @@ import torch
 
 from orchlib.errors import OrchError
 from recipes.chat import ChatEncoder
+from recipes.vision import BatchImages
 
 
 @dataclass
@@ -28,6 +29,7 @@ class TrainBatch:
     token_rewards: (T, L) float, each turn's reward on the last token of that turn's reply.
     group_ids: (T,) numpy, prompt id of each trajectory (its group).
     old_log_probs, ref_log_probs, values, advantages, returns: (T, L) float, filled by the trainer's phases.
+    images: the rows' frames (image observations on a vision-language model), else None.
     """
 
     input_ids: torch.Tensor
@@ -40,6 +42,14 @@ class TrainBatch:
     values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    images: BatchImages | None = None
+
+    def model_inputs(self, model: torch.nn.Module) -> dict[str, Any]:
+        """What the model takes beside input_ids and the attention mask: the frames' pixel_values, image_grid_thw
+        and M-RoPE position_ids (`recipes.vision`); nothing for text."""
+        if self.images is None:
+            return {}
+        return self.images.model_inputs(model, self.input_ids, self.attention_mask)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -83,6 +93,7 @@ def build_batch(
     group_ids: Sequence[Any],
     encoder: ChatEncoder,
     generated: Mapping[str, Sequence[int]] | None = None,
+    frames: Sequence[Sequence[Any]] | None = None,
 ) -> TrainBatch:
     """Tokenise T chats (each a whole trajectory) into a `TrainBatch`.
 
@@ -92,8 +103,20 @@ def build_batch(
         group_ids: prompt id of each trajectory.
         encoder: the chat encoder of the policy's tokenizer.
         generated: reply text -> sampled ids (see `recipes.sampler.Sampler.generated`).
+        frames: per chat, the frames of its image placeholders in order (image observations; needs
+            `encoder.vision`), else None.
     """
-    encoded = [encoder.encode(chat, generated) for chat in chats]
+    images = None
+    if frames is not None and encoder.vision is not None:
+        encoded, rows = [], []
+        for chat, shown in zip(chats, frames, strict=True):
+            item = encoder.vision.encode(encoder, chat, shown, generated)
+            item.input_ids, pixels, grids = encoder.vision.resolve(item.input_ids)
+            encoded.append(item)
+            rows.append((pixels, grids))
+        images = BatchImages(rows, encoder.vision)
+    else:
+        encoded = [encoder.encode(chat, generated) for chat in chats]
     width = max(len(item.input_ids) for item in encoded)
     count = len(encoded)
     input_ids = torch.full((count, width), encoder.tokenizer.pad_token_id, dtype=torch.long)
@@ -116,6 +139,7 @@ def build_batch(
         loss_mask=loss_mask,
         token_rewards=token_rewards,
         group_ids=np.asarray(list(group_ids)),
+        images=images,
     )
 
 

@@ -43,15 +43,19 @@ class EncodedChat:
 class ChatEncoder:
     """Renders chats with the tokenizer's chat template and tokenises them segment by segment. With `image_markup`
     (a vision-language model's image text, see `recipes.vision`) the image placeholder of user turns is rendered as it.
+    With `vision` (a `recipes.vision.ImageTokens`, the torch backend's vision-language models) its markup is used, and
+    `vision.encode` tokenises chats with their frames.
 
     Attributes:
         end_of_turn_id: the token the template closes an assistant reply with (generation stops on it).
         end_of_turn_text: its text.
     """
 
-    def __init__(self, tokenizer: Any, image_markup: str | None = None) -> None:
+    def __init__(self, tokenizer: Any, image_markup: str | None = None, vision: Any = None) -> None:
         self.tokenizer = tokenizer
-        self.image_markup = image_markup  # replaces the image placeholder of user turns (recipes.vision)
+        self.vision = vision  # recipes.vision.ImageTokens of a vision-language model, else None
+        # replaces the image placeholder of user turns (recipes.vision)
+        self.image_markup = vision.markup if vision is not None else image_markup
         self.end_of_turn_id, self.end_of_turn_text = self._probe_end_of_turn()
 
     def _render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:

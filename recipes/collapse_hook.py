@@ -35,9 +35,12 @@ log = logging.getLogger(__name__)
 
 def turn_encoder(encoder: ChatEncoder, generated: dict[str, list[int]]) -> TurnEncoder:
     """Prompts rendered exactly as the sampler saw them (earlier replies as their sampled ids), reasoning as text."""
+    vision = encoder.vision
     return TurnEncoder(
         lambda messages: encoder.encode(messages, generated, add_generation_prompt=True).input_ids,
         lambda text: list(encoder.tokenizer(text, add_special_tokens=False)["input_ids"]),
+        None if vision is None else
+        lambda messages, frames: vision.encode(encoder, messages, frames, generated, True).input_ids,
     )
 
 
@@ -89,7 +92,8 @@ class CollapseHook(StepHook):
     def mutual_information(self, ctx: StepContext) -> dict[str, float]:
         """The monitor's metrics for this step; raises the alert when it first fires."""
         success = ctx.validation.get("val/success_rate", ctx.metrics.get("rollout/success_rate"))
-        score = ctx.cross_score or scorer(ctx.policy, self.config, ctx.encoder.tokenizer.pad_token_id)
+        score = ctx.cross_score or scorer(ctx.policy, self.config, ctx.encoder.tokenizer.pad_token_id,
+                                          getattr(ctx.encoder, "vision", None))
         metrics = self.monitor.compute(ctx.step, score, turn_encoder(ctx.encoder, ctx.generated), ctx.trajectories,
                                        success)
         status = self.monitor.last_status

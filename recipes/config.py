@@ -27,7 +27,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from orchlib.errors import OrchError, validation_issues
 from orchlib.fields import boolean, integer, number, one_of
@@ -100,8 +107,21 @@ class AlgorithmConfig(Section):
     max_extra_gen_batches: Cadence
 
 
+class VisionPresetConfig(Section):
+    """`model.preset.vision`: the vision tower of a vision-language preset (Qwen2.5-VL; `model=tiny_vl`)."""
+
+    depth: Count
+    hidden_size: Count
+    intermediate_size: Count
+    num_heads: Count
+    patch_size: Count
+    merge_size: Count
+    max_pixels: Count  # frames are resized to at most this many pixels (the image processor's rule)
+
+
 class PresetConfig(Section):
-    """`model.preset`: the Qwen2 architecture built in code when `model.path` is null."""
+    """`model.preset`: the Qwen2 architecture built in code when `model.path` is null (a Qwen2.5-VL when `vision`
+    is set)."""
 
     vocab_size: Count
     hidden_size: Count
@@ -111,6 +131,15 @@ class PresetConfig(Section):
     intermediate_size: Count
     max_position_embeddings: Count
     tie_word_embeddings: Flag
+    vision: VisionPresetConfig | None = None
+
+    @model_serializer(mode="wrap")
+    def _text_presets_unchanged(self, handler: Any) -> dict[str, Any]:
+        """A text preset dumps (and hashes: cell identity, preset cache) exactly as before `vision` existed."""
+        dumped = handler(self)
+        if dumped.get("vision") is None:
+            dumped.pop("vision", None)
+        return dumped
 
 
 class WarmStartConfig(Section):
@@ -245,11 +274,10 @@ class TrainConfig(Section):
         _require(self.diagnostics.grad_every == 0 or self.trainer.samples_per_prompt >= 2, "diagnostics.grad_every",
                  "the gradient split buckets prompts by their reward spread and needs trainer.samples_per_prompt >= 2")
         env = self.task.env_config()  # OrchError naming the environment and the key
-        _require(env.observation == "text" or (self.model.name == "hf" and self.backend == "verl"),
-                 "task.env.observation",
-                 "image observations need a vision-language model checkpoint (model=hf model.path=<Qwen2.5-VL folder>) "
-                 "on the verl backend (backend=verl); the torch backend and its tiny/small models are text-only: "
-                 "use task.env.observation=text")
+        vision_model = self.model.path is not None or self.model.preset.vision is not None
+        _require(env.observation == "text" or vision_model, "task.env.observation",
+                 "image observations need a vision-language model: model=tiny_vl (built in code), or model=hf "
+                 "model.path=<Qwen2.5-VL folder>; the tiny/small presets are text-only: use task.env.observation=text")
         if self.backend == "verl":
             _require(env.observation == "text" or self.rollout_engine() == "vllm", "task.env.observation",
                      "image observations on the verl backend need vLLM rollouts of a Qwen2.5-VL checkpoint on GPU "
@@ -272,6 +300,13 @@ class TrainConfig(Section):
         """What only the host that trains can check (a sweep plans on another host): the model folder exists."""
         _require(self.model.path is None or Path(self.model.path).expanduser().is_dir(), "model.path",
                  f"{self.model.path!r} is not a local Hugging Face checkpoint folder")
+        if self.model.path is not None and self.task.env_config().observation == "image":
+            from recipes.vision import is_vision_folder
+
+            folder = Path(self.model.path).expanduser()
+            _require((folder / "config.json").is_file() and is_vision_folder(folder), "task.env.observation",
+                     f"image observations need a vision-language checkpoint; {self.model.path!r} has no vision_config "
+                     "(use a Qwen2.5-VL folder, model=tiny_vl, or task.env.observation=text)")
         return self
 
     # -- the conf/ layout ---------------------------------------------------------------------------------------

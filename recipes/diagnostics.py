@@ -65,21 +65,33 @@ class TurnEncoder:
     """Token ids of a turn's prompt (chat context + generation prompt + ``<think>``) and of its reasoning.
 
     ``encode_context(messages) -> ids`` renders a generation context (e.g. ``ChatEncoder.encode(messages,
-    add_generation_prompt=True).input_ids``); ``encode_text(text) -> ids`` tokenises plain text.
+    add_generation_prompt=True).input_ids``); ``encode_text(text) -> ids`` tokenises plain text;
+    ``encode_frames(messages, frames) -> ids`` (optional) renders a context that shows frames (image observations:
+    keyed ids, ``recipes.vision``).
     """
 
-    def __init__(self, encode_context: Callable[[list[dict]], list[int]], encode_text: Callable[[str], list[int]]):
+    def __init__(self, encode_context: Callable[[list[dict]], list[int]], encode_text: Callable[[str], list[int]],
+                 encode_frames: Callable[[list[dict], list[Any]], list[int]] | None = None):
         self.encode_context = encode_context
         self.encode_text = encode_text
+        self.encode_frames = encode_frames
         self._think = encode_text(THINK_OPEN)
 
-    def prompt(self, messages: list[dict]) -> list[int]:
+    def prompt(self, messages: list[dict], frames: Sequence[Any] = ()) -> list[int]:
+        """The prompt column of a turn; `frames`: the frames its image placeholders show (image observations)."""
+        if frames and self.encode_frames is not None:
+            return [*self.encode_frames(messages, list(frames)), *self._think]
         return [*self.encode_context(messages), *self._think]
 
     def reasoning(self, response: str) -> list[int] | None:
         text = raw_reasoning(response)
         ids = self.encode_text(text) if text else []
         return ids or None
+
+
+def turn_frames(trajectory: Any, index: int) -> list[Any]:
+    """The frames the prompt of turn `index` shows (those of turns 0..index; empty with text observations)."""
+    return [turn.image for turn in trajectory.turns[: index + 1] if getattr(turn, "image", None) is not None]
 
 
 def _classes(prompts: list[list[int]]) -> np.ndarray:
@@ -96,7 +108,8 @@ def first_turn_set(trajectories: Sequence[Any], encoder: TurnEncoder, num_sample
             continue
         reasoning = encoder.reasoning(trajectory.turns[0].response)
         if reasoning is not None:
-            candidates.append((encoder.prompt(trajectory.turns[0].prompt_messages), reasoning))
+            candidates.append((encoder.prompt(trajectory.turns[0].prompt_messages, turn_frames(trajectory, 0)),
+                               reasoning))
     if not candidates:
         return None
     chosen = rng.choice(len(candidates), size=min(num_samples, len(candidates)), replace=False)
@@ -113,7 +126,8 @@ def first_turn_set(trajectories: Sequence[Any], encoder: TurnEncoder, num_sample
 def trajectory_set(trajectories: Sequence[Any], encoder: TurnEncoder, num_samples: int, rng) -> SampleSet | None:
     """``num_samples`` uniform draws of (trajectory, turn); every draw is its own column."""
     usable = [
-        [turn for turn in trajectory.turns if encoder.reasoning(turn.response) is not None]
+        [(trajectory, index) for index, turn in enumerate(trajectory.turns)
+         if encoder.reasoning(turn.response) is not None]
         for trajectory in trajectories
     ]
     usable = [turns for turns in usable if turns]
@@ -122,8 +136,9 @@ def trajectory_set(trajectories: Sequence[Any], encoder: TurnEncoder, num_sample
     prompts, samples = [], []
     for _ in range(num_samples):
         turns = usable[rng.integers(len(usable))]
-        turn = turns[rng.integers(len(turns))]
-        prompts.append(encoder.prompt(turn.prompt_messages))
+        trajectory, index = turns[rng.integers(len(turns))]
+        turn = trajectory.turns[index]
+        prompts.append(encoder.prompt(turn.prompt_messages, turn_frames(trajectory, index)))
         samples.append(encoder.reasoning(turn.response))
     return SampleSet(prompts, samples, np.arange(num_samples, dtype=np.int64), _classes(prompts))
 
@@ -169,9 +184,15 @@ class DiagnosticsConfig(BaseModel):
 Scorer = Callable[[list[list[int]], list[list[int]]], CrossScores]
 
 
-def scorer(model: Any, config: DiagnosticsConfig, pad_id: int) -> Scorer:
+def scorer(model: Any, config: DiagnosticsConfig, pad_id: int, vision: Any = None) -> Scorer:
     """Cross-scoring with a causal LM in this process (`recipes.cross_scoring.cross_score`, the configured method
-    and batch size)."""
+    and batch size); with `vision` (`recipes.vision.ImageTokens`) prompts may show frames (keyed ids), scored by
+    `recipes.vision_scoring.cross_score_images`."""
+    if vision is not None:
+        from recipes.vision_scoring import cross_score_images
+
+        return lambda prompts, samples: cross_score_images(model, vision, prompts, samples, method=config.method,
+                                                           batch_size=config.batch_size, pad_id=pad_id)
     return lambda prompts, samples: cross_score(model, prompts, samples, method=config.method,
                                                 batch_size=config.batch_size, pad_id=pad_id)
 

@@ -2,7 +2,10 @@
 
 A preset is a randomly initialised `Qwen2ForCausalLM` with a byte-level BPE tokenizer trained on the tasks'
 protocol text (`recipes.tokenizer`), saved as an ordinary Hugging Face folder in the cache (built once per hash of
-its inputs). Everything downstream loads a folder, preset or not, the same way.
+its inputs). A preset with a `vision` section (`model=tiny_vl`) is a randomly initialised Qwen2.5-VL
+(`Qwen2_5_VLForConditionalGeneration`: the same text model plus a small vision tower), its tokenizer the same one
+plus the image tokens, and a PIL image processor. Everything downstream loads a folder, preset or not, text or
+vision-language, the same way (`is_vision_folder` tells which).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 INIT_SEED = 0  # presets are initialised identically in every run, so a sweep shares one warm start
 CORPUS_DEMOS_PER_TASK = 32
 PRESET_FORMAT = 2  # bump when the way presets are built changes
+VISION_PRESET_FORMAT = 1  # bump when the way vision-language presets are built changes (text presets keep theirs)
 
 
 def protocol_corpus(demos_per_task: int = CORPUS_DEMOS_PER_TASK) -> list[str]:
@@ -75,13 +79,65 @@ def build_preset(preset: dict[str, Any], corpus: list[str], folder: Path) -> Non
     tokenizer.save_pretrained(folder)
 
 
+def build_vision_preset(preset: dict[str, Any], corpus: list[str], folder: Path) -> None:
+    """Like `build_preset`, as a Qwen2.5-VL: the text model of `preset`, a vision tower of `preset["vision"]`, the
+    tokenizer plus the image tokens, and a PIL image processor (frames resized to at most `max_pixels`)."""
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from recipes.tokenizer import VISION_TOKENS, train_tokenizer
+
+    vision = preset["vision"]
+    tokenizer = train_tokenizer(corpus, int(preset["vocab_size"]), extra_special=VISION_TOKENS)
+    start, image, end, video = tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))
+    half_head = preset["hidden_size"] // preset["num_attention_heads"] // 2
+    temporal = half_head // 4
+    sections = [temporal, (half_head - temporal) // 2, half_head - temporal - (half_head - temporal) // 2]
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer), "hidden_size": preset["hidden_size"],
+            "num_hidden_layers": preset["num_hidden_layers"], "num_attention_heads": preset["num_attention_heads"],
+            "num_key_value_heads": preset["num_key_value_heads"], "intermediate_size": preset["intermediate_size"],
+            "max_position_embeddings": preset["max_position_embeddings"],
+            "tie_word_embeddings": preset["tie_word_embeddings"],
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": sections},
+            "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id, "bos_token_id": None,
+        },
+        vision_config={
+            "depth": vision["depth"], "hidden_size": vision["hidden_size"],
+            "intermediate_size": vision["intermediate_size"], "num_heads": vision["num_heads"],
+            "patch_size": vision["patch_size"], "spatial_merge_size": vision["merge_size"], "temporal_patch_size": 2,
+            "window_size": vision["patch_size"] * vision["merge_size"] * 4, "out_hidden_size": preset["hidden_size"],
+            "fullatt_block_indexes": list(range(vision["depth"])),
+        },
+        image_token_id=image, video_token_id=video, vision_start_token_id=start, vision_end_token_id=end,
+        tie_word_embeddings=preset["tie_word_embeddings"], eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(INIT_SEED)
+        model = Qwen2_5_VLForConditionalGeneration(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    Qwen2VLImageProcessorPil(
+        min_pixels=(vision["patch_size"] * vision["merge_size"]) ** 2, max_pixels=vision["max_pixels"],
+        patch_size=vision["patch_size"], merge_size=vision["merge_size"], temporal_patch_size=2,
+    ).save_pretrained(folder)
+
+
 def preset_folder(model_cfg: ModelConfig) -> Path:
     """The cached folder of the preset `model_cfg.preset` (built on first use)."""
     preset = model_cfg.preset.model_dump()
     corpus = protocol_corpus()
     inputs = {"preset": preset, "corpus_sha256": text_sha(corpus), "init_seed": INIT_SEED, "format": PRESET_FORMAT}
+    build = build_preset
+    if preset.get("vision"):
+        inputs["vision_format"], build = VISION_PRESET_FORMAT, build_vision_preset
     return cached_folder(
-        "presets", inputs, lambda folder: build_preset(preset, corpus, folder), cache_root(model_cfg.cache_dir)
+        "presets", inputs, lambda folder: build(preset, corpus, folder), cache_root(model_cfg.cache_dir)
     )
 
 
@@ -113,10 +169,14 @@ def load_tokenizer(folder: Path) -> Any:
 
 
 def load_policy(folder: Path, dtype: str, device: str) -> torch.nn.Module:
-    """The causal LM in `folder` on `device`, in training mode."""
-    from transformers import AutoModelForCausalLM
+    """The causal LM in `folder` (a vision-language one: its image-text-to-text model) on `device`, in training
+    mode."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype(dtype))
+    from recipes.vision import is_vision_folder
+
+    auto = AutoModelForImageTextToText if is_vision_folder(folder) else AutoModelForCausalLM
+    model = auto.from_pretrained(folder, dtype=torch_dtype(dtype))
     return model.to(device).train()
 
 
@@ -125,6 +185,11 @@ def load_critic(folder: Path, dtype: str, device: str) -> torch.nn.Module:
     from transformers import AutoModelForTokenClassification
     from transformers.utils import logging
 
+    from recipes.vision import VisionCritic, is_vision_folder
+
+    if is_vision_folder(folder):
+        backbone = load_policy(folder, dtype, device).base_model
+        return VisionCritic(backbone).to(device=device, dtype=torch_dtype(dtype)).train()
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # "newly initialised weights: score" is expected
     try:

@@ -49,6 +49,10 @@ def rollout_frame(trajectories: list[Any], generated: dict[str, list[int]], keep
             response_length=sum(len(generated.get(turn.response, ())) for turn in trajectory.turns),
             kept=bool(kept),
         )
+        if trajectory.images:  # image observations by reference: the frames' SHA-256, never their bytes
+            from recipes.vision import frame_digest
+
+            row["images"] = [frame_digest(frame) for frame in trajectory.images]
         seen[trajectory.seed] += 1
         rows.append(row)
     return pd.DataFrame(rows)

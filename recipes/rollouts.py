@@ -11,6 +11,8 @@ Schema (docs/rollout_batch.md): one row per trajectory.
     response         optional  generated text (all turns concatenated)
     turns            optional  number of turns taken
     success          optional  whether the episode succeeded (bool)
+    images           optional  image observations by reference: the SHA-256 (hex) of each frame's shape and pixels,
+                               in the order of the prompts' image placeholders (`recipes.vision.frame_digest`)
 
 Files are Parquet (``.parquet``), JSON Lines (``.jsonl``, or ``.json`` holding a list of records or JSON Lines) or
 CSV (``.csv``), chosen by extension.
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 REQUIRED_COLUMNS = ("prompt_id", "reward")
-OPTIONAL_COLUMNS = ("step", "sample", "response_length", "prompt", "response", "turns", "success")
+OPTIONAL_COLUMNS = ("step", "sample", "response_length", "prompt", "response", "turns", "success", "images")
 FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "json", ".csv": "csv"}
 
 

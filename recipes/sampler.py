@@ -13,6 +13,10 @@ Two things keep this fast on a CPU, where re-reading long multi-turn contexts do
 * **A static decode cache.** The chats' caches are laid out right-aligned in one preallocated buffer and decoded
   together with an explicit additive mask; nothing is re-copied per token (Hugging Face `generate` re-copies its
   growing cache every token, about twice as slow here).
+
+With a vision-language policy (`encoder.vision`), `envs.run_episodes` passes each history's frames; contexts are
+keyed ids (`recipes.vision`), a prefill feeds the frames of the tokens it runs and the 3-D (M-RoPE) positions of
+the whole context, and decoding continues from the context's last position. The policy never writes vision tokens.
 """
 
 from __future__ import annotations
@@ -84,9 +88,21 @@ class Sampler:
         self.generated: dict[str, list[int]] = {}
         self.store = PrefixStore()
 
-    def __call__(self, histories: Sequence[Sequence[Mapping[str, str]]]) -> list[str]:
-        contexts = [self.encoder.encode(history, self.generated, add_generation_prompt=True).input_ids
-                    for history in histories]
+    @property
+    def takes_images(self) -> bool:
+        """Whether the model reads frames (`envs.run_episodes` then passes each history's frames)."""
+        return self.encoder.vision is not None
+
+    def __call__(self, histories: Sequence[Sequence[Mapping[str, str]]],
+                 frames: Sequence[Sequence[Any]] | None = None) -> list[str]:
+        """One reply per chat history; `frames`: per history, the frames of its image placeholders (a
+        vision-language model: the contexts are keyed ids, `recipes.vision`)."""
+        if frames is not None and self.encoder.vision is not None:
+            contexts = [self.encoder.vision.encode(self.encoder, history, shown, self.generated, True).input_ids
+                        for history, shown in zip(histories, frames, strict=True)]
+        else:
+            contexts = [self.encoder.encode(history, self.generated, add_generation_prompt=True).input_ids
+                        for history in histories]
         longest = max(len(context) for context in contexts) + self.max_new_tokens
         if longest > self.max_context_tokens:
             raise OrchError(
@@ -106,20 +122,28 @@ class Sampler:
         return self.encoder.tokenizer.decode(body, skip_special_tokens=True)
 
     @torch.no_grad()
-    def _prefill(self, context: list[int]) -> tuple[LayerKV, torch.Tensor]:
-        """Run the part of `context` not in the store through the model; its full cache and last logits."""
+    def _prefill(self, context: list[int]) -> tuple[LayerKV, torch.Tensor, int]:
+        """Run the part of `context` not in the store through the model; its full cache, last logits and the
+        position of its last token (the next tokens' positions follow it)."""
         from transformers import DynamicCache
 
         device = next(self.model.parameters()).device
         start, kv = self.store.take(context)
         cache = DynamicCache(ddp_cache_data=kv) if kv is not None else DynamicCache()
+        inputs: dict[str, Any] = {"position_ids": torch.arange(start, len(context), device=device)[None]}
+        last = len(context) - 1
+        if min(context) < 0:  # keyed image tokens: the frames of the new part, M-RoPE positions of the whole context
+            ids, _, grids = self.encoder.vision.resolve(context)
+            _, pixels, new_grids = self.encoder.vision.resolve(context[start:])
+            positions = self.encoder.vision.rope_positions(self.model, torch.tensor([ids], device=device), None, grids)
+            inputs = {"position_ids": positions[:, :, start:]}
+            if new_grids is not None:
+                inputs.update(pixel_values=pixels.to(device), image_grid_thw=new_grids.to(device))
+            context, last = ids, int(positions[:, 0, -1].max())
         output = self.model(
-            input_ids=torch.tensor([context[start:]], device=device),
-            position_ids=torch.arange(start, len(context), device=device)[None],
-            past_key_values=cache,
-            use_cache=True,
+            input_ids=torch.tensor([context[start:]], device=device), past_key_values=cache, use_cache=True, **inputs,
         )
-        return [(layer.keys, layer.values) for layer in cache.layers], output.logits[0, -1]
+        return [(layer.keys, layer.values) for layer in cache.layers], output.logits[0, -1], last
 
     def _batch_cache(self, contexts: list[list[int]], prefilled: dict[tuple[int, ...], LayerKV], width: int) -> Any:
         """A static cache of `width + max_new_tokens` columns with every chat's cache right-aligned at `width`, and
@@ -146,17 +170,20 @@ class Sampler:
         """Sample one reply per context. Returns the reply ids, cut after the first end-of-turn token (or at
         `max_new_tokens`); stores each chat's cache (context + reply) for its next turn."""
         device = next(self.model.parameters()).device
-        prefilled, first_logits = {}, {}
+        prefilled, first_logits, last_position = {}, {}, {}
         for key in {tuple(context) for context in contexts}:  # identical contexts (a prompt's samples) once
-            prefilled[key], first_logits[key] = self._prefill(list(key))
+            prefilled[key], first_logits[key], last_position[key] = self._prefill(list(key))
         width = max(len(context) for context in contexts)
         cache, bias = self._batch_cache(contexts, prefilled, width)
         logits = torch.stack([first_logits[tuple(context)] for context in contexts])
-        position = torch.tensor([[len(context) - 1] for context in contexts], device=device)
+        position = torch.tensor([[last_position[tuple(context)]] for context in contexts], device=device)
         replies: list[list[int]] = [[] for _ in contexts]
         active = torch.arange(len(contexts), device=device)  # original row of each batch row
         running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # rows still inside their reply
+        banned = list(self.encoder.vision.vision_ids) if self.encoder.vision is not None else []
         for offset in range(self.max_new_tokens):
+            if banned:  # a vision-language policy never writes image tokens (they stand for frames)
+                logits[:, banned] = float("-inf")
             token = sample(logits, self.temperature)  # (batch, 1)
             for index in torch.nonzero(running).flatten().tolist():
                 replies[int(active[index])].append(int(token[index]))

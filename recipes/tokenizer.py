@@ -22,6 +22,8 @@ PROTOCOL_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
 # One token per cell of a text grid (a line made only of the grid tasks' symbols, Sokoban's and FrozenLake's): BPE
 # would merge runs such as "___#" into one token, and a tiny model could then not tell a cell's column by counting.
 GRID_CELL = r"[#_OXPGS√](?=[#_OXPGS√]*\n)"
+# Qwen2-VL's image markup and its video pad (vision presets; the trainer shows images only)
+VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")
 
 # ChatML, as Qwen2.5 renders it when a system message is present (no default system prompt injected).
 CHAT_TEMPLATE = (
@@ -32,8 +34,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer of at most `vocab_size` entries on `corpus` (strings).
+def train_tokenizer(
+    corpus: Iterable[str], vocab_size: int, extra_special: tuple[str, ...] = ()
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer of at most `vocab_size` entries on `corpus` (strings); `extra_special`
+    tokens (e.g. `VISION_TOKENS`) are added as special tokens after the protocol tokens.
 
     Returns a `PreTrainedTokenizerFast` with `eos_token` = `<|im_end|>`, `pad_token` = `<|endoftext|>`, no BOS, and
     the ChatML `chat_template`.
@@ -55,6 +60,8 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
     )
     backend.train_from_iterator(corpus, trainer)
     backend.add_tokens([AddedToken(token, normalized=False, single_word=False) for token in PROTOCOL_TOKENS])
+    if extra_special:
+        backend.add_special_tokens([AddedToken(token, normalized=False, special=True) for token in extra_special])
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token=TURN_END,

@@ -15,7 +15,9 @@
                6 validate     every `val_every` steps on held-out seeds at temperature 0.5
                7 log, dump the rollout batch, checkpoint; stop on request at this boundary
 
-Every metric is named where it is computed. Timings: `timing_s/<phase>`.
+Every metric is named where it is computed. Timings: `timing_s/<phase>`. Image observations (a vision-language
+policy, `model=tiny_vl` or a Qwen2.5-VL folder) travel as frames beside the chats: the sampler, the batch
+(`TrainBatch.images`) and the hooks feed them to the model (`recipes.vision`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from recipes.rollout_stats import rollout_frame, rollout_metrics, validation_met
 from recipes.sampler import Sampler
 from recipes.seeds import seed_everything, train_prompt_seeds, validation_seeds
 from recipes.tracking import RunTracker, tracked_run
+from recipes.vision import ImageTokens
 from recipes.warmstart import model_folder
 
 REPLAYED_METRIC = "resume/replayed_steps"  # logged at each resume: steps re-run since the checkpoint
@@ -137,7 +140,8 @@ class Models:
 
     def __init__(self, cfg: TrainConfig, folder: Path, uses_critic: bool) -> None:
         device, dtype = cfg.trainer.device, cfg.model.dtype
-        self.encoder = ChatEncoder(load_tokenizer(folder))
+        tokenizer = load_tokenizer(folder)
+        self.encoder = ChatEncoder(tokenizer, vision=ImageTokens.from_folder(folder, tokenizer))
         self.policy = load_policy(folder, dtype, device)
         self.policy_optimizer = torch.optim.AdamW(
             self.policy.parameters(), lr=cfg.model.actor_lr, weight_decay=cfg.model.weight_decay
@@ -346,9 +350,10 @@ def train_step(run: Run, step: int) -> StepOutcome:
     metrics.update(rollout_metrics(trajectories, sampler.generated, trainer.max_response_tokens))
     group_ids = np.array([t.seed for t in trajectories])
     returns = np.array([t.episode_return for t in trajectories])
+    frames = [t.images for t in trajectories] if any(t.images for t in trajectories) else None
     rollout_batch = build_batch(
         [t.messages for t in trajectories], [[turn.reward for turn in t.turns] for t in trajectories], group_ids,
-        models.encoder, sampler.generated,
+        models.encoder, sampler.generated, frames,
     ).to(trainer.device)
 
     # 2 step hooks (diagnostics) on the unfiltered batch

@@ -31,6 +31,7 @@ from recipes.chat import ChatEncoder
 from recipes.models import base_model_folder, load_policy, load_tokenizer, text_sha
 from recipes.sampler import Sampler
 from recipes.seeds import heldout_seeds, seed_everything
+from recipes.vision import ImageTokens
 
 if TYPE_CHECKING:
     from recipes.config import ModelConfig, TrainConfig
@@ -96,7 +97,8 @@ def supervised_epoch(
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for chat in micro_batches(step_batch, 1):
-            logits = model(input_ids=chat.input_ids, attention_mask=model_mask(chat)).logits[:, :-1].float()
+            logits = model(input_ids=chat.input_ids, attention_mask=model_mask(chat),
+                           **chat.model_inputs(model)).logits[:, :-1].float()
             nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), chat.input_ids[:, 1:], reduction="none")
             loss = (nll * chat.loss_mask[:, 1:]).sum() / tokens
             loss.backward()
@@ -109,16 +111,17 @@ def supervised_epoch(
 
 def train_warm_start(
     base_folder: Path, task: str, env_config: dict[str, Any], demos: list[list[dict[str, str]]],
-    settings: dict[str, Any], device: str, out: Path,
+    settings: dict[str, Any], device: str, out: Path, frames: list[list[Any]] | None = None,
 ) -> dict[str, Any]:
-    """SFT `base_folder` on `demos` until the held-out format validity reaches the target; save to `out`."""
+    """SFT `base_folder` on `demos` (with `frames`: the frames of their image placeholders, for a vision-language
+    model) until the held-out format validity reaches the target; save to `out`."""
     seed_everything(0)
     started = time.perf_counter()
     tokenizer = load_tokenizer(base_folder)
     model = load_policy(base_folder, "float32", device)
-    encoder = ChatEncoder(tokenizer)
+    encoder = ChatEncoder(tokenizer, vision=ImageTokens.from_folder(base_folder, tokenizer))
     turn_counts = [[0.0] * sum(message["role"] == "assistant" for message in demo) for demo in demos]
-    batch = build_batch(demos, turn_counts, range(len(demos)), encoder).to(device)
+    batch = build_batch(demos, turn_counts, range(len(demos)), encoder, frames=frames).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
     seeds = heldout_seeds(settings["eval_episodes"])
     history = []
@@ -151,6 +154,8 @@ def train_warm_start(
             history[-1]["first_turn_retrieval"], history[-1]["retrieval_chance"], TARGET_RETRIEVAL_OVER_CHANCE)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    if encoder.vision is not None:
+        encoder.vision.image_processor.save_pretrained(out)
     report = {**history[-1], "epochs": history[-1]["epoch"], "seconds": time.perf_counter() - started,
               "demonstrations": len(demos), "heldout_episodes": len(seeds), "history": history}
     (out / REPORT_FILE).write_text(json.dumps(report, indent=1))
@@ -161,10 +166,12 @@ def warm_start_folder(
     model_cfg: ModelConfig, base_folder: Path, task: str, env_config: dict[str, Any], device: str
 ) -> tuple[Path, dict[str, Any]]:
     """The cached warm-started model folder for (base model, task, env config, settings) and its report."""
-    from envs import demonstrations
+    from envs import demonstration_trajectories
 
     settings = model_cfg.warm_start.model_dump(exclude={"enabled"})
-    demos = demonstrations(task, settings["demos"], seed=0, env_config=env_config)
+    trajectories = demonstration_trajectories(task, settings["demos"], seed=0, env_config=env_config)
+    demos = [trajectory.messages for trajectory in trajectories]
+    frames = [trajectory.images for trajectory in trajectories] if any(t.images for t in trajectories) else None
     inputs = {
         "base": str(base_folder.resolve()),
         "task": task,
@@ -175,7 +182,7 @@ def warm_start_folder(
     }
     folder = cached_folder(
         "warm-start", inputs,
-        lambda out: train_warm_start(base_folder, task, env_config, demos, settings, device, out),
+        lambda out: train_warm_start(base_folder, task, env_config, demos, settings, device, out, frames),
         cache_root(model_cfg.cache_dir),
     )
     return folder, json.loads((folder / REPORT_FILE).read_text())

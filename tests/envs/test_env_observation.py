@@ -75,8 +75,10 @@ def test_train_refuses_image_observations_without_a_vision_language_model(tmp_pa
     from recipes.config import compose_train_config
 
     monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path))
-    for overrides in (["task.env.observation=image"], ["model=hf", f"model.path={tmp_path}", "task=frozenlake",
-                                                       "task.env.observation=image"]):
-        with pytest.raises(OrchError, match="task.env.observation: image observations need a vision-language model "
-                                            r"checkpoint \(model=hf model.path=.*\) on the verl backend"):
-            compose_train_config(overrides)
+    with pytest.raises(OrchError, match=r"task.env.observation: image observations need a vision-language model: "
+                                        r"model=tiny_vl \(built in code\), or model=hf model.path=<Qwen2.5-VL folder>"):
+        compose_train_config(["task.env.observation=image"])
+    (tmp_path / "config.json").write_text("{}")  # a text checkpoint
+    with pytest.raises(OrchError, match="task.env.observation: image observations need a vision-language checkpoint; "
+                                        ".* has no vision_config"):
+        compose_train_config(["model=hf", f"model.path={tmp_path}", "task=frozenlake", "task.env.observation=image"])

@@ -56,7 +56,7 @@ def test_cpu_profile_rehearses_a_paper_sweep(name: str) -> None:
     plan.check_submittable()
     assert {cell.backend for cell in plan.cells} == {"torch"}
     assert all(cell.resources.gpus_per_node == 0 for cell in plan.cells)
-    assert {cell.settings["model"] for cell in plan.cells} == {"tiny"}
+    assert {cell.settings["model"] for cell in plan.cells} <= {"tiny", "tiny_vl"}  # tiny_vl: VL rows (table4)
 
 
 @pytest.mark.parametrize("name", [name for name in FILES if name not in TORCH_SWEEPS])
@@ -66,7 +66,8 @@ def test_cpu_verl_profile_rehearses_a_paper_sweep_on_the_verl_backend(name: str)
     assert {cell.backend for cell in plan.cells} == {"verl"}
     assert all(cell.resources.gpus_per_node == 0 for cell in plan.cells)
     assert {cell.settings["model"] for cell in plan.cells} == {"tiny"}
-    assert len(plan.cells) == len(build_plan(load_sweep(SWEEPS / name, profile="cpu")).cells)
+    vision_rows = 8 if name == "table4.yaml" else 0  # the cpu profile's Table 4 VL rows run tiny_vl (text, image)
+    assert len(plan.cells) + vision_rows == len(build_plan(load_sweep(SWEEPS / name, profile="cpu")).cells)
 
 
 def test_table4_rows_match_the_paper() -> None:
@@ -94,10 +95,17 @@ def test_table4_dry_run_lists_the_modality_rows(workdir: Path) -> None:
     assert not (workdir / ".orch").exists()
 
 
-def test_table4_cpu_rehearsal_plays_the_image_rows_as_text() -> None:
+def test_table4_cpu_rehearsal_plays_the_modality_rows_as_vision_rows() -> None:
     plan = build_plan(load_sweep(SWEEPS / "table4.yaml", profile="cpu"))
-    assert {cell.settings["task.env.observation"] for cell in plan.cells} == {"text"}
-    assert len(plan.cells) == 4 * 4 * 2  # PPO + 3 algorithms (model rows merge) x 4 tasks x 2 filters, one seed
+    vision = [cell for cell in plan.cells if cell.settings["model"] == "tiny_vl"]
+    assert {cell.axis for cell in vision} == {"modality"}
+    assert sorted((c.settings["task"], c.settings["task.env.observation"], c.settings["filter"]) for c in vision) == \
+        sorted((task, observation, name) for task in ("sokoban", "frozenlake") for observation in ("text", "image")
+               for name in ("none", "top_p_softmax"))
+    assert {cell.settings["model"] for cell in plan.cells} == {"tiny", "tiny_vl"}
+    assert {c.settings["task.env.observation"] for c in plan.cells if c.settings["model"] == "tiny"} == {"text"}
+    # PPO + 3 algorithms (model rows merge) x 4 tasks x 2 filters, + 2 modality rows x 2 grid tasks x 2 filters
+    assert len(plan.cells) == 4 * 4 * 2 + 2 * 2 * 2
 
 
 def test_image_observations_are_refused_on_the_torch_backend() -> None:

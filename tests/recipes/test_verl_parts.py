@@ -353,7 +353,7 @@ def test_image_tokens_expand_each_frame_to_its_features_outside_the_loss() -> No
 
 
 def vl_checkpoint(tmp_path: Path) -> list[str]:
-    (tmp_path / "config.json").write_text("{}")  # what the config's host check looks for
+    (tmp_path / "config.json").write_text("{\"vision_config\": {}}")  # what the config's host checks look for
     return ["model=hf", f"model.path={tmp_path}"]
 
 
