@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The README's first command as a new user runs it: a fresh clone, an empty orch cache (ORCH_CACHE_DIR), then
+# setup, the demo sweep and the report, each phase timed; the warm start's own seconds come from its
+# warm_start.json and each cell's from its MLflow run.
+#
+#   bash benchmarks/bench_demo.sh [CLONE_DIR]      # default: a new temporary directory
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+clone=${1:-$(mktemp -d)/orch}
+cache=$(mktemp -d)
+git clone -q "$repo" "$clone"
+cd "$clone"
+export ORCH_CACHE_DIR=$cache
+t0=$(date +%s.%N)
+bash scripts/setup.sh
+t1=$(date +%s.%N)
+.venv/bin/orch sweep sweeps/demo.yaml --wait
+t2=$(date +%s.%N)
+.venv/bin/orch report demo --out report.html
+t3=$(date +%s.%N)
+.venv/bin/python - "$t0" "$t1" "$t2" "$t3" <<'PY'
+import json, sys
+from pathlib import Path
+import os
+from mlflow import MlflowClient
+t0, t1, t2, t3 = map(float, sys.argv[1:])
+print(f"\nsetup (venv + pip install)  {t1 - t0:7.1f} s")
+print(f"sweep (warm start + cells)  {t2 - t1:7.1f} s")
+for report in sorted(Path(os.environ["ORCH_CACHE_DIR"]).glob("warm-start/*/warm_start.json")):
+    figures = json.loads(report.read_text())
+    print(f"  warm start ({report.parent.name}): {figures['seconds']:.1f} s, {figures['epochs']} epochs, "
+          f"validity {figures['format_validity']:.3f}, first-turn retrieval {figures['first_turn_retrieval']:.3f} "
+          f"vs chance {figures['retrieval_chance']:.3f}")
+client = MlflowClient("sqlite:///mlflow.db")
+for experiment in client.search_experiments():
+    for run in client.search_runs(experiment.experiment_id):
+        seconds = (run.info.end_time - run.info.start_time) / 1000 if run.info.end_time else float("nan")
+        setup = run.data.metrics.get("timing_s/setup", float("nan"))
+        print(f"  cell {run.data.tags.get('mlflow.runName', run.info.run_id)}: {seconds:.1f} s "
+              f"(setup incl. warm start {setup:.1f} s)")
+print(f"report                      {t3 - t2:7.1f} s")
+print(f"total                       {t3 - t0:7.1f} s ({(t3 - t0) / 60:.1f} min)")
+PY
