@@ -33,7 +33,7 @@ for report in sorted(Path(os.environ["ORCH_CACHE_DIR"]).glob("warm-start/*/warm_
           f"vs chance {figures['retrieval_chance']:.3f}")
 client = MlflowClient("sqlite:///mlflow.db")
 for experiment in client.search_experiments():
-    for run in client.search_runs(experiment.experiment_id):
+    for run in client.search_runs([experiment.experiment_id]):
         seconds = (run.info.end_time - run.info.start_time) / 1000 if run.info.end_time else float("nan")
         setup = run.data.metrics.get("timing_s/setup", float("nan"))
         print(f"  cell {run.data.tags.get('mlflow.runName', run.info.run_id)}: {seconds:.1f} s "
