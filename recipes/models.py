@@ -49,9 +49,22 @@ def text_sha(texts: list[str]) -> str:
     return digest.hexdigest()
 
 
+def save_initialised(model_class: Any, config: Any, tokenizer: Any, folder: Path) -> None:
+    """Initialise `model_class(config)` from `INIT_SEED` (without touching the caller's RNG), stop generation on the
+    tokenizer's end of turn, and save model and tokenizer to `folder`."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(INIT_SEED)
+        model = model_class(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
 def build_preset(preset: dict[str, Any], corpus: list[str], folder: Path) -> None:
     """Train the tokenizer on `corpus`, initialise a Qwen2 causal LM of shape `preset`, save both to `folder`."""
-    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from recipes.tokenizer import train_tokenizer
@@ -70,19 +83,12 @@ def build_preset(preset: dict[str, Any], corpus: list[str], folder: Path) -> Non
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
     )
-    with torch.random.fork_rng():
-        torch.manual_seed(INIT_SEED)
-        model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_initialised(Qwen2ForCausalLM, config, tokenizer, folder)
 
 
 def build_vision_preset(preset: dict[str, Any], corpus: list[str], folder: Path) -> None:
     """Like `build_preset`, as a Qwen2.5-VL: the text model of `preset`, a vision tower of `preset["vision"]`, the
     tokenizer plus the image tokens, and a PIL image processor (frames resized to at most `max_pixels`)."""
-    import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -115,13 +121,7 @@ def build_vision_preset(preset: dict[str, Any], corpus: list[str], folder: Path)
         tie_word_embeddings=preset["tie_word_embeddings"], eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )
-    with torch.random.fork_rng():
-        torch.manual_seed(INIT_SEED)
-        model = Qwen2_5_VLForConditionalGeneration(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_initialised(Qwen2_5_VLForConditionalGeneration, config, tokenizer, folder)
     Qwen2VLImageProcessorPil(
         min_pixels=(vision["patch_size"] * vision["merge_size"]) ** 2, max_pixels=vision["max_pixels"],
         patch_size=vision["patch_size"], merge_size=vision["merge_size"], temporal_patch_size=2,
