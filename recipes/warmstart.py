@@ -65,16 +65,15 @@ def first_turn_retrieval(sampler: Sampler, trajectories: list[Any]) -> dict[str,
     """`first_turn_retrieval` and `retrieval_chance`: the MI diagnostics' first-turn sample set of `trajectories`
     (every episode's first reasoning, every distinct first prompt a column) cross-scored by the sampler's model."""
     from recipes.collapse_hook import turn_encoder
-    from recipes.cross_scoring import cross_score
-    from recipes.diagnostics import first_turn_set
+    from recipes.diagnostics import DiagnosticsConfig, first_turn_set, scorer
     from recipes.mi import mi_proxies
 
     encoder = turn_encoder(sampler.encoder, sampler.generated)
     sample_set = first_turn_set(trajectories, encoder, len(trajectories), np.random.default_rng(0))
     if sample_set is None:
         return {"first_turn_retrieval": float("nan"), "retrieval_chance": float("nan")}
-    scores = cross_score(sampler.model, sample_set.prompts, sample_set.samples,
-                         pad_id=sampler.encoder.tokenizer.pad_token_id)
+    score = scorer(sampler.model, DiagnosticsConfig(), sampler.encoder.tokenizer.pad_token_id, sampler.encoder.vision)
+    scores = score(sample_set.prompts, sample_set.samples)
     proxies = mi_proxies(scores.L, scores.L_sum, sample_set.column, sample_set.column_classes)
     return {"first_turn_retrieval": proxies.retrieval_acc, "retrieval_chance": proxies.retrieval_chance}
 

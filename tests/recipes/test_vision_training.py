@@ -179,3 +179,20 @@ def test_warm_start_learns_from_image_demonstrations(vl_folder: Path, session_di
     assert is_vision_folder(folder) and ImageTokens.from_folder(folder, load_tokenizer(folder)) is not None
     losses = [entry["loss"] for entry in report["history"]]
     assert len(losses) == 2 and losses[1] < losses[0]  # it learns from the image demonstrations
+
+
+def test_the_warm_starts_retrieval_check_scores_image_prompts(vl_folder: Path, vl_encoder: ChatEncoder) -> None:
+    """The warm start's held-out retrieval check cross-scores first turns whose prompts show frames (keyed ids)
+    through the image scorer: demonstrations' first turns of 3 image episodes give finite figures, chance 1/3."""
+    from envs import demonstration_trajectories
+    from recipes.models import load_policy
+    from recipes.sampler import Sampler
+    from recipes.warmstart import first_turn_retrieval
+
+    cfg = compose_train_config(MICRO_VL)
+    trajectories = demonstration_trajectories("sokoban", 3, seed=0, env_config=dict(cfg.task.env))
+    assert all(trajectory.images for trajectory in trajectories)
+    sampler = Sampler(load_policy(vl_folder, "float32", "cpu"), vl_encoder, 8, 1.0, 1 << 20)
+    figures = first_turn_retrieval(sampler, trajectories)
+    assert figures["retrieval_chance"] == pytest.approx(1 / 3)
+    assert 0.0 <= figures["first_turn_retrieval"] <= 1.0
