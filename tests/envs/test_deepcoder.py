@@ -102,7 +102,9 @@ HOSTILE = {
     "crash": ("import ctypes\nctypes.string_at(0)", {"crash"}),
     "exception": ("raise RuntimeError('boom')", {"error"}),
     "flood_output": ("while True:\n        print('x' * 4096)", {"error", "crash"}),  # EFBIG: Python ignores SIGXFSZ
-    "fork_bomb": ("import os\nwhile True:\n        os.fork()", {"error", "timeout"}),
+    # a fork bomb ends by the process limit (error), the timeout, or a forked copy leaving without a result (crash:
+    # seen once in CI on a loaded 2-core machine); whichever, the test scores zero and the others are kept
+    "fork_bomb": ("import os\nwhile True:\n        os.fork()", {"error", "timeout", "crash"}),
     "read_passwd": ("open('/etc/passwd').read()\nreturn 4", {"error"}),
     "allocate_10gb": ("bytearray(10 * 1024 ** 3)\nreturn 4", {"error", "crash"}),
 }
