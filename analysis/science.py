@@ -7,8 +7,9 @@ Definitions (per run):
 * *success* is the last validation success (``final_success`` of :func:`analysis.summary.summarize`, percent);
 * a metric's *final* value is the mean of its last 3 logged values, its *peak* the largest logged value
   (:func:`analysis.summary.metric_stats`);
-* *retrieval excess* is ``retrieval_acc / retrieval_chance - 1`` of the trajectory sample set: the excess over
-  chance that the trainer's early warning tracks (``recipes.collapse.CollapseDetector``);
+* *retrieval excess* is ``retrieval_acc / retrieval_chance - 1`` (``recipes.mi.retrieval_excess``) of the
+  trajectory sample set: the excess over chance that the trainer's early warning tracks
+  (``recipes.collapse.CollapseDetector``);
 * a metric's *fall* is ``(peak - final) / peak``, 0 when its peak is not positive (nothing above zero to lose);
 * a *decline onset* and the early-warning *lead* are :mod:`analysis.early_warning`'s (the series sits at or below
   70% of its running peak on 2 consecutive points: ``recipes.collapse.CollapseRule``'s defaults); the lead is
@@ -49,6 +50,7 @@ import numpy as np
 
 from analysis import names
 from analysis.early_warning import DEFAULT_RULE
+from recipes.mi import retrieval_excess
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -152,7 +154,7 @@ def _interval(value: float, lo: float, hi: float, digits: int = 2) -> str:
 
 def with_retrieval_excess(data: RunData) -> RunData:
     """``data`` with the derived metric :data:`analysis.names.RETRIEVAL_EXCESS` added at every step where both
-    retrieval accuracy and its chance level were logged (chance > 0)."""
+    retrieval accuracy and its chance level were logged (chance > 0), from :func:`recipes.mi.retrieval_excess`."""
     import pandas as pd
 
     from analysis.mlflow_store import RunData
@@ -164,7 +166,8 @@ def with_retrieval_excess(data: RunData) -> RunData:
     if both.empty:
         return data
     derived = pd.DataFrame({"run_id": both["run_id"], "key": names.RETRIEVAL_EXCESS, "step": both["step"],
-                            "timestamp": 0, "value": both["value"] / both["chance"] - 1.0})
+                            "timestamp": 0,
+                            "value": retrieval_excess(both["value"], both["chance"])})
     metrics = pd.concat([data.metrics, derived.astype(data.metrics.dtypes.to_dict())], ignore_index=True)
     return RunData(runs=data.runs, metrics=metrics, tracking_uri=data.tracking_uri, reader=data.reader)
 

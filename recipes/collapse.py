@@ -3,7 +3,7 @@
 The rule, evaluated every time the MI proxies are computed (step 1 and every ``mi_every`` steps):
 
 1. Track the running peak of two signals: MI-ZScore-EMA, and retrieval accuracy's excess over chance
-   (``retrieval_acc / chance - 1``).
+   (:func:`recipes.mi.retrieval_excess`).
 2. A signal has *fallen* when it is at or below ``(1 - drop_fraction) * peak`` (peaks must be positive).
 3. Raise the alert when **both** signals have fallen on ``patience`` consecutive computations, after at least
    ``min_points`` computations, **while task success has not yet fallen**: the latest validation success is
@@ -21,6 +21,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict
 
 from orchlib.fields import integer, number
+from recipes.mi import retrieval_excess
 
 
 class CollapseRule(BaseModel):
@@ -68,14 +69,14 @@ class CollapseDetector:
         self, step: int, mi_zscore_ema: float, retrieval_acc: float, retrieval_chance: float, success: float | None
     ) -> CollapseStatus:
         """Fold in one computation of the proxies; ``success`` is the latest validation success rate (or None)."""
-        retrieval_excess = retrieval_acc / retrieval_chance - 1.0 if retrieval_chance > 0 else 0.0
+        excess = retrieval_excess(retrieval_acc, retrieval_chance)
         self.points += 1
         self.mi_peak = max(self.mi_peak, mi_zscore_ema)
-        self.retrieval_peak = max(self.retrieval_peak, retrieval_excess)
+        self.retrieval_peak = max(self.retrieval_peak, excess)
         if success is not None:
             self.success_peak = max(self.success_peak, success)
         mi_drop = self._drop(mi_zscore_ema, self.mi_peak)
-        retrieval_drop = self._drop(retrieval_excess, self.retrieval_peak)
+        retrieval_drop = self._drop(excess, self.retrieval_peak)
         fallen = min(mi_drop, retrieval_drop) >= self.rule.drop_fraction
         self.fallen_streak = self.fallen_streak + 1 if fallen else 0
         success_holding = success is None or success > self.success_peak - self.rule.success_tolerance

@@ -19,6 +19,8 @@ These feed :func:`recipes.mi.mi_proxies`. Two methods compute the same matrices:
   hundred); columns with identical prompt tokens (first turns of one prompt in the trajectory set) are scored
   once and copied.
 
+Both methods score each distinct sample once (:func:`distinct_rows`): identical samples get identical rows.
+
 Both run under ``torch.inference_mode`` with the model in eval mode and restore its training flag afterwards.
 """
 
@@ -41,7 +43,7 @@ TokenIds = Sequence[int]
 class CrossScores:
     """Cross-scoring matrices and what it cost.
 
-    L, L_sum: (M, N) float64. tokens_processed: non-padding tokens fed through the model.
+    L, L_sum: (M, N) float64. tokens_processed: non-padding tokens fed through the model (distinct samples only).
     """
 
     L: np.ndarray
@@ -132,7 +134,7 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, scaling,
     on_self, self_lse = _attend(query, own_keys, own_values, scaling, causal=True)
     total = torch.logaddexp(prompt_lse, self_lse)
     out = on_prompt * (prompt_lse - total).exp()[..., None] + on_self * (self_lse - total).exp()[..., None]
-    return out.transpose(1, 2), None
+    return out.to(query.dtype).transpose(1, 2), None
 
 
 @contextmanager
@@ -213,6 +215,14 @@ def _score_on_cache(model, cache, first_logprobs, samples: Sequence[TokenIds], o
 SCORING_METHODS: dict[str, Callable] = {"naive": _score_naive, "prefix": _score_prefix}
 
 
+def distinct_rows(samples: Sequence[TokenIds]) -> tuple[list[TokenIds], np.ndarray]:
+    """The distinct token sequences of `samples` (first-seen order) and, per sample, the index of its own: identical
+    samples (a turn drawn twice, a policy repeating itself) are scored once and their rows copied."""
+    index: dict[tuple[int, ...], int] = {}
+    inverse = np.array([index.setdefault(tuple(sample), len(index)) for sample in samples], dtype=np.int64)
+    return [list(sample) for sample in index], inverse
+
+
 def cross_score(
     model,
     prompts: Sequence[TokenIds],
@@ -242,12 +252,14 @@ def cross_score(
         raise ValueError("every prompt and every sample must hold at least one token")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    distinct, inverse = distinct_rows(samples)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            L_sum, tokens = SCORING_METHODS[method](model, prompts, samples, batch_size, pad_id)
+            L_sum, tokens = SCORING_METHODS[method](model, prompts, distinct, batch_size, pad_id)
     finally:
         model.train(was_training)
+    L_sum = L_sum[inverse]
     lengths = np.array([len(s) for s in samples], dtype=np.float64)[:, None]
     return CrossScores(L=L_sum / lengths, L_sum=L_sum, tokens_processed=tokens)

@@ -159,6 +159,20 @@ def mi_proxies(L: Any, L_sum: Any, column: Any, column_classes: Any | None = Non
     )
 
 
+def retrieval_excess(accuracy: Any, chance: Any) -> Any:
+    """Retrieval accuracy's excess over its chance level, ``accuracy / chance - 1``: 0 at chance, 1 at twice chance.
+
+    Scalars give a float, arrays (or pandas Series) an array of the same shape. Where chance is 0 (no column to
+    tell apart) the excess is 0; NaN in either input stays NaN (no sample set, nothing measured).
+    """
+    acc = np.asarray(accuracy, dtype=np.float64)
+    base = np.asarray(chance, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        excess = np.where(base == 0.0, 0.0, acc / base - 1.0)
+    excess = np.where(np.isnan(acc) | np.isnan(base), np.nan, excess)
+    return float(excess) if excess.ndim == 0 else excess
+
+
 class ZScoreEMA:
     """MI-ZScore-EMA: the z-score with a smoothed denominator.
 

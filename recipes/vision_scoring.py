@@ -28,6 +28,7 @@ from recipes.cross_scoring import (
     _pad_right,
     _token_logprobs,
     cross_score,
+    distinct_rows,
 )
 from recipes.vision import ImageTokens
 
@@ -121,12 +122,15 @@ def cross_score_images(model: Any, vision: ImageTokens, prompts: Sequence[TokenI
         raise ValueError(f"unknown cross-scoring method {method!r}; valid choices: {', '.join(SCORING_METHODS)}")
     if not samples or any(len(s) == 0 for s in samples) or batch_size < 1:
         raise ValueError("cross-scoring needs >= 1 non-empty sample and batch_size >= 1")
+    distinct, inverse = distinct_rows(samples)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            L_sum, tokens = IMAGE_METHODS["naive" if method == "naive" else "prefix"](model, vision, prompts, samples, batch_size, pad_id)
+            L_sum, tokens = IMAGE_METHODS["naive" if method == "naive" else "prefix"](model, vision, prompts, distinct,
+                                                                                       batch_size, pad_id)
     finally:
         model.train(was_training)
+    L_sum = L_sum[inverse]
     lengths = np.array([len(s) for s in samples], dtype=np.float64)[:, None]
     return CrossScores(L=L_sum / lengths, L_sum=L_sum, tokens_processed=tokens)

@@ -28,6 +28,7 @@ from recipes.actor import model_mask
 from recipes.batch import build_batch, micro_batches
 from recipes.cache import cache_root, cached_folder
 from recipes.chat import ChatEncoder
+from recipes.mi import retrieval_excess
 from recipes.models import base_model_folder, load_policy, load_tokenizer, text_sha
 from recipes.sampler import Sampler
 from recipes.seeds import heldout_seeds, seed_everything
@@ -80,7 +81,8 @@ def first_turn_retrieval(sampler: Sampler, trajectories: list[Any]) -> dict[str,
 
 def reads_its_input(figures: dict[str, float]) -> bool:
     """Held-out first-turn retrieval at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level."""
-    return figures["first_turn_retrieval"] >= TARGET_RETRIEVAL_OVER_CHANCE * figures["retrieval_chance"]
+    excess = retrieval_excess(figures["first_turn_retrieval"], figures["retrieval_chance"])
+    return bool(excess >= TARGET_RETRIEVAL_OVER_CHANCE - 1.0)
 
 
 def supervised_epoch(
@@ -140,7 +142,7 @@ def train_warm_start(
                  figures["retrieval_chance"])
         if figures["format_validity"] < settings["target_format_validity"]:
             continue
-        ratio = figures["first_turn_retrieval"] / figures["retrieval_chance"]
+        ratio = retrieval_excess(figures["first_turn_retrieval"], figures["retrieval_chance"]) + 1.0
         stalled = 0 if ratio > best_ratio else stalled + 1  # False for NaN: no reasoning counts as no progress
         best_ratio = max(best_ratio, ratio) if ratio == ratio else best_ratio
         if reads_its_input(figures) or stalled >= RETRIEVAL_PATIENCE:

@@ -315,14 +315,18 @@ class OrchPPOTrainer(RayPPOTrainer):
     def cross_score(self, prompts: list[list[int]], samples: list[list[int]]) -> Any:
         """`recipes.cross_scoring.CrossScores` of every sample under every prompt column, teacher-forced under the
         current policy through the actor workers' `compute_log_prob` (the fit loop's own old-log-prob path). Each
-        (prompt, sample) pair is one row: the reference N x M method, no prefix reuse (see docs/verl.md)."""
-        from recipes.cross_scoring import CrossScores
+        (prompt, sample) pair of distinct token sequences is one row: the reference N x M method, no prefix reuse (see
+        docs/verl.md); identical prompts or samples are scored once and their columns or rows copied."""
+        from recipes.cross_scoring import CrossScores, distinct_rows
 
-        pairs = [(prompt, sample) for sample in samples for prompt in prompts]
+        distinct_prompts, prompt_of = distinct_rows(prompts)
+        distinct_samples, sample_of = distinct_rows(samples)
+        pairs = [(prompt, sample) for sample in distinct_samples for prompt in distinct_prompts]
         sums: list[float] = []
         for start in range(0, len(pairs), SCORE_ROWS):
             sums += [float(np.sum(values)) for values in self.score_pairs(pairs[start:start + SCORE_ROWS])]
-        L_sum = np.array(sums, dtype=np.float64).reshape(len(samples), len(prompts))
+        L_sum = np.array(sums, dtype=np.float64).reshape(len(distinct_samples), len(distinct_prompts))
+        L_sum = L_sum[sample_of][:, prompt_of]
         lengths = np.array([len(sample) for sample in samples], dtype=np.float64)[:, None]
         tokens = sum(len(prompt) + len(sample) for prompt, sample in pairs)
         return CrossScores(L=L_sum / lengths, L_sum=L_sum, tokens_processed=tokens)

@@ -139,3 +139,18 @@ def test_input_agnostic_policy_shows_no_mutual_information():
 def test_bad_arguments(prompts, samples, kwargs, message):
     with pytest.raises(ValueError, match=message):
         cross_score(tiny_model(), prompts, samples, **kwargs)
+
+
+@pytest.mark.parametrize("method", ["prefix", "naive"])
+def test_identical_samples_are_scored_once_with_identical_rows(method):
+    # a turn drawn twice in the trajectory set, or a policy repeating itself: one scoring, the row copied
+    rng = np.random.default_rng(9)
+    model = tiny_model(seed=9)
+    prompts = random_ids(rng, 5, 9, count=3)
+    distinct = random_ids(rng, 2, 7, count=3)
+    samples = [distinct[0], distinct[1], distinct[0], distinct[2], distinct[0]]
+    repeated = cross_score(model, prompts, samples, method=method, batch_size=2)
+    once = cross_score(model, prompts, distinct, method=method, batch_size=2)
+    np.testing.assert_array_equal(repeated.L_sum, once.L_sum[[0, 1, 0, 2, 0]])
+    np.testing.assert_array_equal(repeated.L, once.L[[0, 1, 0, 2, 0]])
+    assert repeated.tokens_processed == once.tokens_processed

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.special import logsumexp
 
-from recipes.mi import ZScoreEMA, mi_proxies
+from recipes.mi import ZScoreEMA, mi_proxies, retrieval_excess
 
 
 def balanced_columns(num_samples: int, num_columns: int) -> np.ndarray:
@@ -166,3 +166,15 @@ def test_zscore_ema_semantics_and_checkpoint_roundtrip():
     assert restored.update(proxies[2]) == pytest.approx(ema.update(proxies[2]))
     with pytest.raises(ValueError, match="decay"):
         ZScoreEMA(decay=1.0)
+
+
+def test_retrieval_excess_over_chance_for_scalars_and_columns():
+    proxies = mi_proxies(diagonal_scores(balanced_columns(16, 4), 4, 5.0), np.zeros((16, 4)), balanced_columns(16, 4))
+    assert retrieval_excess(proxies.retrieval_acc, proxies.retrieval_chance) == pytest.approx(3.0)  # 1.0 vs 0.25
+    assert retrieval_excess(0.25, 0.25) == 0.0
+    assert retrieval_excess(0.3, 0.0) == 0.0  # no columns to tell apart: no excess, and no division error
+    assert math.isnan(retrieval_excess(float("nan"), 0.25))
+    assert math.isnan(retrieval_excess(0.5, float("nan")))
+    pd = pytest.importorskip("pandas")
+    values = retrieval_excess(pd.Series([0.5, 0.1, 0.2]), pd.Series([0.25, 0.1, 0.0]))
+    np.testing.assert_allclose(values, [1.0, 0.0, 0.0])
