@@ -15,6 +15,7 @@ import time
 import torch
 
 from recipes.config import compose_train_config
+from recipes.mi import retrieval_excess
 from recipes.warmstart import TARGET_RETRIEVAL_OVER_CHANCE, model_folder
 
 
@@ -32,7 +33,7 @@ def main() -> None:
         cfg = compose_train_config(["model=tiny", f"task={task}", *args.overrides])
         start = time.perf_counter()
         _, report = model_folder(cfg)
-        ratio = report["first_turn_retrieval"] / report["retrieval_chance"]
+        ratio = retrieval_excess(report["first_turn_retrieval"], report["retrieval_chance"]) + 1.0
         print(f"{task:<11} {report['epochs']:>6} {report['seconds']:>8.0f} {report['format_validity']:>8.3f} "
               f"{report['success']:>7.3f} {report['first_turn_retrieval']:>9.3f} {report['retrieval_chance']:>6.3f} "
               f"{ratio:>5.1f}  {'yes' if ratio >= TARGET_RETRIEVAL_OVER_CHANCE else 'NO'}"
