@@ -7,10 +7,12 @@ retrieval accuracy of the MI diagnostics (`recipes.diagnostics`, in-batch cross-
 first-turn reasoning under every held-out prompt) at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level.
 It also stops at the epoch cap, or once replies are well-formed but `RETRIEVAL_PATIENCE` evaluations in a row bring
 no better ratio (a task whose reasoning the model does not learn to ground costs a few epochs, not the cap; a
-warning says so). A policy whose reasoning never depended on its prompt has no input dependence for template
+warning says so). The weights kept are those of the best evaluated epoch (`evaluation_rank`: well-formed first,
+then retrieval over chance, then validity), which is the last one unless training went past its best. A policy whose reasoning never depended on its prompt has no input dependence for template
 collapse to destroy (RAGEN-2, arXiv 2604.06268). The result is a Hugging Face folder cached by the hash of all
 inputs (base model, task, env config, demonstrations, settings), so a sweep trains it once; `warm_start.json` in it
-records the figures (validity, success, first-turn retrieval and its chance level, epochs, seconds).
+records the kept epoch's figures (validity, success, first-turn retrieval and its chance level), the epochs trained,
+the seconds and every evaluation (`history`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "warm_start.json"
-WARM_START_FORMAT = 2  # bump when the procedure changes
+WARM_START_FORMAT = 3  # bump when the procedure changes (3: the best evaluated epoch is kept, not the last)
 TARGET_RETRIEVAL_OVER_CHANCE = 2.0  # held-out first-turn retrieval accuracy / chance needed to stop early
 RETRIEVAL_PATIENCE = 2  # well-formed but below it: evaluations without a better ratio before giving up
 
@@ -85,6 +87,15 @@ def reads_its_input(figures: dict[str, float]) -> bool:
     return bool(excess >= TARGET_RETRIEVAL_OVER_CHANCE - 1.0)
 
 
+def evaluation_rank(figures: dict[str, float], target_validity: float) -> tuple[bool, float, float]:
+    """How good a held-out evaluation is, for keeping the best epoch: well-formed replies (validity >= the target)
+    first, then the first-turn retrieval over its chance level (NaN -- no reasoning -- ranks lowest), then
+    validity."""
+    well_formed = figures["format_validity"] >= target_validity
+    ratio = retrieval_excess(figures["first_turn_retrieval"], figures["retrieval_chance"]) + 1.0
+    return well_formed, ratio if well_formed and ratio == ratio else float("-inf"), figures["format_validity"]
+
+
 def supervised_epoch(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any, batch_size: int, grad_clip: float
 ) -> float:
@@ -115,7 +126,8 @@ def train_warm_start(
     settings: dict[str, Any], device: str, out: Path, frames: list[list[Any]] | None = None,
 ) -> dict[str, Any]:
     """SFT `base_folder` on `demos` (with `frames`: the frames of their image placeholders, for a vision-language
-    model) until the held-out format validity reaches the target; save to `out`."""
+    model) until the held-out replies are well-formed and read their input (or stop improving); save the best
+    evaluated epoch's weights to `out`."""
     seed_everything(0)
     started = time.perf_counter()
     tokenizer = load_tokenizer(base_folder)
@@ -127,6 +139,8 @@ def train_warm_start(
     seeds = heldout_seeds(settings["eval_episodes"])
     history = []
     best_ratio, stalled = 0.0, 0
+    best: dict[str, Any] | None = None  # the best evaluation so far (evaluation_rank) and the weights it scored
+    best_state: dict[str, torch.Tensor] = {}
     for epoch in range(1, settings["epochs"] + 1):
         epoch_start = time.perf_counter()
         loss = supervised_epoch(model, optimizer, batch, settings["batch_size"], grad_clip=1.0)
@@ -140,6 +154,10 @@ def train_warm_start(
         log.info("warm start %s epoch %d: loss %.3f, format validity %.3f, first-turn retrieval %.3f (chance %.3f)",
                  task, epoch, loss, figures["format_validity"], figures["first_turn_retrieval"],
                  figures["retrieval_chance"])
+        target = settings["target_format_validity"]
+        if best is None or evaluation_rank(figures, target) > evaluation_rank(best, target):
+            best = history[-1]
+            best_state = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
         if figures["format_validity"] < settings["target_format_validity"]:
             continue
         ratio = retrieval_excess(figures["first_turn_retrieval"], figures["retrieval_chance"]) + 1.0
@@ -147,17 +165,22 @@ def train_warm_start(
         best_ratio = max(best_ratio, ratio) if ratio == ratio else best_ratio
         if reads_its_input(figures) or stalled >= RETRIEVAL_PATIENCE:
             break
-    if not reads_its_input(history[-1]):
+    if best is not history[-1]:
+        log.info("warm start %s: keeps epoch %d, its best held-out evaluation (validity %.3f, first-turn retrieval "
+                 "%.3f, chance %.3f), not the last (epoch %d)", task, best["epoch"], best["format_validity"],
+                 best["first_turn_retrieval"], best["retrieval_chance"], history[-1]["epoch"])
+        model.load_state_dict(best_state)
+    if not reads_its_input(best):
         log.warning(
             "warm start %s: after %d epochs the held-out first-turn retrieval is %.3f against a chance level of %.3f "
             "(target: %.0fx chance): the policy's reasoning barely depends on its prompt, so the MI diagnostics have "
             "little input dependence to watch collapse", task, history[-1]["epoch"],
-            history[-1]["first_turn_retrieval"], history[-1]["retrieval_chance"], TARGET_RETRIEVAL_OVER_CHANCE)
+            best["first_turn_retrieval"], best["retrieval_chance"], TARGET_RETRIEVAL_OVER_CHANCE)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     if encoder.vision is not None:
         encoder.vision.image_processor.save_pretrained(out)
-    report = {**history[-1], "epochs": history[-1]["epoch"], "seconds": time.perf_counter() - started,
+    report = {**best, "epochs": history[-1]["epoch"], "seconds": time.perf_counter() - started,
               "demonstrations": len(demos), "heldout_episodes": len(seeds), "history": history}
     (out / REPORT_FILE).write_text(json.dumps(report, indent=1))
     return report

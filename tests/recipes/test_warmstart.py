@@ -59,3 +59,33 @@ def test_a_well_formed_warm_start_trains_on_until_it_reads_its_input_or_stops_im
     report = warmstart.train_warm_start(micro_folder, "countdown", dict(cfg.task.env), demos, settings, "cpu",
                                         tmp_path / "out")
     assert report["epochs"] == epochs
+
+
+def test_the_best_evaluated_epoch_is_kept_when_training_goes_past_it(micro_folder, tmp_path, monkeypatch) -> None:
+    """Well-formed from epoch 1 at 1.5x chance, then worse: the patience rule stops after epoch 3 and the weights
+    saved are epoch 1's, with its figures in the report (epochs trained: 3)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    retrievals = iter([0.15, 0.12, 0.11])
+    snapshots = []
+
+    def scripted(sampler, *args):
+        snapshots.append({name: value.clone() for name, value in sampler.model.state_dict().items()})
+        return {"format_validity": 1.0, "success": 0.0, "mean_return": 0.0, "first_turn_retrieval": next(retrievals),
+                "retrieval_chance": 0.1}
+
+    monkeypatch.setattr(warmstart, "heldout_figures", scripted)
+    cfg = compose_train_config([*MICRO, "task=countdown", *SETTINGS, "model.warm_start.epochs=10",
+                                "model.warm_start.lr=0.01"])
+    from envs import demonstrations
+
+    settings = cfg.model.warm_start.model_dump(exclude={"enabled"})
+    demos = demonstrations("countdown", 4, seed=0, env_config=cfg.task.env)
+    report = warmstart.train_warm_start(micro_folder, "countdown", dict(cfg.task.env), demos, settings, "cpu",
+                                        tmp_path / "out")
+    assert (report["epoch"], report["epochs"], report["first_turn_retrieval"]) == (1, 3, 0.15)
+    assert [entry["epoch"] for entry in report["history"]] == [1, 2, 3]
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
+    assert all(torch.equal(saved[name], snapshots[0][name]) for name in snapshots[0])
+    assert not all(torch.equal(saved[name], snapshots[-1][name]) for name in snapshots[-1])  # training moved on
