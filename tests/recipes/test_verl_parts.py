@@ -283,6 +283,27 @@ def test_an_empty_filter_skips_the_update_and_counts_towards_the_stop() -> None:
     assert trainer.pending_stop is not None and trainer.pending_stop.status == "stopped"
 
 
+def test_cross_scoring_through_the_workers_scores_each_distinct_pair_once_and_maps_rows_and_columns_back() -> None:
+    """The MI diagnostics' scoring on veRL: repeated prompts and samples are sent once, and every (sample, column)
+    cell gets the score of its own pair (a stand-in for the actor workers scores a pair by its token ids)."""
+    from recipes.verl.trainer import OrchPPOTrainer
+
+    sent: list[tuple[list[int], list[int]]] = []
+
+    def score_pairs(pairs):
+        sent.extend(pairs)
+        return [[0.01 * sum(prompt) + token for token in sample] for prompt, sample in pairs]
+
+    trainer = SimpleNamespace(score_pairs=score_pairs)
+    prompts = [[1, 2], [3], [1, 2], [4, 5, 6]]
+    samples = [[7], [8, 9], [7], [10]]
+    scores = OrchPPOTrainer.cross_score(trainer, prompts, samples)
+    assert len(sent) == 3 * 3 and len({(tuple(p), tuple(z)) for p, z in sent}) == 9  # 3 distinct prompts x 3 samples
+    expected = np.array([[sum(0.01 * sum(p) + t for t in z) for p in prompts] for z in samples])
+    np.testing.assert_allclose(scores.L_sum, expected)
+    np.testing.assert_allclose(scores.L, expected / np.array([[len(z)] for z in samples]))
+
+
 # --- the Ray cluster -------------------------------------------------------------------------------------------
 
 
