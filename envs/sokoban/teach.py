@@ -1,11 +1,9 @@
 """Expert reasoning for Sokoban demonstrations: the facts of this room that justify the next optimal moves.
 
-The reasoning is short and dense in facts that only this room has, so that a policy imitating it must read the
-state: its reasoning then depends on the input (first-turn retrieval above chance in the MI diagnostics), which is
-what template collapse later destroys (RAGEN-2, arXiv 2604.06268). It opens with what the grid shows up, down, left
-and right of the player and of the nearest box off target (symbols copied from the state), then gives the player's,
-every box's and its nearest free target's coordinates, their distance, the plan's length and where each move lands.
-With the coordinates alone the tiny model's warm start never read the room (docs/training.md has the figures).
+The reasoning is short and dense in facts that only this room has — the player's, every box's and its nearest free
+target's coordinates, their distance, the plan's length and where each move lands — so that a policy imitating it
+must read the state: its reasoning then depends on the input (first-turn retrieval well above chance in the MI
+diagnostics), which is what template collapse later destroys (RAGEN-2, arXiv 2604.06268).
 """
 
 from __future__ import annotations
@@ -13,24 +11,7 @@ from __future__ import annotations
 import random
 
 from envs.phrasing import at, plural
-from envs.sokoban.room import DIRECTIONS, Pos, Room, distance, shift
-
-
-def _around(room: Room, pos: Pos) -> str:
-    """The symbols up, down, left and right of `pos`, as the grid shows them: '# _ X #'."""
-    return " ".join(room.symbol(shift(pos, delta)) for delta in DIRECTIONS.values())
-
-
-def _neighbour_facts(room: Room, rng: random.Random) -> list[str]:
-    """What lies up, down, left and right of the player and of the box off target nearest to it (one box keeps
-    the replies of the two-box room within 128 tokens)."""
-    opening = rng.choice(["Up, down, left, right of me:", "Next to me (up, down, left, right):"])
-    facts = [f"{opening} {_around(room, room.player)}."]
-    loose = sorted(room.boxes - room.targets)
-    if loose:
-        box = min(loose, key=lambda b: (distance(room.player, b), b))
-        facts.append(f"Of the {'box' if len(loose) == 1 else 'nearest box'}: {_around(room, box)}.")
-    return facts
+from envs.sokoban.room import Room, distance
 
 
 def _box_facts(room: Room, rng: random.Random) -> list[str]:
@@ -59,8 +40,7 @@ def _move_fact(room: Room, action: str) -> tuple[Room, str]:
 def explain(room: Room, plan: list[str] | None, n_actions: int, rng: random.Random) -> tuple[str, list[str]]:
     """Reasoning and the first `n_actions` moves of `plan` (an optimal solution of `room`, or None if the room
     can no longer be solved)."""
-    facts = [*_neighbour_facts(room, rng), rng.choice(["I am at", "Player at"]) + f" {at(room.player)}.",
-             *_box_facts(room, rng)]
+    facts = [rng.choice(["I am at", "Player at"]) + f" {at(room.player)}.", *_box_facts(room, rng)]
     if plan is None:
         facts.append("A box is stuck; I just move.")
         return " ".join(facts), ["Up"]

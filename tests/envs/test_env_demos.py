@@ -47,8 +47,6 @@ def _player(rows: list[str], symbols: str) -> tuple[int, int]:
 
 
 def test_sokoban_demos_solve_the_room_and_cite_its_positions(state_of):
-    """The reasoning opens with the symbols next to the player (copied from this state), cites the player's and
-    every box's coordinates, and the moves solve the room."""
     for transcript in demonstrations("sokoban", 10, seed=3):
         room = Room.from_text(state_of(transcript[:2]))
         for index, reply in enumerate(replies(transcript)):
@@ -57,34 +55,11 @@ def test_sokoban_demos_solve_the_room_and_cite_its_positions(state_of):
             r, c = _player(rows, "PS")
             reasoning = parse_response(reply).reasoning
             assert f"({r}, {c})" in reasoning  # the player's position in THIS state
-            around = " ".join(rows[r + dr][c + dc] for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1)))
-            assert reasoning.split(":", 1)[1].startswith(f" {around}.")  # what the grid shows up, down, left, right
             for box in Room.from_text(state).boxes:
                 assert f"({box[0]}, {box[1]})" in reasoning
-                if rows[box[0]][box[1]] == "X":  # the one box off target: what lies next to it
-                    around = " ".join(rows[box[0] + dr][box[1] + dc] for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1)))
-                    assert f"Of the box: {around}." in reasoning
             for action in parse_response(reply, ["Up", "Down", "Left", "Right"]).actions:
                 room, _ = room.move(action)
         assert room.solved
-
-
-def test_two_box_sokoban_demos_describe_the_box_nearest_the_player(state_of):
-    """With two boxes off target, the reasoning says what lies next to the one nearest the player (ties: the first
-    in reading order), in the grid's own symbols."""
-    seen = 0
-    for transcript in demonstrations("sokoban_8x8", 30, seed=3):
-        for index, reply in enumerate(replies(transcript)):
-            state = state_of(transcript[: 2 + 2 * index])
-            rows, room = state.split("\n"), Room.from_text(state)
-            loose = sorted(room.boxes - room.targets)
-            if len(loose) < 2:
-                continue
-            r, c = min(loose, key=lambda b: (abs(b[0] - room.player[0]) + abs(b[1] - room.player[1]), b))
-            around = " ".join(rows[r + dr][c + dc] for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1)))
-            assert f"Of the nearest box: {around}." in parse_response(reply).reasoning
-            seen += 1
-    assert seen >= 3
 
 
 def test_frozenlake_demos_reach_the_goal_and_name_every_hole(state_of):
