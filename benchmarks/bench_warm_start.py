@@ -15,8 +15,13 @@ import time
 import torch
 
 from recipes.config import compose_train_config
-from recipes.mi import retrieval_excess
-from recipes.warmstart import TARGET_RETRIEVAL_OVER_CHANCE, model_folder
+from recipes.mi import retrieval_excess, retrieval_p_value
+from recipes.warmstart import (
+    RETRIEVAL_SIGNIFICANCE,
+    TARGET_RETRIEVAL_OVER_CHANCE,
+    model_folder,
+    reads_its_input,
+)
 
 
 def main() -> None:
@@ -27,18 +32,21 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"{'task':<11} {'epochs':>6} {'seconds':>8} {'validity':>8} {'success':>7} {'retrieval':>9} {'chance':>6} "
-          f"{'ratio':>5}  reads its input (>= {TARGET_RETRIEVAL_OVER_CHANCE:.0f}x chance)")
+    print(f"{'task':<11} {'epochs':>6} {'seconds':>8} {'validity':>8} {'success':>7} {'retrieval':>9} {'hits':>7} "
+          f"{'chance':>6} {'ratio':>5} {'p luck':>7}  reads its input (>= {TARGET_RETRIEVAL_OVER_CHANCE:.0f}x chance, "
+          f"p < {RETRIEVAL_SIGNIFICANCE})")
     for task in args.tasks:
         cfg = compose_train_config(["model=tiny", f"task={task}", *args.overrides])
         start = time.perf_counter()
         _, report = model_folder(cfg)
-        ratio = retrieval_excess(report["first_turn_retrieval"], report["retrieval_chance"]) + 1.0
+        accuracy, chance, samples = (report["first_turn_retrieval"], report["retrieval_chance"],
+                                     int(report.get("first_turn_samples", 0)))
+        hits = f"{accuracy * samples:.0f}/{samples}" if samples else "-"
         print(f"{task:<11} {report['epochs']:>6} {report['seconds']:>8.0f} {report['format_validity']:>8.3f} "
-              f"{report['success']:>7.3f} {report['first_turn_retrieval']:>9.3f} {report['retrieval_chance']:>6.3f} "
-              f"{ratio:>5.1f}  {'yes' if ratio >= TARGET_RETRIEVAL_OVER_CHANCE else 'NO'}"
-              f"{'' if time.perf_counter() - start > 5 else ' (cached)'}", flush=True)
-
+              f"{report['success']:>7.3f} {accuracy:>9.3f} {hits:>7} {chance:>6.3f} "
+              f"{retrieval_excess(accuracy, chance) + 1.0:>5.1f} {retrieval_p_value(accuracy, chance, samples):>7.3f}  "
+              f"{'yes' if reads_its_input(report) else 'NO'}{'' if time.perf_counter() - start > 5 else ' (cached)'}",
+              flush=True)
 
 if __name__ == "__main__":
     main()

@@ -173,6 +173,19 @@ def retrieval_excess(accuracy: Any, chance: Any) -> Any:
     return float(excess) if excess.ndim == 0 else excess
 
 
+def retrieval_p_value(accuracy: float, chance: float, num_samples: int) -> float:
+    """How likely an input-blind policy retrieves this well: the binomial upper tail P(X >= hits), X ~ Bin(n, chance),
+    with hits = round(accuracy * n) of n = ``num_samples`` (each sample retrieves its own column with the chance
+    probability when the scores ignore the prompt). With 32 samples at chance 1/32, 2 hits (2x chance) come by luck
+    26% of the time, 4 hits 1.7%. NaN when accuracy or chance is NaN or there are no samples."""
+    from scipy.stats import binom
+
+    if num_samples < 1 or math.isnan(accuracy) or math.isnan(chance):
+        return float("nan")
+    hits = round(accuracy * num_samples)
+    return float(binom.sf(hits - 1, num_samples, min(max(chance, 0.0), 1.0)))
+
+
 class ZScoreEMA:
     """MI-ZScore-EMA: the z-score with a smoothed denominator.
 

@@ -4,11 +4,13 @@ A random tiny model cannot produce `<think> ... </think> <answer> ... </answer>`
 format penalty. SFT on demonstrations (loss on the assistant tokens only) runs epoch by epoch until sampled replies
 on held-out seeds are both well-formed (format validity at the target) and **read their input**: the first-turn
 retrieval accuracy of the MI diagnostics (`recipes.diagnostics`, in-batch cross-scoring of the held-out episodes'
-first-turn reasoning under every held-out prompt) at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level.
+first-turn reasoning under every held-out prompt) at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level,
+and more hits than an input-blind policy scores by luck (binomial p < `RETRIEVAL_SIGNIFICANCE`).
 It also stops at the epoch cap, or once replies are well-formed but `RETRIEVAL_PATIENCE` evaluations in a row bring
 no better ratio (a task whose reasoning the model does not learn to ground costs a few epochs, not the cap; a
 warning says so). The weights kept are those of the best evaluated epoch (`evaluation_rank`: well-formed first,
-then retrieval over chance, then validity), which is the last one unless training went past its best. A policy whose reasoning never depended on its prompt has no input dependence for template
+then retrieval over chance, then validity), which is the last one unless training went past its best. A policy
+whose reasoning never depended on its prompt has no input dependence for template
 collapse to destroy (RAGEN-2, arXiv 2604.06268). The result is a Hugging Face folder cached by the hash of all
 inputs (base model, task, env config, demonstrations, settings), so a sweep trains it once; `warm_start.json` in it
 records the kept epoch's figures (validity, success, first-turn retrieval and its chance level), the epochs trained,
@@ -30,7 +32,7 @@ from recipes.actor import model_mask
 from recipes.batch import build_batch, micro_batches
 from recipes.cache import cache_root, cached_folder
 from recipes.chat import ChatEncoder
-from recipes.mi import retrieval_excess
+from recipes.mi import retrieval_excess, retrieval_p_value
 from recipes.models import base_model_folder, load_policy, load_tokenizer, text_sha
 from recipes.sampler import Sampler
 from recipes.seeds import heldout_seeds, seed_everything
@@ -41,8 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "warm_start.json"
-WARM_START_FORMAT = 3  # bump when the procedure changes (3: the best evaluated epoch is kept, not the last)
-TARGET_RETRIEVAL_OVER_CHANCE = 2.0  # held-out first-turn retrieval accuracy / chance needed to stop early
+WARM_START_FORMAT = 3  # bump when the procedure changes (3: the best evaluated epoch is kept; luck does not stop it)
+TARGET_RETRIEVAL_OVER_CHANCE = 2.0  # held-out first-turn retrieval accuracy / chance needed to stop early ...
+RETRIEVAL_SIGNIFICANCE = 0.05  # ... and no likelier than this for an input-blind policy (recipes.mi.retrieval_p_value)
 RETRIEVAL_PATIENCE = 2  # well-formed but below it: evaluations without a better ratio before giving up
 
 
@@ -65,8 +68,9 @@ def heldout_figures(
 
 
 def first_turn_retrieval(sampler: Sampler, trajectories: list[Any]) -> dict[str, float]:
-    """`first_turn_retrieval` and `retrieval_chance`: the MI diagnostics' first-turn sample set of `trajectories`
-    (every episode's first reasoning, every distinct first prompt a column) cross-scored by the sampler's model."""
+    """`first_turn_retrieval`, `retrieval_chance` and `first_turn_samples`: the MI diagnostics' first-turn sample set
+    of `trajectories` (every episode's first reasoning, every distinct first prompt a column) cross-scored by the
+    sampler's model."""
     from recipes.collapse_hook import turn_encoder
     from recipes.diagnostics import DiagnosticsConfig, first_turn_set, scorer
     from recipes.mi import mi_proxies
@@ -74,17 +78,22 @@ def first_turn_retrieval(sampler: Sampler, trajectories: list[Any]) -> dict[str,
     encoder = turn_encoder(sampler.encoder, sampler.generated)
     sample_set = first_turn_set(trajectories, encoder, len(trajectories), np.random.default_rng(0))
     if sample_set is None:
-        return {"first_turn_retrieval": float("nan"), "retrieval_chance": float("nan")}
+        return {"first_turn_retrieval": float("nan"), "retrieval_chance": float("nan"), "first_turn_samples": 0}
     score = scorer(sampler.model, DiagnosticsConfig(), sampler.encoder.tokenizer.pad_token_id, sampler.encoder.vision)
     scores = score(sample_set.prompts, sample_set.samples)
     proxies = mi_proxies(scores.L, scores.L_sum, sample_set.column, sample_set.column_classes)
-    return {"first_turn_retrieval": proxies.retrieval_acc, "retrieval_chance": proxies.retrieval_chance}
+    return {"first_turn_retrieval": proxies.retrieval_acc, "retrieval_chance": proxies.retrieval_chance,
+            "first_turn_samples": proxies.num_samples}
 
 
 def reads_its_input(figures: dict[str, float]) -> bool:
-    """Held-out first-turn retrieval at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level."""
-    excess = retrieval_excess(figures["first_turn_retrieval"], figures["retrieval_chance"])
-    return bool(excess >= TARGET_RETRIEVAL_OVER_CHANCE - 1.0)
+    """Held-out first-turn retrieval at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level, and not luck: an
+    input-blind policy would do as well with probability below `RETRIEVAL_SIGNIFICANCE` (a few hits of 32 at chance
+    1/32 are not reading)."""
+    accuracy, chance = figures["first_turn_retrieval"], figures["retrieval_chance"]
+    p_value = retrieval_p_value(accuracy, chance, int(figures.get("first_turn_samples", 0)))
+    return bool(retrieval_excess(accuracy, chance) >= TARGET_RETRIEVAL_OVER_CHANCE - 1.0
+                and p_value < RETRIEVAL_SIGNIFICANCE)
 
 
 def evaluation_rank(figures: dict[str, float], target_validity: float) -> tuple[bool, float, float]:
@@ -173,9 +182,10 @@ def train_warm_start(
     if not reads_its_input(best):
         log.warning(
             "warm start %s: after %d epochs the held-out first-turn retrieval is %.3f against a chance level of %.3f "
-            "(target: %.0fx chance): the policy's reasoning barely depends on its prompt, so the MI diagnostics have "
-            "little input dependence to watch collapse", task, history[-1]["epoch"],
-            best["first_turn_retrieval"], best["retrieval_chance"], TARGET_RETRIEVAL_OVER_CHANCE)
+            "over %d samples (target: %.0fx chance, and likelier than luck at p < %.2f): the policy's reasoning "
+            "barely depends on its prompt, so the MI diagnostics have little input dependence to watch collapse",
+            task, history[-1]["epoch"], best["first_turn_retrieval"], best["retrieval_chance"],
+            best.get("first_turn_samples", 0), TARGET_RETRIEVAL_OVER_CHANCE, RETRIEVAL_SIGNIFICANCE)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     if encoder.vision is not None:

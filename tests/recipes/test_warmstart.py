@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -36,10 +37,24 @@ def test_warm_start_is_trained_once_and_cached(micro_folder, session_dir, monkey
 
 
 def test_the_warm_start_stops_early_only_once_replies_read_their_input() -> None:
-    well_formed = {"format_validity": 1.0, "retrieval_chance": 0.0625}
-    assert warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.125})  # 2x chance
+    well_formed = {"format_validity": 1.0, "retrieval_chance": 0.0625, "first_turn_samples": 64}
+    assert warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.125})  # 2x chance, 8 hits (p 0.045)
     assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.0625})  # chance: a template
     assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": float("nan")})  # no reasoning
+    assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.125, "first_turn_samples": 0})
+
+
+def test_a_few_lucky_hits_are_not_reading() -> None:
+    """32 held-out episodes at chance 1/32: 2 hits are 2x chance but an input-blind policy scores them 26% of the
+    time (this stopped input-blind Sokoban warm starts); 4 hits (p 0.017) are reading."""
+    from recipes.mi import retrieval_p_value
+
+    blind = {"format_validity": 1.0, "retrieval_chance": 1 / 32, "first_turn_samples": 32}
+    assert retrieval_p_value(2 / 32, 1 / 32, 32) == pytest.approx(0.2642, abs=1e-4)
+    assert not warmstart.reads_its_input({**blind, "first_turn_retrieval": 2 / 32})
+    assert not warmstart.reads_its_input({**blind, "first_turn_retrieval": 3 / 32})  # p 0.077
+    assert warmstart.reads_its_input({**blind, "first_turn_retrieval": 4 / 32})
+    assert retrieval_p_value(0.0, 1 / 32, 32) == 1.0 and math.isnan(retrieval_p_value(float("nan"), 0.1, 32))
 
 
 @pytest.mark.parametrize(("retrieval", "epochs"), [(0.25, 1), (0.1, 1 + warmstart.RETRIEVAL_PATIENCE)])
@@ -49,7 +64,7 @@ def test_a_well_formed_warm_start_trains_on_until_it_reads_its_input_or_stops_im
     """Replies well-formed from epoch 1: at 2.5x chance it stops at once; at chance (a template) it gives up after
     RETRIEVAL_PATIENCE evaluations without a better ratio, long before the 10-epoch cap."""
     figures = {"format_validity": 1.0, "success": 0.0, "mean_return": 0.0, "first_turn_retrieval": retrieval,
-               "retrieval_chance": 0.1}
+               "retrieval_chance": 0.1, "first_turn_samples": 32}
     monkeypatch.setattr(warmstart, "heldout_figures", lambda *args: dict(figures))
     cfg = compose_train_config([*MICRO, "task=countdown", *SETTINGS, "model.warm_start.epochs=10"])
     from envs import demonstrations
@@ -73,7 +88,7 @@ def test_the_best_evaluated_epoch_is_kept_when_training_goes_past_it(micro_folde
     def scripted(sampler, *args):
         snapshots.append({name: value.clone() for name, value in sampler.model.state_dict().items()})
         return {"format_validity": 1.0, "success": 0.0, "mean_return": 0.0, "first_turn_retrieval": next(retrievals),
-                "retrieval_chance": 0.1}
+                "retrieval_chance": 0.1, "first_turn_samples": 32}
 
     monkeypatch.setattr(warmstart, "heldout_figures", scripted)
     cfg = compose_train_config([*MICRO, "task=countdown", *SETTINGS, "model.warm_start.epochs=10",
