@@ -167,7 +167,7 @@ def train_warm_start(
         if best is None or evaluation_rank(figures, target) > evaluation_rank(best, target):
             best = history[-1]
             best_state = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
-        if figures["format_validity"] < settings["target_format_validity"]:
+        if figures["format_validity"] < target:
             continue
         ratio = retrieval_excess(figures["first_turn_retrieval"], figures["retrieval_chance"]) + 1.0
         stalled = 0 if ratio > best_ratio else stalled + 1  # False for NaN: no reasoning counts as no progress
@@ -182,7 +182,7 @@ def train_warm_start(
     if not reads_its_input(best):
         log.warning(
             "warm start %s: after %d epochs the held-out first-turn retrieval is %.3f against a chance level of %.3f "
-            "over %d samples (target: %.0fx chance, and likelier than luck at p < %.2f): the policy's reasoning "
+            "over %d samples (target: %.0fx chance, beyond luck at p < %.2f): the policy's reasoning "
             "barely depends on its prompt, so the MI diagnostics have little input dependence to watch collapse",
             task, history[-1]["epoch"], best["first_turn_retrieval"], best["retrieval_chance"],
             best.get("first_turn_samples", 0), TARGET_RETRIEVAL_OVER_CHANCE, RETRIEVAL_SIGNIFICANCE)
