@@ -156,7 +156,7 @@ class DiagnosticsConfig(BaseModel):
     num_samples: Annotated[int, integer(1, "reasoning samples per set")] = 64
     sets: list[str] = list(SAMPLE_SETS)
     method: Annotated[str, one_of(lambda: SCORING_METHODS, "cross-scoring method")] = "prefix"
-    batch_size: Annotated[int, integer(1, "sequences per cross-scoring forward pass")] = 16
+    batch_size: Annotated[int, integer(1, "sequences per cross-scoring forward pass")] = 32
     rule: CollapseRule = CollapseRule()
     stop_on_collapse: Annotated[bool, boolean()] = False
     grad_every: Annotated[int, integer(0, "steps between gradient splits; 0 disables")] = 0  # 0 disables
