@@ -33,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"{'task':<11} {'epochs':>6} {'seconds':>8} {'validity':>8} {'success':>7} {'retrieval':>9} {'hits':>7} "
-          f"{'chance':>6} {'ratio':>5} {'p luck':>7}  reads its input (>= {TARGET_RETRIEVAL_OVER_CHANCE:.0f}x chance, "
+          f"{'chance':>6} {'ratio':>5} {'p luck':>8}  reads its input (>= {TARGET_RETRIEVAL_OVER_CHANCE:.0f}x chance, "
           f"p < {RETRIEVAL_SIGNIFICANCE})")
     for task in args.tasks:
         cfg = compose_train_config(["model=tiny", f"task={task}", *args.overrides])
@@ -44,7 +44,7 @@ def main() -> None:
         hits = f"{accuracy * samples:.0f}/{samples}" if samples else "-"
         print(f"{task:<11} {report['epochs']:>6} {report['seconds']:>8.0f} {report['format_validity']:>8.3f} "
               f"{report['success']:>7.3f} {accuracy:>9.3f} {hits:>7} {chance:>6.3f} "
-              f"{retrieval_excess(accuracy, chance) + 1.0:>5.1f} {retrieval_p_value(accuracy, chance, samples):>7.3f}  "
+              f"{retrieval_excess(accuracy, chance) + 1.0:>5.1f} {retrieval_p_value(accuracy, chance, samples):>8.1e}  "
               f"{'yes' if reads_its_input(report) else 'NO'}{'' if time.perf_counter() - start > 5 else ' (cached)'}",
               flush=True)
 

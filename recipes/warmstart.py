@@ -6,9 +6,9 @@ on held-out seeds are both well-formed (format validity at the target) and **rea
 retrieval accuracy of the MI diagnostics (`recipes.diagnostics`, in-batch cross-scoring of the held-out episodes'
 first-turn reasoning under every held-out prompt) at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level,
 and more hits than an input-blind policy scores by luck (binomial p < `RETRIEVAL_SIGNIFICANCE`).
-It also stops at the epoch cap, or once replies are well-formed but `RETRIEVAL_PATIENCE` evaluations in a row bring
-no better ratio (a task whose reasoning the model does not learn to ground costs a few epochs, not the cap; a
-warning says so). The weights kept are those of the best evaluated epoch (`evaluation_rank`: well-formed first,
+It also stops at the epoch cap, or once replies are well-formed but `RETRIEVAL_PATIENCE` well-formed evaluations in a
+row bring no better one (a task whose reasoning the model does not learn to ground costs a few epochs, not the cap;
+a warning says so). The weights kept are those of the best evaluated epoch (`evaluation_rank`: well-formed first,
 then retrieval over chance, then validity), which is the last one unless training went past its best. A policy
 whose reasoning never depended on its prompt has no input dependence for template
 collapse to destroy (RAGEN-2, arXiv 2604.06268). The result is a Hugging Face folder cached by the hash of all
@@ -43,10 +43,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "warm_start.json"
-WARM_START_FORMAT = 3  # bump when the procedure changes (3: the best evaluated epoch is kept; luck does not stop it)
-TARGET_RETRIEVAL_OVER_CHANCE = 2.0  # held-out first-turn retrieval accuracy / chance needed to stop early ...
-RETRIEVAL_SIGNIFICANCE = 0.05  # ... and no likelier than this for an input-blind policy (recipes.mi.retrieval_p_value)
-RETRIEVAL_PATIENCE = 2  # well-formed but below it: evaluations without a better ratio before giving up
+WARM_START_FORMAT = 4  # bump when the procedure changes (4: reading means 4x chance at p < 0.001, patience 3)
+# Reading its input, the early stop: held-out first-turn retrieval accuracy at least this many times chance ...
+TARGET_RETRIEVAL_OVER_CHANCE = 4.0
+# ... and no likelier than this for an input-blind policy (recipes.mi.retrieval_p_value). A warm start looks up to
+# `epochs` (10) times, and at 0.05 per look up to one blind run in six would stop on luck (4 hits of 32 at chance
+# 1/32, p 0.017, ten looks); 0.001 asks for 6 hits (2 hits, 2x chance, stopped blind Sokoban runs; 5, p 0.003, was Countdown reading only how many
+# numbers it had).
+RETRIEVAL_SIGNIFICANCE = 0.001
+RETRIEVAL_PATIENCE = 3  # well-formed but not reading: evaluations without a better one before giving up
 
 
 def heldout_figures(
@@ -89,7 +94,7 @@ def first_turn_retrieval(sampler: Sampler, trajectories: list[Any]) -> dict[str,
 def reads_its_input(figures: dict[str, float]) -> bool:
     """Held-out first-turn retrieval at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level, and not luck: an
     input-blind policy would do as well with probability below `RETRIEVAL_SIGNIFICANCE` (a few hits of 32 at chance
-    1/32 are not reading)."""
+    1/32 are not reading: 6 are needed)."""
     accuracy, chance = figures["first_turn_retrieval"], figures["retrieval_chance"]
     p_value = retrieval_p_value(accuracy, chance, int(figures.get("first_turn_samples", 0)))
     return bool(retrieval_excess(accuracy, chance) >= TARGET_RETRIEVAL_OVER_CHANCE - 1.0
@@ -147,9 +152,9 @@ def train_warm_start(
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
     seeds = heldout_seeds(settings["eval_episodes"])
     history = []
-    best_ratio, stalled = 0.0, 0
     best: dict[str, Any] | None = None  # the best evaluation so far (evaluation_rank) and the weights it scored
     best_state: dict[str, torch.Tensor] = {}
+    stalled = 0  # well-formed evaluations since the best one
     for epoch in range(1, settings["epochs"] + 1):
         epoch_start = time.perf_counter()
         loss = supervised_epoch(model, optimizer, batch, settings["batch_size"], grad_clip=1.0)
@@ -164,15 +169,13 @@ def train_warm_start(
                  task, epoch, loss, figures["format_validity"], figures["first_turn_retrieval"],
                  figures["retrieval_chance"])
         target = settings["target_format_validity"]
+        well_formed = figures["format_validity"] >= target
         if best is None or evaluation_rank(figures, target) > evaluation_rank(best, target):
-            best = history[-1]
+            best, stalled = history[-1], 0
             best_state = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
-        if figures["format_validity"] < target:
-            continue
-        ratio = retrieval_excess(figures["first_turn_retrieval"], figures["retrieval_chance"]) + 1.0
-        stalled = 0 if ratio > best_ratio else stalled + 1  # False for NaN: no reasoning counts as no progress
-        best_ratio = max(best_ratio, ratio) if ratio == ratio else best_ratio
-        if reads_its_input(figures) or stalled >= RETRIEVAL_PATIENCE:
+        elif well_formed:
+            stalled += 1
+        if well_formed and (reads_its_input(figures) or stalled >= RETRIEVAL_PATIENCE):
             break
     if best is not history[-1]:
         log.info("warm start %s: keeps epoch %d, its best held-out evaluation (validity %.3f, first-turn retrieval "
@@ -182,7 +185,7 @@ def train_warm_start(
     if not reads_its_input(best):
         log.warning(
             "warm start %s: after %d epochs the held-out first-turn retrieval is %.3f against a chance level of %.3f "
-            "over %d samples (target: %.0fx chance, beyond luck at p < %.2f): the policy's reasoning "
+            "over %d samples (target: %.0fx chance, beyond luck at p < %g): the policy's reasoning "
             "barely depends on its prompt, so the MI diagnostics have little input dependence to watch collapse",
             task, history[-1]["epoch"], best["first_turn_retrieval"], best["retrieval_chance"],
             best.get("first_turn_samples", 0), TARGET_RETRIEVAL_OVER_CHANCE, RETRIEVAL_SIGNIFICANCE)

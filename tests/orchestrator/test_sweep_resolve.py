@@ -27,6 +27,8 @@ def composed_digest(settings: dict, resolver: ConfigResolver) -> str:
         {"task": "frozenlake", "algorithm": "grpo", "filter": "top_k", "filter.value": 0.25, "seed": 1},
         {"model": "small", "trainer": "test", "trainer.total_steps": 7, "filter.include_zero": True},
         {"filter": "none", "model.dtype": "bfloat16", "hooks": [], "seed": 0},
+        {"task": "countdown", "seed": 2},  # reaches into model.warm_start (conf/model/warm_start/tiny_countdown.yaml)
+        {"task": "countdown", "model": "small", "seed": 2},
     ],
 )
 def test_planned_identity_equals_hydra_composition(resolver: ConfigResolver, settings: dict) -> None:
@@ -68,3 +70,16 @@ def test_typed_values_round_trip_through_hydra(value) -> None:
 def test_group_choices_are_bare_and_first(resolver: ConfigResolver) -> None:
     overrides = hydra_overrides({"filter.value": 0.5, "task": "sokoban", "seed": 1}, resolver.groups)
     assert overrides == ["task=sokoban", "filter.value=0.5", "seed=1"]
+
+
+def test_a_task_can_specialise_a_models_warm_start(resolver: ConfigResolver) -> None:
+    """conf/model/warm_start/<model>_<task>.yaml sets that pair's warm start over the model's; an explicit key still
+    wins, and other pairs keep the model's own settings."""
+    demos = {key: resolver.resolve(dict(settings)).config.model.warm_start.demos for key, settings in {
+        "tiny countdown": {"task": "countdown"},
+        "tiny frozenlake": {"task": "frozenlake"},
+        "small countdown": {"task": "countdown", "model": "small"},
+        "set by the sweep": {"task": "countdown", "model.warm_start.demos": 64},
+    }.items()}
+    assert demos == {"tiny countdown": 1024, "tiny frozenlake": 256, "small countdown": 256, "set by the sweep": 64}
+    assert compose_train_config(["task=countdown"]).model.warm_start.demos == 1024

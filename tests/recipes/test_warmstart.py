@@ -38,7 +38,8 @@ def test_warm_start_is_trained_once_and_cached(micro_folder, session_dir, monkey
 
 def test_the_warm_start_stops_early_only_once_replies_read_their_input() -> None:
     well_formed = {"format_validity": 1.0, "retrieval_chance": 0.0625, "first_turn_samples": 64}
-    assert warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.125})  # 2x chance, 8 hits (p 0.045)
+    assert warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.25})  # 4x chance, 16 hits of 64
+    assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.1875})  # 3x: not well above
     assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.0625})  # chance: a template
     assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": float("nan")})  # no reasoning
     assert not warmstart.reads_its_input({**well_formed, "first_turn_retrieval": 0.125, "first_turn_samples": 0})
@@ -46,23 +47,25 @@ def test_the_warm_start_stops_early_only_once_replies_read_their_input() -> None
 
 def test_a_few_lucky_hits_are_not_reading() -> None:
     """32 held-out episodes at chance 1/32: 2 hits are 2x chance but an input-blind policy scores them 26% of the
-    time (this stopped input-blind Sokoban warm starts); 4 hits (p 0.017) are reading."""
+    time (this stopped input-blind Sokoban warm starts); a warm start looks up to 10 times, so 4 (p 0.017) and 5
+    (p 0.003, Countdown reading only how many numbers it had) are not enough either; 6 (p 0.0004) are reading."""
     from recipes.mi import retrieval_p_value
 
     blind = {"format_validity": 1.0, "retrieval_chance": 1 / 32, "first_turn_samples": 32}
     assert retrieval_p_value(2 / 32, 1 / 32, 32) == pytest.approx(0.2642, abs=1e-4)
-    assert not warmstart.reads_its_input({**blind, "first_turn_retrieval": 2 / 32})
-    assert not warmstart.reads_its_input({**blind, "first_turn_retrieval": 3 / 32})  # p 0.077
-    assert warmstart.reads_its_input({**blind, "first_turn_retrieval": 4 / 32})
+    for hits in (2, 3, 4, 5):
+        assert not warmstart.reads_its_input({**blind, "first_turn_retrieval": hits / 32}), hits
+    assert retrieval_p_value(5 / 32, 1 / 32, 32) == pytest.approx(0.0030, abs=1e-4)
+    assert warmstart.reads_its_input({**blind, "first_turn_retrieval": 6 / 32})
     assert retrieval_p_value(0.0, 1 / 32, 32) == 1.0 and math.isnan(retrieval_p_value(float("nan"), 0.1, 32))
 
 
-@pytest.mark.parametrize(("retrieval", "epochs"), [(0.25, 1), (0.1, 1 + warmstart.RETRIEVAL_PATIENCE)])
+@pytest.mark.parametrize(("retrieval", "epochs"), [(0.5, 1), (0.1, 1 + warmstart.RETRIEVAL_PATIENCE)])
 def test_a_well_formed_warm_start_trains_on_until_it_reads_its_input_or_stops_improving(
     micro_folder, tmp_path, monkeypatch, retrieval, epochs
 ) -> None:
-    """Replies well-formed from epoch 1: at 2.5x chance it stops at once; at chance (a template) it gives up after
-    RETRIEVAL_PATIENCE evaluations without a better ratio, long before the 10-epoch cap."""
+    """Replies well-formed from epoch 1: at 5x chance it stops at once; at chance (a template) it gives up after
+    RETRIEVAL_PATIENCE evaluations without a better one, long before the 10-epoch cap."""
     figures = {"format_validity": 1.0, "success": 0.0, "mean_return": 0.0, "first_turn_retrieval": retrieval,
                "retrieval_chance": 0.1, "first_turn_samples": 32}
     monkeypatch.setattr(warmstart, "heldout_figures", lambda *args: dict(figures))
@@ -77,12 +80,12 @@ def test_a_well_formed_warm_start_trains_on_until_it_reads_its_input_or_stops_im
 
 
 def test_the_best_evaluated_epoch_is_kept_when_training_goes_past_it(micro_folder, tmp_path, monkeypatch) -> None:
-    """Well-formed from epoch 1 at 1.5x chance, then worse: the patience rule stops after epoch 3 and the weights
-    saved are epoch 1's, with its figures in the report (epochs trained: 3)."""
+    """Well-formed from epoch 1 at 1.5x chance, then worse: the patience rule (3) stops after epoch 4 and the weights
+    saved are epoch 1's, with its figures in the report (epochs trained: 4)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    retrievals = iter([0.15, 0.12, 0.11])
+    retrievals = iter([0.15, 0.12, 0.11, 0.13])
     snapshots = []
 
     def scripted(sampler, *args):
@@ -99,8 +102,9 @@ def test_the_best_evaluated_epoch_is_kept_when_training_goes_past_it(micro_folde
     demos = demonstrations("countdown", 4, seed=0, env_config=cfg.task.env)
     report = warmstart.train_warm_start(micro_folder, "countdown", dict(cfg.task.env), demos, settings, "cpu",
                                         tmp_path / "out")
-    assert (report["epoch"], report["epochs"], report["first_turn_retrieval"]) == (1, 3, 0.15)
-    assert [entry["epoch"] for entry in report["history"]] == [1, 2, 3]
+    assert warmstart.RETRIEVAL_PATIENCE == 3
+    assert (report["epoch"], report["epochs"], report["first_turn_retrieval"]) == (1, 4, 0.15)
+    assert [entry["epoch"] for entry in report["history"]] == [1, 2, 3, 4]
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
     assert all(torch.equal(saved[name], snapshots[0][name]) for name in snapshots[0])
     assert not all(torch.equal(saved[name], snapshots[-1][name]) for name in snapshots[-1])  # training moved on
