@@ -18,6 +18,10 @@ from orchlib.errors import OrchError, choices_error
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CONFIG_NAME = "train"
+# Groups whose choices together pick a file of their own: conf/train.yaml's
+# `optional model/warm_start@model.warm_start: ${model}_${task}` (conf/model/warm_start/<model>_<task>.yaml), so a
+# group's subtree composed alone is not its subtree beside another choice of the other group.
+PAIRED_GROUPS = ("model", "task")
 
 
 def config_groups() -> dict[str, list[str]]:

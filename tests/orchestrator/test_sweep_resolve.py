@@ -83,3 +83,22 @@ def test_a_task_can_specialise_a_models_warm_start(resolver: ConfigResolver) -> 
     }.items()}
     assert demos == {"tiny countdown": 1024, "tiny frozenlake": 256, "small countdown": 256, "set by the sweep": 64}
     assert compose_train_config(["task=countdown"]).model.warm_start.demos == 1024
+
+
+def test_a_model_and_task_pair_with_a_file_of_its_own_is_composed_whole(tmp_path, monkeypatch) -> None:
+    """Each group's subtree composed alone can look clean (countdown's 1024 demonstrations equal the default pair's,
+    tiny_sokoban.yaml's), yet the pair picks its own file: the planned config must still be Hydra's."""
+    import shutil
+
+    from recipes import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(compose.CONF_DIR, conf)
+    (conf / "model" / "warm_start" / "small_countdown.yaml").write_text("demos: 77\n")
+    monkeypatch.setattr(compose, "CONF_DIR", conf)
+    resolver = ConfigResolver(cache_dir=tmp_path / "cache")
+    resolver.resolve({"task": "countdown"})  # the single-group subtrees, cached first
+    resolver.resolve({"model": "small"})
+    resolved = resolver.resolve({"task": "countdown", "model": "small"})
+    assert resolved.config.model.warm_start.demos == 77
+    assert resolved.digest == composed_digest(resolved.settings, resolver)
