@@ -48,8 +48,8 @@ WARM_START_FORMAT = 4  # bump when the procedure changes (4: reading means 4x ch
 TARGET_RETRIEVAL_OVER_CHANCE = 4.0
 # ... and no likelier than this for an input-blind policy (recipes.mi.retrieval_p_value). A warm start looks up to
 # `epochs` (10) times, and at 0.05 per look up to one blind run in six would stop on luck (4 hits of 32 at chance
-# 1/32, p 0.017, ten looks); 0.001 asks for 6 hits (2 hits, 2x chance, stopped blind Sokoban runs; 5, p 0.003, was Countdown reading only how many
-# numbers it had).
+# 1/32, p 0.017, ten looks). 0.001 asks for 6 hits: 2 (2x chance) stopped blind Sokoban runs, and 5 (p 0.003) were
+# Countdown reading only how many numbers it had.
 RETRIEVAL_SIGNIFICANCE = 0.001
 RETRIEVAL_PATIENCE = 3  # well-formed but not reading: evaluations without a better one before giving up
 
