@@ -8,8 +8,9 @@ Composing with Hydra costs ~0.2 s per call, far too slow for 10,000 cells, so th
 
 * `ConfTrees` composes `conf/` once per config-group option used (`task=frozenlake`), keeping that group's subtree,
   and caches the subtrees on disk (`<cache root>/conf-trees/`, keyed by a fingerprint of every file in `conf/`).
-  An option that reaches outside its group, or a choice of both `recipes.compose.PAIRED_GROUPS` (a model and a task
-  pick their own warm-start file), makes it compose that whole combination instead;
+  An option that reaches outside its group, or choices of two groups that together pick a file of their own
+  (`recipes.compose.paired_groups`: a model and a task pick their warm-start file), makes it compose that whole
+  combination instead;
 * `ConfigResolver` sets a cell's dotted keys on its combination's tree (`recipes.compose.apply_settings`, with the
   types `conf/` gives them) and validates the result once per distinct *shape* (settings except the seed) with
   `TrainConfig.from_tree`; per cell, only the seed is set on a copy of the shape's config, then hashed.
@@ -93,9 +94,10 @@ class ConfTrees:
     """`conf/` composed per config-group option, cached in memory and on disk (see the module docstring)."""
 
     def __init__(self, cache_dir: Path | None = None) -> None:
-        from recipes.compose import config_groups
+        from recipes.compose import config_groups, paired_groups
 
         self.groups: dict[str, list[str]] = config_groups()
+        self.paired = paired_groups()
         self._file = _cache_file(cache_dir)
         try:
             data: dict[str, Any] = json.loads(self._file.read_text())
@@ -122,7 +124,7 @@ class ConfTrees:
 
     def tree_for(self, settings: dict[str, Any]) -> dict[str, Any]:
         """The unresolved config of the group choices in `settings` (before dotted keys are applied)."""
-        from recipes.compose import PAIRED_GROUPS, compose_tree
+        from recipes.compose import compose_tree
 
         for group in self.groups.keys() & settings.keys():
             if not isinstance(settings[group], str) or settings[group] not in self.groups[group]:
@@ -132,7 +134,8 @@ class ConfTrees:
             tree = dict(self.default())
             subtrees = [(group, self._group_tree(group, option)) for group, option in combo]
             # an option that reaches outside its group, or a pair of choices that picks a file of its own
-            if any(subtree is None for _, subtree in subtrees) or set(PAIRED_GROUPS) <= dict(combo).keys():
+            chosen = dict(combo).keys()
+            if any(subtree is None for _, subtree in subtrees) or any(len(pair & chosen) > 1 for pair in self.paired):
                 tree = compose_tree([f"{group}={option}" for group, option in combo])[0]
             else:
                 tree.update(subtrees)

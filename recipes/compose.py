@@ -18,10 +18,6 @@ from orchlib.errors import OrchError, choices_error
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 CONFIG_NAME = "train"
-# Groups whose choices together pick a file of their own: conf/train.yaml's
-# `optional model/warm_start@model.warm_start: ${model}_${task}` (conf/model/warm_start/<model>_<task>.yaml), so a
-# group's subtree composed alone is not its subtree beside another choice of the other group.
-PAIRED_GROUPS = ("model", "task")
 
 
 def config_groups() -> dict[str, list[str]]:
@@ -31,6 +27,19 @@ def config_groups() -> dict[str, list[str]]:
         for group in sorted(CONF_DIR.iterdir())
         if group.is_dir()
     }
+
+
+def paired_groups() -> list[set[str]]:
+    """The sets of config groups whose choices together pick a file of their own: every entry of `conf/train.yaml`'s
+    defaults list that interpolates two or more group choices (`optional model/warm_start@model.warm_start:
+    ${model}_${task}` picks conf/model/warm_start/<model>_<task>.yaml). A group's subtree composed alone is then not
+    its subtree beside another choice of the other groups."""
+    import yaml
+
+    defaults = yaml.safe_load((CONF_DIR / f"{CONFIG_NAME}.yaml").read_text()).get("defaults", [])
+    entries = [value for entry in defaults if isinstance(entry, dict) for value in entry.values()]
+    found = [set(re.findall(r"\$\{(\w+)\}", value)) for value in entries if isinstance(value, str)]
+    return [groups for groups in found if len(groups) > 1]
 
 
 def compose_tree(overrides: list[str] | tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:
