@@ -168,9 +168,9 @@ def train_warm_start(
         log.info("warm start %s epoch %d: loss %.3f, format validity %.3f, first-turn retrieval %.3f (chance %.3f)",
                  task, epoch, loss, figures["format_validity"], figures["first_turn_retrieval"],
                  figures["retrieval_chance"])
-        target = settings["target_format_validity"]
-        well_formed = figures["format_validity"] >= target
-        if best is None or evaluation_rank(figures, target) > evaluation_rank(best, target):
+        rank = evaluation_rank(figures, settings["target_format_validity"])
+        well_formed = rank[0]
+        if best is None or rank > evaluation_rank(best, settings["target_format_validity"]):
             best, stalled = history[-1], 0
             best_state = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
         elif well_formed:
