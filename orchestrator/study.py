@@ -105,7 +105,8 @@ class Pruner(_Strict):
     direction: Literal["maximize", "minimize"] | None = Field(
         None, description="Whether a higher intermediate value is better (default: the objective's direction).")
     startup_trials: int = Field(2, ge=0, description="median: trials that complete before any is pruned.")
-    warmup_steps: int = Field(0, ge=0, description="median: steps of a trial before it may be pruned.")
+    warmup_steps: int = Field(0, ge=0, description="median: training steps a trial runs that are never pruned; "
+                                                   "the first step that may be pruned is warmup_steps + 1.")
     min_resource: int = Field(1, ge=1, description="successive_halving: steps before the first rung.")
     reduction_factor: int = Field(2, ge=2, description="successive_halving: 1/factor of trials go on per rung.")
 
@@ -157,8 +158,10 @@ class StudySpec(_Strict):
 
         pruner = self.pruner
         if pruner.name == "median":
+            # Optuna counts steps from 0 and protects steps < n_warmup_steps (its first N steps); training steps
+            # are logged from 1, so the first `warmup_steps` of them are protected by n_warmup_steps + 1.
             return optuna.pruners.MedianPruner(n_startup_trials=pruner.startup_trials,
-                                               n_warmup_steps=pruner.warmup_steps)
+                                               n_warmup_steps=pruner.warmup_steps + 1)
         if pruner.name == "successive_halving":
             return optuna.pruners.SuccessiveHalvingPruner(min_resource=pruner.min_resource,
                                                           reduction_factor=pruner.reduction_factor)

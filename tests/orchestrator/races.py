@@ -65,7 +65,8 @@ def run_together(commands: list[list[str]], workdir: Path, env: dict[str, str], 
 
 def run_python_together(code: str, count: int, workdir: Path, env: dict[str, str]) -> Outcome:
     """Run `code` (it sees `index`) in `count` processes that first import what it needs, then start it at the
-    same moment (they wait for a go file), so that they really collide."""
+    same moment (each says it is ready with a file, then waits for a go file), so that they really collide,
+    however slowly a loaded machine imports."""
     go = workdir / f"go-{uuid.uuid4().hex}"
     script = textwrap.dedent("""
         import os, sys, time
@@ -73,6 +74,7 @@ def run_python_together(code: str, count: int, workdir: Path, env: dict[str, str
         from orchestrator.store import Store
         from recipes.tracking import RunTracker, default_tracking_uri
         index, go = int(sys.argv[1]), Path(sys.argv[2])
+        Path(f"{go}.ready-{index}").touch()
         while not go.exists():
             time.sleep(0.01)
     """) + textwrap.dedent(code)
@@ -80,7 +82,11 @@ def run_python_together(code: str, count: int, workdir: Path, env: dict[str, str
     start = time.perf_counter()
     processes = [subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True) for command in commands]
-    time.sleep(0.5)
+    deadline = time.monotonic() + 300
+    while not all(Path(f"{go}.ready-{index}").exists() for index in range(count)):
+        if any(process.poll() is not None for process in processes) or time.monotonic() > deadline:
+            break  # one died while importing: its output says why
+        time.sleep(0.01)
     go.touch()
     outputs = [process.communicate(timeout=300)[0] for process in processes]
     return Outcome([process.returncode for process in processes], outputs, time.perf_counter() - start)

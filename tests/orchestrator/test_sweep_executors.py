@@ -18,6 +18,7 @@ from orchestrator.engine import cancel, resume, submit_plan, wait
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
 from orchestrator.store import Store
+from tests.orchestrator.gate import Gate
 
 SWEEP = """
     name: {name}
@@ -67,6 +68,12 @@ def wait_for(predicate, timeout: float = 120.0, step: float = 0.25) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(step)
+
+
+def held_at(sweep: str, step: int, cells: int = 2) -> bool:
+    """Every one of the sweep's `cells` jobs has checkpointed `step` (and, behind a gate allowing `step`, waits)."""
+    done = [path.read_text() for path in Path(f".orch/sweeps/{sweep}/checkpoints").glob("*/step.txt")]
+    return len(done) == cells and all(text == str(step) for text in done)
 
 
 def test_debug_executor_runs_in_process_and_a_rerun_submits_nothing(make_sweep, tracking: str) -> None:
@@ -146,20 +153,18 @@ def test_a_changed_sweep_adds_only_its_new_cells(make_sweep, tracking: str) -> N
 @pytest.mark.slow
 def test_cancel_then_resume_continues_the_same_mlflow_run(make_sweep, tracking: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.5")
+    gate = Gate(Path("gate.json"), allowed=3).install(monkeypatch)  # both cells stop before step 4
     _, store, _ = submit(make_sweep(name="stop", steps=30, seeds="[1]"), "local", tracking)
-    sweep = store.require_sweep("stop")
-    wait_for(lambda: store.counts(sweep.id).get("running", 0) >= 1)
-    wait_for(lambda: any((row.steps_done or 0) >= 0 for row in store.cell_rows(sweep.id, states=["running"])))
-    time.sleep(3)
+    wait_for(lambda: held_at("stop", 3))
     assert cancel(store, "stop") == 2
     assert wait(store, "stop", poll_s=0.5, timeout_s=120) == {"cancelled": 2}
+    gate.open()
     report = resume(store, "stop")
     assert report.submitted == 2
     assert wait(store, "stop", poll_s=0.5, timeout_s=300) == {"finished": 2}
     runs = runs_by_cell(tracking, "stop")
     resumed = [metric_values(tracking, run.info.run_id, "test/resumed_from") for run in runs.values()]
-    assert any(max(values) > 0 for values in resumed), resumed  # a cell stopped mid-way resumed its checkpoint
+    assert all(max(values) == 3 for values in resumed), resumed  # each cell stopped mid-way resumed its checkpoint
     assert all(metric_values(tracking, run.info.run_id, "test/step")[-1] == 30 for run in runs.values())
 
 
@@ -184,12 +189,14 @@ def test_local_time_limit_checkpoints_and_requeues(make_sweep, tracking: str, mo
 def test_a_job_killed_by_sigkill_is_lost_and_a_plain_resume_finishes_it(make_sweep, tracking: str,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORCH_TEST_STEP_S", "0.3")
+    gate = Gate(Path("gate.json"), allowed=2).install(monkeypatch)
     _, store, _ = submit(make_sweep(name="kill", steps=20, seeds="[1]"), "local", tracking)
     sweep = store.require_sweep("kill")
-    wait_for(lambda: any(Path(".orch/sweeps/kill/checkpoints").glob("*/step.txt")))  # a step is checkpointed
-    victim = next(row for row in store.cell_rows(sweep.id, states=["running"])
-                  if Path(".orch/sweeps/kill/checkpoints", row.digest, "step.txt").exists())
-    os.kill(store.attempts(victim.id)[-1].pid, signal.SIGKILL)  # dies without a word (OOM kill), mid-step
+    wait_for(lambda: held_at("kill", 2))  # a step is checkpointed
+    victim = store.cell_rows(sweep.id, states=["running"])[0]
+    gate.allow("*", 3)
+    os.kill(store.attempts(victim.id)[-1].pid, signal.SIGKILL)  # dies without a word (OOM kill), in step 3
+    gate.open()
     wait(store, "kill", poll_s=0.5, timeout_s=300)
     (dead,) = store.cell_rows(sweep.id, digests=[victim.digest])
     assert dead.state == "lost", dead.reason
@@ -223,7 +230,9 @@ def test_running_cells_show_their_step_phase_success_and_heartbeat(make_sweep, t
     """Live progress: each running cell's step k/N and phase (the trainer's progress file, copied by the job's
     heartbeat into the store), its last success rate and its heartbeat's age, in `orch status` (table and JSON)
     and `orch sweep --wait` (whole lines when not on a terminal)."""
-    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.6")
+    import orchestrator.engine
+
+    gate = Gate(Path("gate.json"), allowed=2).install(monkeypatch)  # the cells hold after step 2 until opened
     path = make_sweep("live", steps=8, seeds="[1]")
     _, store, _ = submit(path, "local", tracking)
     sweep = store.require_sweep("live")
@@ -233,6 +242,15 @@ def test_running_cells_show_their_step_phase_success_and_heartbeat(make_sweep, t
         return len(rows) == 2 and all(row["progress"]["done"] >= 2 for row in rows)
 
     wait_for(progressed, timeout=120)
+    real_wait = orchestrator.engine.wait
+
+    def wait_then_open(*args, on_poll=None, **kwargs):  # `--wait` shows the held cells once, then they go on
+        def poll(counts):
+            on_poll(counts)
+            gate.open()
+        return real_wait(*args, on_poll=poll, **kwargs)
+
+    monkeypatch.setattr(orchestrator.engine, "wait", wait_then_open)
     cells = _status_json("live")["cells"]
     for cell in cells:
         assert cell["progress"]["total"] == 8 and cell["progress"]["phase"] in ("update", "logging")
@@ -291,12 +309,14 @@ def test_sigterm_to_a_job_mid_step_checkpoints_requeues_and_loses_no_step(make_s
     """SIGTERM straight to the job process (a preemption, an admin's kill): it stops at the step boundary,
     checkpoints, reports requeued, and submitit's local controller starts it again from the checkpoint."""
     monkeypatch.setenv("ORCH_TEST_STEP_S", "0.3")
+    gate = Gate(Path("gate.json"), allowed=2).install(monkeypatch)
     _, store, _ = submit(make_sweep(name="term", steps=20, seeds="[1]"), "local", tracking)
     sweep = store.require_sweep("term")
-    wait_for(lambda: any(Path(".orch/sweeps/term/checkpoints").glob("*/step.txt")))
-    victim = next(row for row in store.cell_rows(sweep.id, states=["running"])
-                  if Path(".orch/sweeps/term/checkpoints", row.digest, "step.txt").exists())
+    wait_for(lambda: held_at("term", 2))
+    victim = store.cell_rows(sweep.id, states=["running"])[0]
+    gate.allow("*", 3)  # step 3 starts (0.3 s): the signal lands in it or at its boundary, never after the last
     os.kill(store.attempts(victim.id)[-1].pid, signal.SIGTERM)
+    gate.open()
     assert wait(store, "term", poll_s=0.5, timeout_s=300) == {"finished": 2}
     (row,) = store.cell_rows(sweep.id, digests=[victim.digest])
     assert row.requeues == 1 and [a.state for a in store.attempts(row.id)] == ["requeued", "finished"]

@@ -17,6 +17,7 @@ from orchestrator.engine import cancel, reconcile, submit_plan, wait
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
 from orchestrator.store import Store
+from tests.orchestrator.gate import Gate
 
 pytestmark = pytest.mark.usefixtures("slurm")
 
@@ -88,15 +89,17 @@ def test_one_sbatch_per_resource_group_and_array_split(sweep, tracking: str) -> 
 @pytest.mark.slow
 def test_signal_and_scontrol_requeue_resume_into_the_same_run(sweep, tracking: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.5")
+    gate = Gate(Path("gate.json"), allowed=3).install(monkeypatch)  # both jobs hold after step 3
     _, store, _ = submit(sweep("requeue", [1, 2], 40), tracking)
     sweep_row = store.require_sweep("requeue")
-    wait_for(lambda: store.counts(sweep_row.id).get("running", 0) == 2)
-    time.sleep(4)  # a few steps in
+    wait_for(lambda: [p.read_text() for p in Path(".orch/sweeps/requeue/checkpoints").glob("*/step.txt")]
+             == ["3", "3"])  # a few steps in, checkpointed
     first, second = store.cell_rows(sweep_row.id)
     # SLURM's time-limit warning (what --signal=USR2@N sends), then an operator's requeue (SIGTERM, requeue).
     subprocess.run(["scancel", "--signal=USR2", first.job_id], check=True)
     subprocess.run(["scontrol", "requeue", second.job_id], check=True)
+    wait_for(lambda: all(len(store.attempts(row.id)) >= 2 for row in (first, second)))  # both restarted
+    gate.open()
     assert wait(store, "requeue", poll_s=1, timeout_s=600) == {"finished": 2}
     by_cell = runs(tracking, "requeue")
     assert len(by_cell) == 2

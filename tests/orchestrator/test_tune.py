@@ -15,6 +15,7 @@ from orchestrator.cli import app
 from orchestrator.spec import load_sweep
 from orchestrator.store import Store
 from orchestrator.tune import CELLS_ATTR, REUSED_ATTR, Tuner, plan_study
+from tests.orchestrator.gate import Gate
 
 STUDY = """
     name: {name}
@@ -125,24 +126,39 @@ def test_a_trial_whose_config_already_ran_reuses_its_cell(make_study, tracking: 
 
 
 @pytest.mark.slow
-def test_the_pruner_stops_a_trial_whose_intermediate_values_are_worst(make_study, tracking: str,
+def test_the_pruner_stops_a_trial_whose_intermediate_values_are_worst(make_study, tracking: str, workdir: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Two trials in turn (the grid sampler, seed 1: 0.8 first, then 0.2): 0.8 scores 1 per step, 0.2 scores 0.4.
-    Once the first has completed, the median pruner stops the second at its first step past the warm-up: its cell
-    ends `pruned` before its last step, and Optuna records it pruned."""
-    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.5")
+    `warmup_steps: 1` protects each trial's first step; once the first trial has completed, the median pruner
+    stops the second at step 2, its first step past the warm-up: its cell ends `pruned` there, and Optuna records
+    it pruned. Driven by events: a job runs step k only after the tuner has seen step k - 1 (the gate), so the
+    outcome does not depend on the machine's speed."""
+    from optuna.trial import TrialState
+
+    gate = Gate(workdir / "gate.json").install(monkeypatch)
     path = make_study(steps=12, space="{type: categorical, choices: [0.8, 0.2]}", sampler="grid", seed=1,
                       pruner="{name: median, startup_trials: 1, warmup_steps: 1}", trials=2)
-    report = tuner(path, "local", tracking).run(poll_s=0.5)
+    tune = tuner(path, "local", tracking)
+    store = Store.open()
+
+    def open_one_step_past_what_the_tuner_saw(_report) -> None:
+        runs = {row.digest: row.mlflow_run_id for row in store.cell_rows(tune.sweep.id)}
+        for trial in tune.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            seen = max(trial.intermediate_values, default=0)
+            for digest in trial.user_attrs.get(CELLS_ATTR, []):
+                if runs.get(digest):
+                    gate.allow(runs[digest], seen + 1)
+
+    report = tune.run(poll_s=0.1, on_poll=open_one_step_past_what_the_tuner_saw)
     study = tuner(path, "local", tracking).study
     assert [trial.params["filter.value"] for trial in study.trials] == [0.8, 0.2]
     assert [trial.state.name for trial in study.trials] == ["COMPLETE", "PRUNED"] and report.trials == 2
-    store = Store.open()
+    assert sorted(study.trials[1].intermediate_values) == [1, 2]  # step 1 protected, pruned at step 2
     rows = {json.loads(row.varied_json)["filter.value"]: row
             for row in store.cell_rows(store.require_sweep("tune").id)}
     assert (rows[0.8].state, rows[0.2].state) == ("finished", "pruned")
     steps = [m.step for m in MlflowClient(tracking).get_metric_history(rows[0.2].mlflow_run_id, "test/score")]
-    assert 2 <= max(steps) < 12  # reported past the warm-up, stopped before its last step
+    assert max(steps) == 2  # reported past the warm-up, stopped at the step it was pruned, before its last step
 
 
 @pytest.mark.parametrize(("section", "message"), [

@@ -8,11 +8,15 @@ next step boundary and return `preempted`.
 
 It also logs `test/score` = step x (1 - |filter.value - 0.8|): an objective whose optimum is known, for the
 `orch tune` tests. Knobs (environment, test-only): ORCH_TEST_STEP_S seconds per step (default 0.05); ORCH_TEST_FAIL_SEED makes the
-cell with that seed raise while the file named by ORCH_TEST_FAIL_FLAG exists (delete it to "fix the bug").
+cell with that seed raise while the file named by ORCH_TEST_FAIL_FLAG exists (delete it to "fix the bug");
+ORCH_TEST_GATE names a JSON file `{run id or "*": highest step allowed}` (see `tests/orchestrator/gate.py`): a step
+starts only once the gate allows it, so a test decides when each step may run instead of racing sleeps against
+the machine's speed. While it waits at the gate the job still honours a stop request.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -43,6 +47,8 @@ def run(cfg, should_stop=None) -> TrainResult:
     progress = ProgressFile(folder, total, start)
     score_scale = 1.0 - abs(float(cfg.filter.value) - 0.8)  # `orch tune` tests: best at filter.value 0.8
     for step in range(start + 1, total + 1):
+        if not _wait_at_gate(tracker.run_id, step, should_stop):
+            return TrainResult("preempted", step - 1, tracker.run_id, f"checkpointed at step {step - 1}")
         progress.update(step=step, phase="update")
         time.sleep(step_s)
         tracker.log_metrics({"test/step": step, "test/pid": os.getpid(), "test/resumed_from": start,
@@ -53,3 +59,27 @@ def run(cfg, should_stop=None) -> TrainResult:
             return TrainResult("preempted", step, tracker.run_id, f"checkpointed at step {step}")
     tracker.end("FINISHED")
     return TrainResult("finished", total, tracker.run_id)
+
+
+GATE_TIMEOUT_S = 300.0
+
+
+def _wait_at_gate(run_id: str, step: int, should_stop) -> bool:
+    """Block until the gate (ORCH_TEST_GATE) allows `step` for this run; False when a stop was requested meanwhile.
+    No gate set: True at once. A gate never opened within GATE_TIMEOUT_S is a broken test: raise."""
+    path = os.environ.get("ORCH_TEST_GATE")
+    if not path:
+        return True
+    deadline = time.monotonic() + GATE_TIMEOUT_S
+    while True:
+        try:
+            allowed = json.loads(Path(path).read_text() or "{}")
+        except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or caught mid-write
+            allowed = {}
+        if int(allowed.get(run_id, allowed.get("*", 0))) >= step:
+            return True
+        if should_stop is not None and should_stop():
+            return False
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"orch-test backend: the gate {path} never allowed step {step} of run {run_id}")
+        time.sleep(0.02)
