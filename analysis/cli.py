@@ -189,8 +189,12 @@ def runs(
 
 @app.command("report")
 def report(
-    sweep: Annotated[str, typer.Argument(help="Sweep name (its MLflow experiment, or the sweep tag of its runs).")],
+    sweep: Annotated[str | None, typer.Argument(
+        help="Sweep name (its MLflow experiment, or the sweep tag of its runs); omit with --paper.")] = None,
     out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+    whole_paper: Annotated[bool, typer.Option(
+        "--paper", help="Every item of the paper map from every paper sweep in the tracking store "
+                        "(published beside measured; `orch paper` lists the map).")] = False,
     fmt: Annotated[
         str, typer.Option("--format", help="html, or png | pdf to also export every figure (needs kaleido).")
     ] = "html",
@@ -209,6 +213,8 @@ def report(
     try:
         from analysis.report import FORMATS, build_report, kaleido_available, write_report
 
+        if (sweep is None) == (not whole_paper):
+            raise OrchError("orch report: give a sweep name or --paper (not both)")
         if fmt not in FORMATS:
             raise OrchError(f"unknown --format {fmt!r}; valid choices: {', '.join(FORMATS)}")
         _check_output(out)
@@ -216,9 +222,14 @@ def report(
         if fmt != "html" and not kaleido_available():
             raise OrchError(f"--format {fmt} needs the kaleido package (pip install kaleido); use --format html")
         with _progress_bar() as progress:
-            built = build_report(
-                sweep, tracking_uri, store_url=store, n_boot=bootstrap, rollouts=rollouts, progress=progress
-            )
+            if whole_paper:
+                from analysis.report import build_paper_report
+
+                built = build_paper_report(tracking_uri, n_boot=bootstrap, rollouts=rollouts, progress=progress)
+            else:
+                built = build_report(
+                    sweep, tracking_uri, store_url=store, n_boot=bootstrap, rollouts=rollouts, progress=progress
+                )
         written = write_report(built, out, fmt)
     except OrchError as err:
         _fail(str(err))
@@ -232,3 +243,56 @@ def report(
         typer.echo("findings over seeds (rules: docs/science.md):")
         for finding in found.findings:
             typer.echo(f"  {finding.line()}")
+
+
+@app.command("paper")
+def paper_command(
+    check: Annotated[bool, typer.Option(
+        "--check", help="Exit 1 with one line per map item that has no sweep, needs a metric some cell of its sweep "
+                        "does not log, or has no report section.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the map (and problems) as JSON.")] = False,
+    profile: Annotated[str | None, typer.Option(
+        "--profile", help="Plan the sweeps under this profile of sweeps/profiles.yaml (--check).")] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="orch state store URL (default: $ORCH_STORE, else .orch/orch.db here).")
+    ] = None,
+) -> None:
+    """RAGEN-2, item by item: every table and figure -> its sweeps (and their cells' states in the store) -> the
+    metrics they must log -> the report section -> the published values (docs/paper.md)."""
+    import json
+
+    from analysis import paper
+    from orchlib.errors import OrchError
+
+    try:
+        rows = paper.status(store)
+        for row in rows:
+            row["data"] = sorted({need for sweep in row["sweeps"] for need in paper.data_needs(sweep)})
+        if check:
+            from analysis.paper_report import SECTIONS
+
+            problems = paper.check(set(SECTIONS), profile)
+        else:
+            problems = []
+    except OrchError as err:
+        _fail(str(err))
+    if as_json:
+        typer.echo(json.dumps({"items": rows, "problems": problems} if check else {"items": rows}, indent=1))
+    else:
+        for row in rows:
+            typer.echo(f"{row['ref']} ({row['key']}): {row['title']}")
+            for sweep, counts in row["sweeps"].items():
+                state = ("not in the store" if counts is None else
+                         ", ".join(f"{count} {name}" for name, count in sorted(counts.items())) or "no cells")
+                typer.echo(f"  sweeps/{sweep}.yaml: {state}")
+            typer.echo(f"  logs: {', '.join(row['metrics'])}")
+            typer.echo(f"  report section: {row['section']}; published values: {row['published']}")
+            typer.echo(f"  settings: {row['settings']}")
+            if row["data"]:
+                typer.echo(f"  data: {'; '.join(row['data'])}")
+        if check:
+            for line in problems:
+                typer.echo(f"paper --check: {line}", err=True)
+            typer.echo(f"paper --check: {len(problems)} problem(s) in {len(rows)} items", err=bool(problems))
+    if problems:
+        raise typer.Exit(1)

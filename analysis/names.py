@@ -8,6 +8,7 @@ there fails a test here instead of silently emptying a table.
 from __future__ import annotations
 
 from recipes.config import INFRA_KEYS
+from recipes.tracking import PEAK_MEMORY_METRIC
 
 # --- validation (every `trainer.val_every` steps) -------------------------------------------------------------
 VAL_SUCCESS = "val/success_rate"  # success rate in [0, 1]
@@ -20,6 +21,7 @@ STEP_TIME = "timing_s/step"  # seconds of the whole step
 ENTROPY = "actor/entropy"  # per-token policy entropy over response tokens
 RESPONSE_LENGTH = "response_length/mean"
 REWARD_MEAN = "rollout/reward_mean"  # mean episode return of the (unfiltered) training batch
+PEAK_MEMORY = PEAK_MEMORY_METRIC  # peak accelerator memory (CPU: peak RSS) so far, GB; veRL's own name
 
 # --- SNR-Aware Filtering (recipes/filtering.py: filter_metrics) -----------------------------------------------
 RV_STD_MEAN = "rollout/in_group_reward_std_mean"

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analysis.paper import predictor_references
 from orchlib.errors import OrchError
 from recipes.filtering import GroupStats, group_stats, select_groups
 
@@ -39,7 +40,7 @@ PROB_MODE_INCLUDE_ZERO = {"linear": False, "softmax": True}
 VERDICT_HELPS = "likely helps"
 VERDICT_HURTS = "unlikely to help"
 VERDICT_UNCERTAIN = "uncertain"
-PAPER_REFERENCES = "Sokoban 14B ratio 1.29 and Sokoban 3B 1.16 helped; FrozenLake 3B GRPO 0.33 hurt (about -5%)"
+PAPER_REFERENCES = predictor_references()  # the published points live in analysis.paper
 
 
 @dataclass(frozen=True)

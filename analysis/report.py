@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import html
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysis import names
 from analysis.mlflow_store import Progress
+from analysis.sections import Section, html_table  # noqa: F401  (html_table: part of this module's interface)
 from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
@@ -32,23 +33,6 @@ if TYPE_CHECKING:
 
 FORMATS = ("html", "png", "pdf")
 SCATTER_DIAGNOSTICS = (names.MI_ZSCORE_EMA, names.ENTROPY)  # the paper's MI-vs-entropy comparison
-
-
-@dataclass
-class Section:
-    """A titled part of the report: HTML blocks (tables, notes) and figures, in order."""
-
-    title: str
-    blocks: list[str | go.Figure] = field(default_factory=list)
-
-    def table(self, frame: pd.DataFrame, caption: str = "", digits: int = 2, index: bool = False) -> None:
-        self.blocks.append(html_table(frame, caption, digits, index))
-
-    def note(self, text: str) -> None:
-        self.blocks.append(f'<p class="note">{html.escape(text)}</p>')
-
-    def figure(self, figure: go.Figure) -> None:
-        self.blocks.append(figure)
 
 
 @dataclass
@@ -64,15 +48,6 @@ class Report:
 
     def figures(self) -> list[go.Figure]:
         return [block for section in self.sections for block in section.blocks if not isinstance(block, str)]
-
-
-def html_table(frame: pd.DataFrame, caption: str = "", digits: int = 2, index: bool = False) -> str:
-    """A frame as an HTML table (floats to ``digits`` places, missing values as an en dash)."""
-    table = frame.to_html(
-        index=index, na_rep="–", float_format=lambda v: f"{v:.{digits}f}", border=0, classes="data", escape=True
-    )
-    head = f"<h4>{html.escape(caption)}</h4>" if caption else ""
-    return f'{head}<div class="scroll">{table}</div>'
 
 
 def _mean_std(frame: pd.DataFrame, prefix: str) -> pd.Series:
@@ -400,12 +375,66 @@ def build_report(
     study_section = _study(sweep, store_url)
     if study_section is not None:
         sections.append(study_section)
+    from analysis.paper import items_of_sweep
+    from analysis.paper_report import paper_sections
+
+    for position, section in enumerate(paper_sections(data, summary, items_of_sweep(sweep), n_boot=n_boot,
+                                                      predictions=predictions)):
+        sections.insert(position, section)
     sections.insert(0, _overview(data, summary, store, notes))
     effects = found.effects if found.effects is not None else filter_effect(summary)
     sections.insert(0, _answers(data, summary, effects, predictions))
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Report(sweep=sweep, tracking_uri=data.tracking_uri, generated=generated, notes=notes, sections=sections,
                   science=found)
+
+
+def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, rollouts: bool = True,
+                       progress: Progress | None = None) -> Report:
+    """`orch report --paper`: every item of the paper map (`analysis.paper`), each from the runs of its sweeps in
+    the tracking store (several sweeps' runs together, e.g. the entropy and KL sweeps); an item none of whose
+    sweeps has run says so in one line."""
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData, RunQuery, load_runs
+    from analysis.paper import ITEMS, paper_sweeps
+    from analysis.paper_report import paper_sections
+    from analysis.summary import summarize
+
+    loaded: dict[str, RunData] = {}
+    uri = ""
+    for sweep in paper_sweeps():
+        try:
+            data = load_runs(RunQuery(sweep=sweep), tracking_uri, progress=progress)
+        except OrchError:
+            continue
+        uri = data.tracking_uri
+        if not data.runs.empty:
+            loaded[sweep] = data
+    if not loaded:
+        raise OrchError("no paper sweep has runs in the tracking store: run one (e.g. `orch sweep sweeps/table4.yaml "
+                        "--profile cpu --wait`) first")
+    sections, notes = [], []
+    for item in ITEMS:
+        parts = [loaded[sweep] for sweep in item.sweeps if sweep in loaded]
+        if not parts:
+            section = Section(f"The paper, {item.ref}: {item.title}")
+            section.note(f"No cell of {', '.join(f'sweeps/{s}.yaml' for s in item.sweeps)} has run yet.")
+            sections.append(section)
+            continue
+        data = parts[0] if len(parts) == 1 else RunData(
+            runs=pd.concat([part.runs for part in parts], ignore_index=True),
+            metrics=pd.concat([part.metrics for part in parts], ignore_index=True),
+            tracking_uri=parts[0].tracking_uri, reader=parts[0].reader)
+        summary = summarize(data)
+        predictions = None
+        if rollouts and item.key == "predictor":
+            _, predictions, predictor_notes = _first_batches(data, summary, progress)
+            notes.extend(predictor_notes)
+        sections.extend(paper_sections(data, summary, [item], n_boot=n_boot, predictions=predictions))
+    generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return Report(sweep="the paper (RAGEN-2, arXiv 2604.06268)", tracking_uri=uri, generated=generated, notes=notes,
+                  sections=sections)
 
 
 STYLE = """

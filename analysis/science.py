@@ -15,7 +15,8 @@ Definitions (per run):
   70% of its running peak on 2 consecutive points: ``recipes.collapse.CollapseRule``'s defaults); the lead is
   success's onset minus MI-ZScore-EMA's onset, in steps (positive: MI fell first).
 
-Every interval is a 95% percentile bootstrap over seeds (2,000 resamples, fixed seed): of a mean over runs, or of
+The statistics and the verdict vocabulary are :mod:`analysis.verdicts`'s, shared with the paper's side-by-side
+report. Every interval is a 95% percentile bootstrap over seeds (2,000 resamples, fixed seed): of a mean over runs, or of
 a difference of means with each arm resampled on its own. An interval *clears* a threshold when it lies entirely
 above it and *misses* it when it lies entirely below. Fewer than :data:`MIN_SEEDS` runs where a rule needs them
 make that finding inconclusive. Findings are judged per task (and variant): pooling tasks would mix task difficulty
@@ -50,6 +51,20 @@ import numpy as np
 
 from analysis import names
 from analysis.early_warning import DEFAULT_RULE
+from analysis.verdicts import (  # noqa: F401  (re-exported: the verdict vocabulary of the findings)
+    BOOT_SEED,
+    CI,
+    INCONCLUSIVE,
+    MIN_SEEDS,
+    N_BOOT,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    delta_interval,
+    interval_text,
+    mean_interval,
+    percentiles,
+    side,
+)
 from recipes.mi import retrieval_excess
 
 if TYPE_CHECKING:
@@ -57,12 +72,7 @@ if TYPE_CHECKING:
 
     from analysis.mlflow_store import RunData
 
-MIN_SEEDS = 3
 DROP = DEFAULT_RULE.drop_fraction  # the fall that counts as a collapse (0.3)
-CI = 0.95
-N_BOOT = 2000
-BOOT_SEED = 0
-REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 CLAIMS = {
     "1a": "without filtering, the MI proxies fall while entropy does not",
     "1b": "without filtering, MI falls before success does",
@@ -103,51 +113,6 @@ class Science:
         rows = [{"finding": f.key, "claim": f.claim, "scope": f.scope, "verdict": f.verdict, "evidence": f.evidence}
                 for f in self.findings]
         return pd.DataFrame(rows, columns=["finding", "claim", "scope", "verdict", "evidence"])
-
-
-# --- statistics ------------------------------------------------------------------------------------------------
-
-def _percentiles(values: np.ndarray) -> tuple[float, float]:
-    values = values[np.isfinite(values)]
-    if not values.size:
-        return math.nan, math.nan
-    lo, hi = np.percentile(values, [100 * (1 - CI) / 2, 100 * (1 + CI) / 2])
-    return float(lo), float(hi)
-
-
-def mean_interval(values, n_boot: int = N_BOOT) -> tuple[float, float, float]:
-    """(mean, lo, hi): the mean over runs and its percentile bootstrap interval (NaN without values)."""
-    values = np.asarray(values, dtype=np.float64)
-    values = values[np.isfinite(values)]
-    if not values.size:
-        return math.nan, math.nan, math.nan
-    rng = np.random.default_rng(BOOT_SEED)
-    means = values[rng.integers(0, values.size, size=(n_boot, values.size))].mean(axis=1)
-    return (float(values.mean()), *_percentiles(means))
-
-
-def delta_interval(base, treated, n_boot: int = N_BOOT) -> tuple[float, float, float]:
-    """(delta, lo, hi): mean(treated) - mean(base), each arm resampled on its own (NaN when an arm is empty)."""
-    base = np.asarray(base, dtype=np.float64)
-    treated = np.asarray(treated, dtype=np.float64)
-    base, treated = base[np.isfinite(base)], treated[np.isfinite(treated)]
-    if not base.size or not treated.size:
-        return math.nan, math.nan, math.nan
-    rng = np.random.default_rng(BOOT_SEED)
-    draws = (treated[rng.integers(0, treated.size, size=(n_boot, treated.size))].mean(axis=1)
-             - base[rng.integers(0, base.size, size=(n_boot, base.size))].mean(axis=1))
-    return (float(treated.mean() - base.mean()), *_percentiles(draws))
-
-
-def side(lo: float, hi: float, threshold: float) -> str:
-    """'clears' (interval above ``threshold``), 'misses' (below) or 'spans'."""
-    if math.isnan(lo) or math.isnan(hi):
-        return "spans"
-    return "clears" if lo > threshold else "misses" if hi < threshold else "spans"
-
-
-def _interval(value: float, lo: float, hi: float, digits: int = 2) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
 # --- per-run signals -------------------------------------------------------------------------------------------
@@ -255,7 +220,7 @@ def _finding_1a(scope: str, fall: pd.DataFrame, n_boot: int) -> Finding:
         verdict = INCONCLUSIVE
     labels = {names.MI_ZSCORE_EMA: "MI-ZScore-EMA", names.RETRIEVAL_EXCESS: "retrieval excess",
               names.ENTROPY: "entropy"}
-    text = "; ".join(f"{labels[key]} fall {_interval(*stats[key])}" for key in needed)
+    text = "; ".join(f"{labels[key]} fall {interval_text(*stats[key])}" for key in needed)
     return Finding("1a", scope, verdict, f"{text} (threshold {DROP:g}, {len(fall)} baseline runs)")
 
 
@@ -267,14 +232,14 @@ def _finding_1b(scope: str, leads: pd.DataFrame, n_boot: int) -> Finding:
                        f"{lead.size} baseline runs where both MI and success declined (< {MIN_SEEDS}); {counts}")
     mean, lo, hi = mean_interval(lead, n_boot)
     verdict = {"clears": REPRODUCED, "misses": NOT_REPRODUCED}.get(side(lo, hi, 0.0), INCONCLUSIVE)
-    return Finding("1b", scope, verdict, f"lead {_interval(mean, lo, hi, 1)} steps over {lead.size} runs; {counts}")
+    return Finding("1b", scope, verdict, f"lead {interval_text(mean, lo, hi, 1)} steps over {lead.size} runs; {counts}")
 
 
 def _finding_2(scope: str, effect: pd.Series, mi: tuple[float, float, float] | None, counts: str) -> Finding:
     success = (effect["delta"], effect["lo"], effect["hi"])
-    text = f"success {_interval(*success, 1)} points"
+    text = f"success {interval_text(*success, 1)} points"
     if mi is not None:
-        text += f"; MI-ZScore-EMA {_interval(*mi)}"
+        text += f"; MI-ZScore-EMA {interval_text(*mi)}"
     text += f" ({counts})"
     if min(effect["base_n"], effect["filt_n"]) < MIN_SEEDS:
         return Finding("2", scope, INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds in an arm; {text}")
@@ -296,7 +261,7 @@ def spearman_gap(mi, entropy, success, n_boot: int = N_BOOT) -> tuple[float, flo
     point = float(rowwise_spearman(x, y)[0] - abs(rowwise_spearman(e, y)[0]))
     picks = np.random.default_rng(BOOT_SEED).integers(0, x.shape[1], size=(n_boot, x.shape[1]))
     draws = rowwise_spearman(x[0][picks], y[0][picks]) - np.abs(rowwise_spearman(e[0][picks], y[0][picks]))
-    return (point, *_percentiles(draws))
+    return (point, *percentiles(draws))
 
 
 def _finding_3(scope: str, runs: pd.DataFrame, n_boot: int) -> Finding:
@@ -312,16 +277,16 @@ def _finding_3(scope: str, runs: pd.DataFrame, n_boot: int) -> Finding:
     gap = spearman_gap(runs[names.MI_ZSCORE_EMA], runs[names.ENTROPY], runs["final_success"], n_boot)
     sides = [side(mi["spearman_lo"], mi["spearman_hi"], 0.0), side(*gap[1:], 0.0)]
     verdict = NOT_REPRODUCED if "misses" in sides else REPRODUCED if sides == ["clears", "clears"] else INCONCLUSIVE
-    text = (f"Spearman MI {_interval(mi['spearman'], mi['spearman_lo'], mi['spearman_hi'])}, entropy "
-            f"{_interval(entropy['spearman'], entropy['spearman_lo'], entropy['spearman_hi'])}, MI - |entropy| "
-            f"{_interval(*gap)} over {len(runs)} runs")
+    text = (f"Spearman MI {interval_text(mi['spearman'], mi['spearman_lo'], mi['spearman_hi'])}, entropy "
+            f"{interval_text(entropy['spearman'], entropy['spearman_lo'], entropy['spearman_hi'])}, MI - |entropy| "
+            f"{interval_text(*gap)} over {len(runs)} runs")
     return Finding("3", scope, verdict, text)
 
 
 def _finding_4(scope: str, ratios: np.ndarray | None, effect: pd.Series) -> Finding:
     from analysis.predictor import VERDICT_HELPS, VERDICT_HURTS, PredictorThresholds, verdict_for
 
-    gain = f"gain {_interval(effect['delta'], effect['lo'], effect['hi'], 1)} points"
+    gain = f"gain {interval_text(effect['delta'], effect['lo'], effect['hi'], 1)} points"
     if ratios is None:
         return Finding("4", scope, INCONCLUSIVE, f"rollout batches were not read (--no-rollouts); {gain}")
     if not ratios.size:

@@ -80,3 +80,25 @@ def sweep_study(sweep: str, store_url: str | None = None) -> Any:
         return optuna.load_study(study_name=sweep, storage=storage)
     except Exception:  # not a database Optuna can read (no study tables): no study
         return None
+
+
+@dataclass(frozen=True)
+class PlannedConfig:
+    """One cell a sweep file would run: its identity, its settings and its resolved training config
+    (`recipes.config.TrainConfig`)."""
+
+    digest: str
+    settings: dict[str, Any]
+    config: Any
+
+
+def planned_configs(path: Path, profile: str | None = None) -> list[PlannedConfig]:
+    """Every cell the sweep file at `path` plans (under `profile`), resolved as a job would run it; nothing is
+    stored or submitted. Raises `OrchError` (file, line, key) on a bad file."""
+    from orchestrator.plan import build_plan
+    from orchestrator.resolve import ConfigResolver
+    from orchestrator.spec import load_sweep
+
+    resolver = ConfigResolver()
+    plan = build_plan(load_sweep(path, profile=profile), resolver)
+    return [PlannedConfig(cell.digest, cell.settings, resolver.resolve(cell.settings).config) for cell in plan.cells]

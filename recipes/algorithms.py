@@ -43,10 +43,13 @@ class Algorithm:
         raise NotImplementedError
 
 
-@register_algorithm("ppo")
+@register_algorithm("ppo", "dapo")
 class PPO(Algorithm):
     """GAE over the generated tokens of the whole trajectory with a learned value model (veRL's GAE skips the
-    observation tokens between turns, so credit flows across turns), advantages whitened over the batch."""
+    observation tokens between turns, so credit flows across turns), advantages whitened over the batch.
+
+    `dapo` is RAGEN-2's DAPO, the one its Table 4 ran: "PPO + higher clip + no KL + token-level loss", a GAE critic
+    and no dynamic sampling (RAGEN scripts/runs/run_main_table_diff_algo.sh:232-233); the rest is config."""
 
     uses_critic = True
 
@@ -62,11 +65,13 @@ class PPO(Algorithm):
         )
 
 
-@register_algorithm("grpo", "dapo", "drgrpo")
+@register_algorithm("grpo", "drgrpo", "dapo_dynamic")
 class GroupRelative(Algorithm):
     """GRPO-family outcome advantages: the episode return minus its group's mean, divided by the group's std unless
-    `norm_adv_by_std` is false (Dr.GRPO), broadcast to every generated token. DAPO is GRPO with clip-higher,
-    token-mean loss and dynamic sampling; Dr.GRPO drops the std and uses seq-mean-token-sum-norm (config)."""
+    `norm_adv_by_std` is false (Dr.GRPO), broadcast to every generated token. Dr.GRPO drops the std and sums each
+    sequence's token losses (seq-mean-token-sum, RAGEN scripts/runs/run_main_table_diff_algo.sh:239); `dapo_dynamic`
+    is DAPO as its own paper defines it (Yu et al. 2025: group-relative advantages, clip-higher, token-mean loss,
+    dynamic sampling of zero-variance groups), which RAGEN-2 did not run (config)."""
 
     def advantages(self, batch: TrainBatch, cfg: Any) -> tuple[torch.Tensor, torch.Tensor]:
         from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage

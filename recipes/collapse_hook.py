@@ -6,13 +6,14 @@ Configured by the `diagnostics:` section of the training config (`recipes.diagno
 * every `mi_every` steps (and at step 1): the MI proxies of `CollapseMonitor` (`collapse/<set>/*`) and the early
   warning (`collapse/alert`, `collapse/mi_drop`). When the alert first fires it sets the MLflow tag
   `collapse_alert_step`, warns (log and terminal), and with `stop_on_collapse` stops the run after the step;
-* every `grad_every` steps (0 = never): the gradient split by reward-variance bucket (the paper's signal-to-noise
-  analysis): the prompt groups are split into `grad_buckets` buckets by within-prompt reward std and, per bucket,
-  the L2 norms of the gradients of the task part and of the regularisation part of the actor loss are logged
-  (`grad_norm/bucket_<k>/{task, reg, rv_min, rv_max}`, bucket 0 the lowest reward variance). The trainer's own
-  unfiltered batch is scored by the trainer's own function (`StepContext.score`: reference log-probs, values,
-  advantages of the run's estimator on all groups; on veRL the fit loop's own scoring calls and the actor workers'
-  `orch_gradient_norms`, recipes.verl.workers); nothing is applied to the policy.
+* at step 1 and every `grad_every` steps after it (1, 1 + N, ...: RAGEN's cadence; 0 = never): the gradient
+  split by reward-variance bucket (the paper's signal-to-noise analysis): the prompt groups are split into
+  `grad_buckets` buckets by within-prompt reward std and, per bucket, the L2 norms of the gradients of the task
+  part and of the regularisation part of the actor loss are logged (`grad_norm/bucket_<k>/{task, reg, rv_min,
+  rv_max}`, bucket 0 the lowest reward variance). The trainer's own unfiltered batch is scored by the trainer's
+  own function (`StepContext.score`: reference log-probs, values, advantages of the run's estimator on all
+  groups; on veRL the fit loop's own scoring calls and the actor workers' `orch_gradient_norms`,
+  recipes.verl.workers); nothing is applied to the policy.
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ class DiagnosticsConfig(BaseModel):
     batch_size: Annotated[int, integer(1, "sequences per cross-scoring forward pass")] = 32
     rule: CollapseRule = CollapseRule()
     stop_on_collapse: Annotated[bool, boolean()] = False
-    grad_every: Annotated[int, integer(0, "steps between gradient splits; 0 disables")] = 0  # 0 disables
+    grad_every: Annotated[int, integer(0, "steps between gradient splits; 0 disables")] = 0  # at step 1, 1 + N, ...
     grad_buckets: Annotated[int, integer(1, "reward-variance buckets")] = 6
 
     @field_validator("sets", mode="before")
@@ -177,8 +177,9 @@ class DiagnosticsConfig(BaseModel):
         return self.mi_every > 0 and (step == 1 or step % self.mi_every == 0)
 
     def grad_due(self, step: int) -> bool:
-        """The gradient split runs every ``grad_every`` steps (never when 0)."""
-        return self.grad_every > 0 and step % self.grad_every == 0
+        """The gradient split runs at step 1 and every ``grad_every`` steps after it -- 1, 1 + N, 1 + 2N -- as RAGEN's
+        gradient analysis does (agent_trainer.py:1436-1446: ``(global_step - 1) % every == 0``); never when 0."""
+        return self.grad_every > 0 and (step - 1) % self.grad_every == 0
 
 
 Scorer = Callable[[list[list[int]], list[list[int]]], CrossScores]

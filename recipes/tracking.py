@@ -22,6 +22,9 @@ from orchlib.sqlurl import sqlite_tables
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
 TRACKING_SCHEMES = ("databricks", "file", "http", "https", "mssql", "mysql", "postgresql", "sqlite")
 PROBE_TIMEOUT_S = 5.0
+# Peak memory of the run so far, GB, logged every step under veRL's own name (its workers log the accelerator's):
+# the accelerator's peak allocation on cuda, the process's peak resident set on cpu (RAGEN-2 Table 5's memory column).
+PEAK_MEMORY_METRIC = "perf/max_memory_allocated_gb"
 
 
 def default_tracking_uri(explicit: str | None = None, workdir: Path | None = None) -> str:

@@ -8,24 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import tables
+from analysis import paper, tables
 
-TASKS = ("Sokoban", "FrozenLake", "MetaMathQA", "Countdown")
-# RAGEN-2 (arXiv 2604.06268) Table 4: baseline peak per task, filter delta per task, published (avg baseline, avg delta).
-# GRPO FrozenLake has two reports (-3.0 and +2.3); the published average +3.7 is the one with +2.3.
-PUBLISHED_TABLE4 = {
-    "PPO Qwen2.5-3B": ([12.9, 67.0, 92.6, 97.9], [16.0, 10.9, 0.6, 0.0], 67.6, 6.9),
-    "DAPO": ([16.2, 66.8, 90.8, 95.7], [5.1, 2.1, 2.8, 1.6], 67.4, 2.9),
-    "GRPO": ([12.1, 70.9, 91.2, 95.7], [9.0, 2.3, 1.2, 2.2], 67.5, 3.7),
-    "Dr.GRPO": ([12.1, 23.2, 91.2, 96.5], [-0.4, 0.6, 1.4, 1.4], 55.8, 0.8),
-    "Qwen2.5-0.5B": ([3.3, 19.5, 10.0, 23.0], [22.9, 0.0, -0.2, -0.7], 14.0, 5.5),
-    "Qwen2.5-1.5B": ([17.0, 36.5, 80.3, 56.6], [6.2, 1.6, 7.0, 1.6], None, 4.1),
-    "Qwen2.5-7B": ([42.4, 85.0, 84.0, 97.7], [4.9, -0.6, 11.7, 0.3], 77.3, 4.1),
-    "Qwen2.5-3B-Instruct": ([22.5, 83.6, 91.2, 96.3], [14.2, 2.3, 0.4, -0.6], None, 4.1),
-    "Llama3.2-3B": ([24.4, 84.6, 86.1, 99.2], [18.8, -0.2, 3.7, -1.2], 73.6, 5.3),
-    "Qwen2.5-VL-3B, text input": ([53.0, 16.0, None, None], [6.0, 53.5, None, None], None, 29.8),
-    "Qwen2.5-VL-3B, image input": ([65.0, 19.5, None, None], [12.0, 59.5, None, None], 42.3, 35.8),
-}
+TASKS = paper.TABLE4_TASKS
+# RAGEN-2 (arXiv 2604.06268) Table 4, from the paper map (the one place published numbers live): baseline peak per
+# task, filter delta per task, published (avg baseline, avg delta).
+PUBLISHED_TABLE4 = paper.TABLE4
 ROUNDING = 0.05 + 1e-9  # the paper prints one decimal
 
 
@@ -104,10 +92,13 @@ def test_missing_pairs_names_the_cells_without_a_counterpart():
 
 
 def _budget_runs() -> pd.DataFrame:
-    # RAGEN-2 (arXiv 2604.06268) Table 5: (prompts, samples) -> success no-filter, filter; step time no-filter, filter
-    published = {(64, 2): (18.8, 27.3, 91.8, 64.9), (32, 4): (24.2, 27.4, 89.8, 52.6), (8, 16): (15.6, 23.6, 89.2, 65.9)}
-    rows = [{"prompts": 128, "samples": 1, "filtered": False, "peak_success": 23.6, "step_time": 89.8}]
-    for (prompts, samples), (s0, s1, t0, t1) in published.items():
+    # RAGEN-2 (arXiv 2604.06268) Table 5 from the paper map: (prompts, samples) -> success no-filter, filter; step
+    # time no-filter, filter
+    single_success, _, single_time, _ = paper.TABLE5[(128, 1)]
+    rows = [{"prompts": 128, "samples": 1, "filtered": False, "peak_success": single_success, "step_time": single_time}]
+    for (prompts, samples), (s0, s1, t0, t1) in paper.TABLE5.items():
+        if s1 is None:
+            continue
         rows.append({"prompts": prompts, "samples": samples, "filtered": False, "peak_success": s0, "step_time": t0})
         rows.append({"prompts": prompts, "samples": samples, "filtered": True, "peak_success": s1, "step_time": t1})
     frame = pd.DataFrame(rows).assign(task="sokoban", variant="ppo", seed=0)

@@ -137,7 +137,7 @@ def test_shared_profiles_file(workdir: Path, sweep_file) -> None:
         ("name: x\ngrid:\n  task: [sokobn]\n",
          r"sweep\.yaml:3: grid\.task\[0\]: unknown task option 'sokobn'; valid choices: countdown, deepcoder, frozenlake"),
         ("name: x\nbase:\n  algorithm: reinforce\n",
-         r"sweep\.yaml:3: base\.algorithm: unknown algorithm option 'reinforce'; valid choices: dapo, drgrpo"),
+         r"sweep\.yaml:3: base\.algorithm: unknown algorithm option 'reinforce'; valid choices: dapo, dapo_dynamic, drgrpo"),
         ("name: x\nbase:\n  model: gpt5\n", r":3: base\.model: unknown model option 'gpt5'; valid choices: .*tiny"),
         ("name: x\ngrid:\n  trainer.bogus: [1]\n",
          r"sweep\.yaml:3: grid\.trainer\.bogus.*unknown config key 'bogus' under 'trainer'; valid choices: .*total_steps"),

@@ -44,11 +44,12 @@ def compact(batch, tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_registry_has_the_paper_algorithms() -> None:
-    assert algorithm_names() == ["dapo", "drgrpo", "grpo", "ppo"]
+    assert algorithm_names() == ["dapo", "dapo_dynamic", "drgrpo", "grpo", "ppo"]
     assert get_algorithm("ppo").uses_critic and not get_algorithm("grpo").uses_critic
+    assert get_algorithm("dapo").uses_critic  # RAGEN-2's DAPO: scripts/runs/run_main_table_diff_algo.sh:232-233
 
 
-@pytest.mark.parametrize("name", ["grpo", "dapo", "drgrpo"])
+@pytest.mark.parametrize("name", ["grpo", "dapo_dynamic", "drgrpo"])
 def test_group_advantages_equal_verl_on_the_plain_layout(batch, name) -> None:
     cfg = compose_train_config([f"algorithm={name}"]).algorithm
     advantages, returns = get_algorithm(name).advantages(batch, cfg)

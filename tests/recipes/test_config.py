@@ -33,9 +33,13 @@ def test_algorithm_defaults_follow_the_paper() -> None:
     assert (ppo.clip_ratio_low, ppo.clip_ratio_high, ppo.entropy_coeff, ppo.use_kl) == (0.2, 0.28, 0.001, False)
     assert compose_train_config(["algorithm=grpo"]).algorithm.loss_agg_mode == "seq-mean-token-mean"
     drgrpo = compose_train_config(["algorithm=drgrpo"]).algorithm
-    assert (drgrpo.norm_adv_by_std, drgrpo.loss_agg_mode) == (False, "seq-mean-token-sum-norm")
+    # RAGEN scripts/runs/run_main_table_diff_algo.sh:239 (Dr.GRPO), :232-233 (DAPO: PPO + clip-higher, no KL)
+    assert (drgrpo.norm_adv_by_std, drgrpo.loss_agg_mode) == (False, "seq-mean-token-sum")
     dapo = compose_train_config(["algorithm=dapo"]).algorithm
-    assert dapo.dynamic_sampling and dapo.loss_agg_mode == "token-mean"
+    assert not dapo.dynamic_sampling and dapo.loss_agg_mode == "token-mean" and not dapo.use_kl
+    assert (dapo.clip_ratio_low, dapo.clip_ratio_high) == (0.2, 0.28)
+    dynamic = compose_train_config(["algorithm=dapo_dynamic"]).algorithm
+    assert dynamic.dynamic_sampling and dynamic.loss_agg_mode == "token-mean"
 
 
 def test_overrides_apply() -> None:

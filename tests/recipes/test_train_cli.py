@@ -20,7 +20,7 @@ def test_print_config_and_bad_overrides() -> None:
     assert shown.exit_code == 0 and "name: frozenlake" in shown.output and "value: 0.95" in shown.output
     bad = runner.invoke(app, ["train", "algorithm=reinforce"])
     assert bad.exit_code == 2
-    assert "unknown algorithm option 'reinforce'; valid choices: dapo, drgrpo, grpo, ppo" in bad.output
+    assert "unknown algorithm option 'reinforce'; valid choices: dapo, dapo_dynamic, drgrpo, grpo, ppo" in bad.output
 
 
 def test_sigusr2_checkpoints_at_the_step_boundary_and_exits_75(train_overrides, tmp_path) -> None:

@@ -40,9 +40,10 @@ def history(mlflow: MlflowClient, run_id: str) -> dict[str, list[tuple[int, floa
         ["algorithm=ppo", "task=sokoban"],
         ["algorithm=grpo", "task=frozenlake", "algorithm.use_kl=true"],
         ["algorithm=dapo", "task=countdown"],
+        ["algorithm=dapo_dynamic", "task=countdown"],
         ["algorithm=drgrpo", "task=metamathqa"],
     ],
-    ids=["ppo", "grpo-kl", "dapo", "drgrpo"],
+    ids=["ppo", "grpo-kl", "dapo", "dapo_dynamic", "drgrpo"],
 )
 def test_two_steps_of_every_algorithm(train_overrides, extra) -> None:
     overrides = [*train_overrides, "filter=none", *extra]
@@ -55,7 +56,9 @@ def test_two_steps_of_every_algorithm(train_overrides, extra) -> None:
     assert [step for step, _ in metrics["actor/pg_loss"]] == [1, 2]
     assert [step for step, _ in metrics["val/success_rate"]] == [0, 1, 2]
     assert all(math.isfinite(value) for values in metrics.values() for _, value in values)
-    assert ("critic/vf_loss" in metrics) == ("ppo" in extra[0])
+    name = extra[0].split("=")[1]
+    assert ("critic/vf_loss" in metrics) == (name in ("ppo", "dapo"))  # RAGEN-2's DAPO is PPO with clip-higher
+    assert ("rollout/dynamic_sampling_groups" in metrics) == (name == "dapo_dynamic")
     assert ("actor/kl_loss" in metrics) == ("algorithm.use_kl=true" in extra)
     for key in ("rollout/kept_ratio", "actor/entropy", "actor/grad_norm", "response_length/mean", "timing_s/gen"):
         assert key in run.data.metrics
@@ -219,7 +222,7 @@ def test_a_local_hugging_face_checkpoint_is_a_model(train_overrides, micro_folde
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["algorithm.name=reinforce"], "unknown algorithm 'reinforce'; valid choices: dapo, drgrpo, grpo, ppo"),
+        (["algorithm.name=reinforce"], "unknown algorithm 'reinforce'; valid choices: dapo, dapo_dynamic, drgrpo, grpo, ppo"),
         (["task.env.max_turns=0"], "env sokoban: max_turns: Input should be greater than or equal to 1"),
         (["hooks=[nosuch]"], "unknown step hook 'nosuch'"),
         (["mlflow.run_id=doesnotexist"], "config key mlflow.run_id: no run 'doesnotexist'"),

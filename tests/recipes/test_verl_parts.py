@@ -102,18 +102,18 @@ def test_config_map_ppo_on_the_papers_setting() -> None:
         "algorithm.adv_estimator": "'gae'", "algorithm.gamma": "1.0", "algorithm.lam": "1.0",
         "algorithm.use_kl_in_reward": "false",
         "data.train_batch_size": "8", "actor_rollout_ref.rollout.n": "16",
-        "data.max_prompt_length": "256", "data.max_response_length": str(8192 - 256),
+        "data.max_prompt_length": "256", "data.max_response_length": str(3600 - 256),  # RAGEN base.yaml:54
         "actor_rollout_ref.actor.optim.lr": "1e-06", "critic.optim.lr": "1e-05",
         "actor_rollout_ref.actor.clip_ratio_low": "0.2", "actor_rollout_ref.actor.clip_ratio_high": "0.28",
         "actor_rollout_ref.actor.entropy_coeff": "0.001", "actor_rollout_ref.actor.use_kl_loss": "false",
         "actor_rollout_ref.actor.loss_agg_mode": "'token-mean'",
         "actor_rollout_ref.actor.loss_scale_factor": str(400 * 5),
         "actor_rollout_ref.actor.ppo_mini_batch_size": "2",  # 32 trajectories = 2 prompts x 16 samples
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": str(4 * 8192),
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": str(4 * 3600),
         "critic.cliprange_value": "0.5",
         "actor_rollout_ref.rollout.name": "'vllm'", "actor_rollout_ref.rollout.temperature": "1.0",
         "actor_rollout_ref.rollout.val_kwargs.temperature": "0.5", "actor_rollout_ref.rollout.val_kwargs.n": "1",
-        "trainer.total_training_steps": "200", "trainer.test_freq": "10", "trainer.val_before_train": "true",
+        "trainer.total_training_steps": "400", "trainer.test_freq": "10", "trainer.val_before_train": "true",
         "trainer.save_freq": "10", "trainer.resume_mode": "'disable'", "trainer.device": "'cuda'",
         "trainer.default_local_dir": "'/c/verl'", "trainer.logger": "[]", "trainer.use_v1": "false",
         "data.val_batch_size": "512", "actor_rollout_ref.rollout.agent.default_agent_loop": "'orch_env'",
@@ -131,7 +131,10 @@ def test_config_map_algorithms_and_cpu() -> None:
     assert grpo["actor_rollout_ref.model.override_config.attn_implementation"] == "'sdpa'"
     drgrpo = mapped([*MICRO, "algorithm=drgrpo"])
     assert (drgrpo["algorithm.norm_adv_by_std_in_grpo"], drgrpo["actor_rollout_ref.actor.loss_agg_mode"]) == (
-        "false", "'seq-mean-token-sum-norm'")
+        "false", "'seq-mean-token-sum'")  # RAGEN scripts/runs/run_main_table_diff_algo.sh:239
+    dapo = mapped([*MICRO, "algorithm=dapo"])  # RAGEN's DAPO: PPO + clip-higher + no KL, :232-233
+    assert dapo["algorithm.adv_estimator"] == "'gae'" and "critic.model.path" in dapo
+    assert dapo["actor_rollout_ref.actor.use_kl_loss"] == "false"
     kl = mapped([*MICRO, "algorithm=grpo", "algorithm.use_kl=true", "algorithm.kl_penalty=mse"])
     assert (kl["actor_rollout_ref.actor.use_kl_loss"], kl["actor_rollout_ref.actor.kl_loss_type"]) == ("true", "'mse'")
     never_saves = mapped([*MICRO, "trainer.save_every=0", "trainer.total_steps=7"])
@@ -153,7 +156,8 @@ def test_verl_config_composes_and_carries_the_train_config() -> None:
 
 def test_verl_takes_the_gradient_split() -> None:
     cfg = compose_train_config([*MICRO, "backend=verl", "hooks=[collapse]", "diagnostics.grad_every=2"])
-    assert cfg.diagnostics.grad_due(2) and not cfg.diagnostics.grad_due(1)
+    # RAGEN's cadence, agent_trainer.py:1436-1446 at RAGEN 20daedc: steps 1, 1 + N, 1 + 2N
+    assert [step for step in range(1, 8) if cfg.diagnostics.grad_due(step)] == [1, 3, 5, 7]
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])

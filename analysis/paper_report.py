@@ -1,0 +1,411 @@
+"""The paper, side by side: one report section per item of the paper map (`analysis.paper`) that a sweep produces,
+with every published value beside the measured one (mean over seeds, 95% bootstrap interval, the difference) and a
+verdict per value by the rules of `analysis.verdicts`, then one figure on shared axes (published on x, measured on
+y for levels; the measured difference with its interval for directions, the published sign marked).
+
+An item whose sweep has no finished cells for it says so in one line; it never draws an empty chart. A sweep run on
+the code-built tiny model (a rehearsal, `--profile cpu`) or on generated data carries a banner saying so: its
+levels are not comparable with the paper's, only its directions are indicative.
+
+    sections = paper_sections(data, summary, items)   # `analysis.report` calls this
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from analysis import names, paper
+from analysis.verdicts import (
+    DIRECTION,
+    INCONCLUSIVE,
+    delta_interval,
+    judge,
+    mean_interval,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData
+    from analysis.paper import Item, Value
+
+Measured = tuple[float, float, float, int]  # value, lo, hi, runs
+NONE: Measured = (math.nan, math.nan, math.nan, 0)
+COLUMNS = ["where", "quantity", "published", "measured", "95% interval", "runs", "measured - published",
+           "verdict", "reason"]
+CONFIG_KEYS = ("model.name", "model.path", "task.env.observation", "algorithm.name", "filter.strategy",
+               "filter.value", "algorithm.entropy_coeff", "algorithm.kl_coef", "algorithm.use_kl",
+               *sorted({key for key, _ in paper.DATA.values() if key}))
+
+
+@dataclass
+class Context:
+    """What every item's measurement reads: the per-run summary (`analysis.summary.summarize`) with the config keys
+    above as columns (`config.<key>`), the paper's Table 4 row of each run, and the runs' metric histories."""
+
+    data: RunData
+    runs: pd.DataFrame
+    n_boot: int
+    predictions: pd.DataFrame | None = None  # analysis.rollout_artifacts.predictions of the first dumped batches
+
+    def history(self, key: str) -> pd.DataFrame:
+        return self.data.history(key)
+
+    def final(self, key: str) -> pd.Series:
+        """Per run: the mean of the metric's last logged values (`analysis.summary.metric_stats`'s final)."""
+        from analysis.summary import metric_stats
+
+        stats = metric_stats(self.data, key)
+        return stats["final"] if not stats.empty else stats.reindex(columns=["final"])["final"]
+
+
+def build_context(data: RunData, summary: pd.DataFrame, n_boot: int = 1000,
+                  predictions: pd.DataFrame | None = None) -> Context:
+    from analysis.summary import cell_runs, config_value
+
+    cells = cell_runs(data.runs)
+    runs = summary.copy()
+    by_id = {key: dict(zip(cells["run_id"], config_value(cells, key), strict=True)) for key in CONFIG_KEYS}
+    for key, values in by_id.items():
+        runs[f"config.{key}"] = runs["run_id"].map(values)
+    runs["table4_row"] = [table4_row(row) for row in runs.to_dict("records")]
+    return Context(data, runs, n_boot, predictions)
+
+
+def generated_data(ctx: Context) -> list[str]:
+    """One line per task some run trained on built-in or generated data instead of the paper's data set."""
+    lines = []
+    for task, (key, accepted) in paper.DATA.items():
+        runs = ctx.runs[ctx.runs["task"] == task]
+        if runs.empty:
+            continue
+        built_in = runs if key is None else runs[runs[f"config.{key}"].isna()
+                                                  | runs[f"config.{key}"].isin(["", "None", "null"])]
+        if not built_in.empty:
+            lines.append(f"{task} ({len(built_in)} run(s)) trained on orch's built-in set, not the paper's "
+                         f"({accepted})")
+    return lines
+
+
+def table4_row(run: dict[str, Any]) -> str | None:
+    """The paper's Table 4 row a run belongs to, from its algorithm, model and observation; a code-built model
+    (no model.path) stands for the paper's Qwen2.5-3B (or, when vision-language, Qwen2.5-VL-3B)."""
+    path, name = run.get("config.model.path"), str(run.get("config.model.name") or "")
+    model = PurePath(str(path)).name if isinstance(path, str) and path else None
+    algorithm = str(run.get("config.algorithm.name") or "")
+    if name == "tiny_vl" or (model and "-VL-" in model):
+        return f"Qwen2.5-VL-3B, {run.get('config.task.env.observation') or 'text'} input"
+    if model in (None, "Qwen2.5-3B"):
+        return {"ppo": "PPO Qwen2.5-3B", "dapo": "DAPO", "grpo": "GRPO", "drgrpo": "Dr.GRPO"}.get(algorithm)
+    if algorithm != "ppo":
+        return None
+    label = "Llama3.2-3B" if model.startswith("Llama-3.2-3B") else model
+    return label if label in paper.TABLE4 else None
+
+
+def is_rehearsal(ctx: Context) -> bool:
+    """Whether any run trained a code-built model (no checkpoint path): a rehearsal, not the paper's models."""
+    paths = ctx.runs["config.model.path"]
+    return bool(paths.isna().any() or paths.isin(["", "None", "null"]).any())
+
+
+# --- measurements ------------------------------------------------------------------------------------------------
+
+def _level(values: Any, n_boot: int) -> Measured:
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return NONE
+    return (*mean_interval(values, n_boot), int(values.size))
+
+
+def _delta(base: Any, treated: Any, n_boot: int) -> Measured:
+    base, treated = (np.asarray(v, dtype=np.float64) for v in (base, treated))
+    base, treated = base[np.isfinite(base)], treated[np.isfinite(treated)]
+    if not base.size or not treated.size:
+        return NONE
+    return (*delta_interval(base, treated, n_boot), int(min(base.size, treated.size)))
+
+
+def _filtered(runs: pd.DataFrame, on: bool) -> pd.DataFrame:
+    return runs[runs["filtered"].fillna(not on).astype(bool) == on]
+
+
+def _spearman_per_run(xs: dict[str, list[float]], ys: dict[str, list[float]]) -> list[float]:
+    from scipy.stats import spearmanr
+
+    out = []
+    for run in xs:
+        x, y = np.asarray(xs[run]), np.asarray(ys.get(run, []))
+        if len(x) >= 3 and len(x) == len(y) and np.ptp(x) > 0 and np.ptp(y) > 0:
+            out.append(float(spearmanr(x, y).statistic))
+    return out
+
+
+SECTIONS: dict[str, Callable[[Context, Value], Measured]] = {}
+
+
+def measures(key: str) -> Callable[[Callable[[Context, Value], Measured]], Callable[[Context, Value], Measured]]:
+    """Register the measurement of a map item's published values (one function per report section)."""
+    def register(function: Callable[[Context, Value], Measured]) -> Callable[[Context, Value], Measured]:
+        SECTIONS[key] = function
+        return function
+    return register
+
+
+@measures("table4")
+def _table4(ctx: Context, value: Value) -> Measured:
+    runs = ctx.runs[(ctx.runs["table4_row"] == value.at["variant"]) & (ctx.runs["task"] == value.at["task"])]
+    base = _filtered(runs, False)["peak_success"]
+    if value.at["stat"] == "base":
+        return _level(base, ctx.n_boot)
+    return _delta(base, _filtered(runs, True)["peak_success"], ctx.n_boot)
+
+
+@measures("table5")
+def _table5(ctx: Context, value: Value) -> Measured:
+    at, runs = value.at, ctx.runs
+    runs = runs[(runs["task"] == at["task"]) & (runs["prompts"] == at["prompts"]) & (runs["samples"] == at["samples"])]
+    runs = _filtered(runs, at["filtered"])
+    return _level(runs["peak_success" if at["stat"] == "success" else "step_time"], ctx.n_boot)
+
+
+def _final_of(ctx: Context, runs: pd.DataFrame, stat: str) -> Any:
+    if stat == "success":
+        return runs["peak_success"]
+    key = {"mi": names.MI_EST, "entropy": names.ENTROPY}[stat]
+    return runs["run_id"].map(ctx.final(key))
+
+
+@measures("table6")
+def _table6(ctx: Context, value: Value) -> Measured:
+    runs = ctx.runs[(ctx.runs["config.filter.strategy"] == "quartile")
+                    & (ctx.runs["config.filter.value"].astype(float) == value.at["quartile"])]
+    return _level(_final_of(ctx, runs, value.at["stat"]), ctx.n_boot)
+
+
+TABLE7_LEVELS = {"none": ("none",), "prompt": ("top_p",), "trajectory": ("trajectory",)}
+
+
+@measures("table7")
+def _table7(ctx: Context, value: Value) -> Measured:
+    runs = ctx.runs[ctx.runs["config.filter.strategy"].isin(TABLE7_LEVELS[value.at["level"]])]
+    stat = value.at["stat"]
+    if stat in ("prompts", "trajectories"):
+        return _level(runs["kept_groups" if stat == "prompts" else "kept_samples"], ctx.n_boot)
+    return _level(_final_of(ctx, runs, stat), ctx.n_boot)
+
+
+@measures("correlations")
+def _correlations(ctx: Context, value: Value) -> Measured:
+    from analysis.correlations import correlate, rv_proxy_correlations
+
+    coefficient = value.at["coefficient"]
+    if value.where.startswith("Figure: RV"):  # RV against a proxy over (run, step)
+        frame = rv_proxy_correlations(ctx.data, proxies=(value.at["metric"],), n_boot=ctx.n_boot)
+        if frame.empty:
+            return NONE
+        row = frame.iloc[0]
+        return row[coefficient], row[f"{coefficient}_lo"], row[f"{coefficient}_hi"], int(row["runs"])
+    means = ctx.runs["run_id"].map(ctx.final(value.at["metric"]))
+    stats = correlate(means, ctx.runs["peak_success"], n_boot=ctx.n_boot)
+    return stats[coefficient], stats[f"{coefficient}_lo"], stats[f"{coefficient}_hi"], int(stats["n"])
+
+
+@measures("early_warning")
+def _early_warning(ctx: Context, value: Value) -> Measured:  # claim only: analysis.science's finding 1b judges it
+    return NONE
+
+
+@measures("gradient")
+def _gradient(ctx: Context, value: Value) -> Measured:
+    part = value.at["part"]
+    buckets: dict[str, list[float]] = {}
+    norms: dict[str, list[float]] = {}
+    for k in range(64):
+        history = ctx.history(f"grad_norm/bucket_{k}/{part}")
+        if history.empty:
+            break
+        for run, values in history.groupby("run_id")["value"]:
+            buckets.setdefault(run, []).append(k)
+            norms.setdefault(run, []).append(float(values.mean()))
+    return _level(_spearman_per_run(buckets, norms), ctx.n_boot)
+
+
+@measures("topp")
+def _topp(ctx: Context, value: Value) -> Measured:
+    runs = ctx.runs
+    filtered = runs[runs["config.filter.strategy"] == "top_p"].copy()
+    filtered["value"] = filtered["config.filter.value"].astype(float)
+    best_range = filtered[filtered["value"].between(*paper.RHO_BEST)]
+    if best_range.empty:
+        return NONE
+    best = best_range.groupby("value")["peak_success"].mean().idxmax()
+    against = filtered[filtered["value"] == 1.0] if value.at["against"] == 1.0 else filtered[filtered["value"] <= 0.6]
+    if value.at["against"] != 1.0 and not against.empty:
+        against = against[against["value"] == against.groupby("value")["peak_success"].mean().idxmax()]
+    return _delta(against["peak_success"], best_range[best_range["value"] == best]["peak_success"], ctx.n_boot)
+
+
+@measures("filters")
+def _filters(ctx: Context, value: Value) -> Measured:
+    runs = ctx.runs[ctx.runs["task"] == value.at["task"]]
+    arm = {name: runs[runs["config.filter.strategy"] == name]["peak_success"] for name in ("top_p", "top_k", "none")}
+    return _delta(arm[value.at["worse"]], arm[value.at["better"]], ctx.n_boot)
+
+
+@measures("entropy_kl")
+def _entropy_kl(ctx: Context, value: Value) -> Measured:
+    from analysis.correlations import correlate
+
+    coefficient = ctx.runs[f"config.{value.at['coefficient']}"].astype(float)
+    if coefficient.nunique() < 2:
+        return NONE
+    final = ctx.runs["run_id"].map(ctx.final(value.at["metric"]))
+    stats = correlate(coefficient, final, n_boot=ctx.n_boot)
+    return stats["spearman"], stats["spearman_lo"], stats["spearman_hi"], int(stats["n"])
+
+
+@measures("length")
+def _length(ctx: Context, value: Value) -> Measured:
+    from analysis.summary import TAIL
+
+    history = ctx.history(names.RESPONSE_LENGTH)
+    runs = set(ctx.runs.loc[ctx.runs["task"] == value.at["task"], "run_id"])
+    changes = []
+    for _, steps in history[history["run_id"].isin(runs)].groupby("run_id"):
+        values = steps.sort_values("step")["value"].to_numpy(dtype=np.float64)
+        if values.size >= 2 * TAIL:
+            first, last = values[:TAIL].mean(), values[-TAIL:].mean()
+            if first > 0:
+                changes.append(100.0 * (last - first) / first)
+    return _level(changes, ctx.n_boot)
+
+
+@measures("format")
+def _format(ctx: Context, value: Value) -> Measured:
+    runs = ctx.runs[ctx.runs["task"] == value.at["task"]]
+    return _level(runs["run_id"].map(ctx.final(names.VAL_FORMAT_VALID)), ctx.n_boot)
+
+
+@measures("slip")
+def _slip(ctx: Context, value: Value) -> Measured:
+    runs = ctx.runs[np.isclose(ctx.runs["slip"].astype(float), value.at["slip"])]
+    return _delta(_filtered(runs, False)["peak_success"], _filtered(runs, True)["peak_success"], ctx.n_boot)
+
+
+@measures("predictor")
+def _predictor(ctx: Context, value: Value) -> Measured:
+    predictions = ctx.predictions
+    if predictions is None or predictions.empty:
+        return NONE
+    model = value.at["model"]
+    runs = ctx.runs[(ctx.runs["task"] == value.at["task"])
+                    & (ctx.runs["config.algorithm.name"] == value.at["algorithm"])
+                    & ctx.runs["config.model.path"].fillna("").astype(str).str.endswith(model.split("/")[-1])]
+    ratios = predictions.set_index("run_id")["ratio"].reindex(_filtered(runs, False)["run_id"])
+    return _level(ratios, ctx.n_boot)
+
+
+# --- the sections ------------------------------------------------------------------------------------------------
+
+def comparison(ctx: Context, item: Item) -> pd.DataFrame:
+    """One row per published value of `item` that some run measures (see the module docstring)."""
+    import pandas as pd
+
+    rows = []
+    measure = SECTIONS[item.section]
+    for value in item.published:
+        mean, lo, hi, n = measure(ctx, value)
+        if n == 0:
+            continue
+        verdict, reason = judge(value.value, value.kind, (mean, lo, hi), n, value.tolerance)
+        published = (f"{value.value:+g} (sign; figure)" if value.figure_only and value.kind == DIRECTION
+                     else f"{value.value:g}")
+        rows.append({"where": value.where, "quantity": value.quantity, "published": published, "measured": mean,
+                     "95% interval": f"[{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) else "n/a", "runs": n,
+                     "measured - published": mean - value.value if value.kind != DIRECTION else math.nan,
+                     "verdict": verdict, "reason": reason, "_kind": value.kind, "_published": value.value,
+                     "_lo": lo, "_hi": hi})
+    return pd.DataFrame(rows, columns=[*COLUMNS, "_kind", "_published", "_lo", "_hi"])
+
+
+def figure(item: Item, frame: pd.DataFrame) -> Any:
+    """Levels: measured (with its interval) against published, the diagonal where they agree. Directions: the
+    measured difference with its interval per value, the published sign as a marker at +1 / 0 / -1 scaled to the
+    axis."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    levels, directions = frame[frame["_kind"] != DIRECTION], frame[frame["_kind"] == DIRECTION]
+    if not levels.empty:
+        low = float(np.nanmin([levels["_published"].min(), levels["_lo"].min()]))
+        high = float(np.nanmax([levels["_published"].max(), levels["_hi"].max()]))
+        fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", name="measured = published",
+                                 line={"dash": "dot", "color": "#999"}))
+        fig.add_trace(go.Scatter(
+            x=levels["_published"], y=levels["measured"], mode="markers", name="levels",
+            text=levels["where"] + ": " + levels["quantity"],
+            error_y={"type": "data", "symmetric": False, "array": levels["_hi"] - levels["measured"],
+                     "arrayminus": levels["measured"] - levels["_lo"]}))
+        fig.update_layout(xaxis_title="published", yaxis_title="measured (mean, 95% interval)")
+    if not directions.empty:
+        labels = directions["where"] + " | " + directions["quantity"]
+        fig.add_trace(go.Bar(
+            x=labels, y=directions["measured"], name="measured difference",
+            error_y={"type": "data", "symmetric": False, "array": directions["_hi"] - directions["measured"],
+                     "arrayminus": directions["measured"] - directions["_lo"]}))
+        scale = float(np.nanmax(np.abs(directions[["_lo", "_hi"]].to_numpy()))) if directions["_hi"].notna().any() else 1.0
+        fig.add_trace(go.Scatter(x=labels, y=np.sign(directions["_published"]) * (scale or 1.0), mode="markers",
+                                 name="published sign", marker={"symbol": "diamond", "size": 10}))
+        if levels.empty:
+            fig.update_layout(yaxis_title="measured difference (95% interval)")
+    fig.update_layout(title=f"{item.ref}: published vs measured", height=420, margin={"t": 50})
+    return fig
+
+
+def paper_sections(data: RunData, summary: pd.DataFrame, items: list[Item], *, n_boot: int = 1000,
+                   predictions: pd.DataFrame | None = None) -> list[Any]:
+    """One `analysis.sections.Section` per item: banner, claim, settings rule, the comparison table and figure, or
+    one line when no finished cell measures it."""
+    from analysis.sections import Section
+
+    ctx = build_context(data, summary, n_boot, predictions)
+    banner = []
+    generated = generated_data(ctx)
+    if is_rehearsal(ctx):
+        banner.append("REHEARSAL: these runs trained a code-built tiny model, not the paper's checkpoints; levels "
+                      "are not comparable with the published numbers and directions are indicative only.")
+    if generated:
+        banner.append("GENERATED DATA: " + "; ".join(generated))
+    sections = []
+    for item in items:
+        section = Section(f"The paper, {item.ref}: {item.title}")
+        for line in banner:
+            section.note(line)
+        section.note(f"Claim: {item.claim}. Settings: {item.settings}.")
+        if not item.published:
+            section.note("The paper prints no number for this item; its verdict is the matching finding of "
+                         "\"Does the paper's story hold here?\" above.")
+            sections.append(section)
+            continue
+        frame = comparison(ctx, item)
+        if frame.empty:
+            section.note(f"No finished cell of {', '.join(f'sweeps/{s}.yaml' for s in item.sweeps)} measures "
+                         "this item yet.")
+            sections.append(section)
+            continue
+        counts = frame["verdict"].value_counts()
+        section.note(", ".join(f"{count} {verdict}" for verdict, count in counts.items())
+                     + f" of {len(frame)} published values measured ({len(item.published)} in the paper).")
+        section.table(frame[COLUMNS], digits=3)
+        if (frame["verdict"] != INCONCLUSIVE).any() or frame["_lo"].notna().any():
+            section.figure(figure(item, frame))
+        sections.append(section)
+    return sections
