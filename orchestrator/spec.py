@@ -34,6 +34,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from orchestrator.resources import ResourcesSpec
 from orchestrator.study import StudySpec
 from orchestrator.yamlsource import Loc, YamlLimitError, YamlSource, format_loc, load_yaml, parse_yaml
+from orchlib.commands import command_words
 from orchlib.errors import OrchError, choices_error, validation_issues
 from orchlib.fields import integer
 
@@ -102,7 +103,7 @@ class ClusterSettings(BaseModel):
         None, ge=1, description="--cluster local: cells at once (default: CPU cores / cpus_per_task)."
     )
     python: ScriptText | None = Field(None, description="Python command on the compute nodes (default: this "
-                                      "interpreter); split into words like a shell would, each word quoted.")
+                                      "interpreter): an absolute path or a program name, then plain options.")
     stall: StallRule = Field(default_factory=StallRule, description="Hung jobs: when and what (see StallRule).")
 
     @field_validator("sbatch")
@@ -122,12 +123,7 @@ class ClusterSettings(BaseModel):
     @classmethod
     def _python_words(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                words = shlex.split(value)
-            except ValueError as err:
-                raise ValueError(f"cannot split {value!r} into words ({err})") from None
-            if not words:
-                raise ValueError("empty command")
+            command_words(value, "Python interpreter")
         return value
 
     def python_command(self, default: str) -> str:

@@ -199,7 +199,9 @@ def _timeout_args(url: str) -> dict[str, Any]:
 
 
 def check_writable_folder(path: Path, key: str) -> None:
-    """`path` is, or can be created as, a folder this process may write (nothing is created)."""
+    """`path` is, or can be created as, a folder this process may write. Proven by creating and removing a probe
+    file in the nearest existing ancestor (`os.access` says yes to root everywhere, /proc included); no folder is
+    created."""
     probe = path
     while not probe.exists():
         if probe.parent == probe:
@@ -207,8 +209,20 @@ def check_writable_folder(path: Path, key: str) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise OrchError(f"{key} {str(path)!r}: {probe} is not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK) or _read_only_mount(probe):
+    if _read_only_mount(probe) or not _can_create_file_in(probe):
         raise OrchError(f"{key} {str(path)!r}: cannot write under {probe}")
+
+
+def _can_create_file_in(folder: Path) -> bool:
+    """Whether a file can be created (and removed) in `folder`, tried for real."""
+    try:
+        handle, name = tempfile.mkstemp(prefix=".orch-write-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(handle)
+    with suppress(OSError):
+        os.unlink(name)
+    return True
 
 
 def _read_only_mount(path: Path) -> bool:

@@ -3,10 +3,11 @@ one program; reward = the fraction of its tests passed, each run in the sandbox 
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from envs.base import Env, EnvConfig, reject_options
 from envs.deepcoder.dataset import load_problems
@@ -14,6 +15,7 @@ from envs.deepcoder.generated import shipped_problems
 from envs.deepcoder.problem import CodeProblem, extract_code, output_matches
 from envs.deepcoder.sandbox import EXECUTIONS, Limits, Sandbox, open_sandbox
 from envs.registry import register_env
+from orchlib.commands import command_words
 from orchlib.errors import OrchError
 
 
@@ -34,8 +36,21 @@ class DeepCoderConfig(EnvConfig):
         "unisolated with your rights; only for code you trust).",
     )
     python: str | None = Field(
-        None, description="Interpreter run in the sandbox; None: orch's own, else /usr/bin/python3."
+        None, description="Interpreter run in the sandbox (an absolute path to an executable file); None: orch's "
+        "own, else /usr/bin/python3."
     )
+
+    @field_validator("python")
+    @classmethod
+    def _interpreter(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        words = command_words(value, "Python interpreter")
+        if len(words) != 1 or not words[0].startswith("/"):
+            raise ValueError(f"{value!r} must be one absolute path to a Python interpreter, e.g. /usr/bin/python3")
+        if not (os.path.isfile(value) and os.stat(value).st_mode & 0o111):
+            raise ValueError(f"{value!r} is not an executable file here")
+        return value
     cpu_seconds: int = Field(2, ge=1, description="CPU-time limit per test (RLIMIT_CPU).")
     wall_seconds: float = Field(4.0, gt=0, description="Wall-clock limit per test.")
     memory_mb: int = Field(512, ge=64, description="Address-space limit per test (RLIMIT_AS), MiB.")

@@ -331,3 +331,28 @@ def test_cli_show_and_the_refusal_in_play(tmp_path, monkeypatch):
 
 def shown_problem(seed: int) -> str:
     return shipped_problems()[seed].prompt.split("\n")[0]
+
+
+@pytest.mark.parametrize(("python", "message"), [
+    ("python3; touch PWNED", "is not an absolute path or a program name"),
+    ("/usr/bin/python3 -X utf8", "must be one absolute path"),
+    ("python3", "must be one absolute path"),
+    ("/nonexistent/bin/python3", "is not an executable file here"),
+])
+def test_the_sandbox_interpreter_must_be_one_absolute_executable_path(python: str, message: str) -> None:
+    from envs.registry import make_env
+
+    with pytest.raises(OrchError, match="python") as caught:
+        make_env("deepcoder", python=python)
+    assert message in str(caught.value) and len(str(caught.value).splitlines()) == 1
+
+
+def test_command_words_refuse_shell_syntax_and_keep_plain_commands() -> None:
+    from orchlib.commands import command_words
+
+    assert command_words("/opt/conda/bin/python -X utf8 -u") == ["/opt/conda/bin/python", "-X", "utf8", "-u"]
+    assert command_words("python3") == ["python3"]
+    for bad in ("python3; id", "python3 | id", "python3 $(id)", "python3 `id`", "python3 > /tmp/x", "./python",
+                "python3 'a b'", "~/python", "python*", ""):
+        with pytest.raises(ValueError):
+            command_words(bad)
