@@ -1,5 +1,6 @@
-"""The one stop signal of a training run: SIGUSR2 (SLURM's warning before the time limit) or SIGTERM (preemption,
-`scancel`, `orch cancel`) asks the trainer to checkpoint and stop at the next step boundary.
+"""The one stop signal of a training run: SIGUSR2 (SLURM's warning before the time limit), SIGTERM (preemption,
+`scancel`, `orch cancel`) or SIGINT (Ctrl-C) asks the trainer to checkpoint and stop at the next step boundary. A
+second SIGINT stops at once, without a checkpoint (`KeyboardInterrupt`; `orch train` says so in one line).
 
     with StopRequest() as stop:
         result = backend(cfg, should_stop=stop)     # polled between steps
@@ -16,7 +17,7 @@ import sys
 import threading
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 
 
 class StopRequest:
@@ -35,8 +36,12 @@ class StopRequest:
 
     def _handle(self, number: int, _frame: Any) -> None:
         name = signal.Signals(number).name
-        print(f"orch: received {name}: the trainer will checkpoint and stop at the next step", file=sys.stderr,
-              flush=True)
+        if number == signal.SIGINT and self.signal_name is not None:  # Ctrl-C again: stop now
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        again = " (Ctrl-C again: stop at once, without a checkpoint)" if number == signal.SIGINT else ""
+        print(f"orch: received {name}: the trainer will checkpoint and stop at the next step{again}",
+              file=sys.stderr, flush=True)
         self.request(name)
 
     def __enter__(self) -> StopRequest:

@@ -1,7 +1,8 @@
 """`orch train key=value ...`: one training run from `conf/` with Hydra-syntax overrides.
 
 Exit codes: 0 finished (or stopped early by the run itself, e.g. nothing left to learn from), 2 bad config,
-75 (`recipes.checkpoint.REQUEUE_EXIT_CODE`) checkpointed after SIGUSR2/SIGTERM (requeue me), 1 failed.
+75 (`recipes.checkpoint.REQUEUE_EXIT_CODE`) checkpointed after SIGUSR2/SIGTERM/SIGINT (requeue me), 130 a second
+Ctrl-C (stopped at once), 1 failed.
 Only `typer` is imported at module level (the CLI must start fast).
 """
 
@@ -63,6 +64,10 @@ def train_command(
     except OrchError as err:
         typer.echo(f"orch: error: {err}", err=True)
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo("orch: interrupted (Ctrl-C twice): stopped at once, without a checkpoint of this step; the run "
+                   "resumes from its last checkpoint", err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"{result.status}: {result.reason} (steps done: {result.steps_done}, "
                f"MLflow run {result.mlflow_run_id})")
     raise typer.Exit({"finished": 0, "stopped": 0, "preempted": REQUEUE_EXIT_CODE, "failed": 1}[result.status])

@@ -113,13 +113,17 @@ def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
 
 @contextmanager
 def _signals_ignored() -> Iterator[None]:
-    """SIGUSR2 and SIGTERM ignored while Ray's processes start (they inherit it), then the job's handlers back."""
+    """The stop signals (`recipes.stop.STOP_SIGNALS`: SIGUSR2, SIGTERM, SIGINT) ignored while Ray's processes start
+    (they inherit it, so a Ctrl-C or a preemption reaches only the driver, which checkpoints), then the job's
+    handlers back."""
     import signal
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGUSR2, signal.SIGTERM)}
+    from recipes.stop import STOP_SIGNALS
+
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in STOP_SIGNALS}
     try:
         yield
     finally:

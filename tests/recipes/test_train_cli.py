@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -23,7 +24,9 @@ def test_print_config_and_bad_overrides() -> None:
     assert "unknown algorithm option 'reinforce'; valid choices: dapo, dapo_dynamic, drgrpo, grpo, ppo" in bad.output
 
 
-def test_sigusr2_checkpoints_at_the_step_boundary_and_exits_75(train_overrides, tmp_path) -> None:
+@pytest.mark.parametrize("number", [signal.SIGUSR2, signal.SIGINT])
+def test_sigusr2_checkpoints_at_the_step_boundary_and_exits_75(train_overrides, tmp_path, number) -> None:
+    """SIGUSR2 (SLURM's warning) and SIGINT (Ctrl-C) alike: a checkpoint at the step boundary, exit 75."""
     overrides = [o for o in train_overrides if not o.startswith("trainer=")]
     command = [sys.executable, "-m", "orchestrator.cli", "train", "trainer=test", *overrides, "algorithm=grpo",
                "task=countdown", "filter=none", "trainer.total_steps=500", "trainer.val_every=0",
@@ -32,13 +35,38 @@ def test_sigusr2_checkpoints_at_the_step_boundary_and_exits_75(train_overrides, 
     deadline = time.monotonic() + 300
     for line in process.stderr:
         if "step 1/500" in line:
-            process.send_signal(signal.SIGUSR2)
+            process.send_signal(number)
             break
         assert time.monotonic() < deadline, "the run did not reach step 1"
     rest = process.stderr.read()
     assert process.wait(timeout=300) == REQUEUE_EXIT_CODE, rest[-2000:]
+    assert f"received {signal.Signals(number).name}" in rest and "Traceback" not in rest, rest[-2000:]
     checkpoint = latest_checkpoint(tmp_path / "checkpoints")
     assert checkpoint is not None and int(checkpoint.name.split("_")[1]) < 500
+
+
+def test_a_second_ctrl_c_stops_at_once_with_one_line(train_overrides, monkeypatch) -> None:
+    """The first SIGINT asks for a checkpointed stop; the second raises KeyboardInterrupt at once, which `orch
+    train` turns into one line and exit 130. Driven in-process: two real signals sent at once may merge into one."""
+    import recipes.backends
+    from recipes.stop import StopRequest
+
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop() and stop.signal_name == "SIGINT"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored on exit
+
+    def interrupted(cfg, should_stop=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recipes.backends, "run_training", interrupted)
+    result = CliRunner().invoke(app, ["train", *train_overrides])
+    assert result.exit_code == 130, result.output
+    assert result.output.strip().splitlines() == [
+        "orch: interrupted (Ctrl-C twice): stopped at once, without a checkpoint of this step; the run resumes from "
+        "its last checkpoint"]
 
 
 def test_searchqa_trains_end_to_end(train_overrides) -> None:
