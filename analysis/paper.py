@@ -256,9 +256,9 @@ ITEMS: tuple[Item, ...] = (
          (names.RV_STD_MEAN, *RV_PROXIES), "correlations", MAIN_TABLE,
          tuple(v for metric, (s, p) in RV_PROXIES.items() for v in (
              Value("Figure: RV vs proxies", f"Spearman rho of {metric} with RV", s,
-                   {"metric": metric, "coefficient": "spearman"}),
+                   {"metric": metric, "coefficient": "spearman", "against": "rv"}),
              Value("Figure: RV vs proxies", f"Pearson r of {metric} with RV", p,
-                   {"metric": metric, "coefficient": "pearson"})))),
+                   {"metric": metric, "coefficient": "pearson", "against": "rv"})))),
     Item("early_warning", "Figure: MI falls before success",
          "The MI proxies over training beside success, without filtering",
          "MI falls before task success does: an early warning of template collapse",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,7 @@ class Context:
     runs: pd.DataFrame
     n_boot: int
     predictions: pd.DataFrame | None = None  # analysis.rollout_artifacts.predictions of the first dumped batches
+    _finals: dict[str, pd.Series] = field(default_factory=dict)  # metric -> final per run, computed once
 
     def history(self, key: str) -> pd.DataFrame:
         return self.data.history(key)
@@ -61,8 +62,10 @@ class Context:
         """Per run: the mean of the metric's last logged values (`analysis.summary.metric_stats`'s final)."""
         from analysis.summary import metric_stats
 
-        stats = metric_stats(self.data, key)
-        return stats["final"] if not stats.empty else stats.reindex(columns=["final"])["final"]
+        if key not in self._finals:
+            stats = metric_stats(self.data, key)
+            self._finals[key] = stats["final"] if not stats.empty else stats.reindex(columns=["final"])["final"]
+        return self._finals[key]
 
 
 def build_context(data: RunData, summary: pd.DataFrame, n_boot: int = 1000,
@@ -207,7 +210,7 @@ def _correlations(ctx: Context, value: Value) -> Measured:
     from analysis.correlations import correlate, rv_proxy_correlations
 
     coefficient = value.at["coefficient"]
-    if value.where.startswith("Figure: RV"):  # RV against a proxy over (run, step)
+    if value.at.get("against") == "rv":  # RV against a proxy over (run, step)
         frame = rv_proxy_correlations(ctx.data, proxies=(value.at["metric"],), n_boot=ctx.n_boot)
         if frame.empty:
             return NONE
