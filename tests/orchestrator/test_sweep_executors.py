@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.engine import cancel, resume, submit_plan, wait
+from orchestrator.executors.base import process_alive
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
 from orchestrator.store import Store
@@ -156,8 +157,13 @@ def test_cancel_then_resume_continues_the_same_mlflow_run(make_sweep, tracking: 
     gate = Gate(Path("gate.json"), allowed=3).install(monkeypatch)  # both cells stop before step 4
     _, store, _ = submit(make_sweep(name="stop", steps=30, seeds="[1]"), "local", tracking)
     wait_for(lambda: held_at("stop", 3))
+    sweep = store.require_sweep("stop")
+    jobs = [store.attempts(row.id)[-1].pid for row in store.cell_rows(sweep.id)]
     assert cancel(store, "stop") == 2
     assert wait(store, "stop", poll_s=0.5, timeout_s=120) == {"cancelled": 2}
+    # `cancel` marks the cells at once; their jobs end on their own (checkpoint, then exit). Open the gate only
+    # once they have: a job still alive would run step 4 first (the CI run of 9c96120 caught it).
+    wait_for(lambda: not any(process_alive(pid, None) for pid in jobs))
     gate.open()
     report = resume(store, "stop")
     assert report.submitted == 2
