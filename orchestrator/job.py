@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 HEARTBEAT_ENV = "ORCH_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 30.0
 REASON_LINES = 20
+# How long a job waits for the previous writer of its cell's checkpoint folder to end (an attempt cancelled or
+# preempted a moment ago still checkpoints; the cluster kills it `signal_delay_s` after the signal, 300 s at most in
+# the shipped sweeps). Past it the cell fails, naming the writer.
+WRITER_WAIT_S = 600.0
 
 
 class CellJob(submitit.helpers.Checkpointable):
@@ -87,12 +91,13 @@ def run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: int
     try:
         with _heartbeat(store, attempt_id, cell_checkpoint_dir(context)), StopRequest() as stop:
             cfg = compose_cell_config(context)
-            from recipes.backends import get_backend
+            from recipes.backends import run_training
             from recipes.progress import setup_logging
 
             setup_logging()  # the trainer's step lines go to the job's log (`orch logs`)
 
-            result = get_backend(cfg.backend)(cfg, should_stop=stop)
+            result = run_training(cfg, should_stop=stop, wait_s=WRITER_WAIT_S,
+                                  on_wait=lambda line: print(f"orch: {line}", file=sys.stderr, flush=True))
     except BaseException as err:
         reason = _failure_reason(err)
         store.job_ended(attempt_id, State.FAILED, reason=reason, exit_code=1)

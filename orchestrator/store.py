@@ -427,7 +427,8 @@ class Store:
 
     def job_ended(self, attempt_id: int, state: str, reason: str | None = None, exit_code: int | None = None,
                   steps_done: int | None = None, mlflow_run_id: str | None = None) -> str:
-        """The job ended in `state`. A requeue request on a cancelled cell becomes `cancelled`. Returns the state
+        """The job ended in `state`. A requeue request on a cancelled cell becomes `cancelled`; the late report of a
+        cancelled attempt whose cell has been resumed since changes only that attempt's end fields. Returns the state
         recorded for the cell; `TransitionError`, and nothing written, if the attempt or its cell may not take it
         (e.g. the cell finished already, or was submitted again since)."""
         now = time.time()
@@ -437,6 +438,11 @@ class Store:
                 raise OrchError(f"store {self.display_url()}: no attempt with id {attempt_id}")
             cell = session.get(CellRow, cell_id, with_for_update=True)
             attempt = session.get(AttemptRow, attempt_id)  # read under the cell's lock
+            if attempt.state == State.CANCELLED and attempt.number < cell.attempts:
+                # A cancelled job reporting late, after the cell was resumed: its end is noted on its attempt; the
+                # cell belongs to the newer attempt now.
+                attempt.ended_at, attempt.exit_code, attempt.steps_done = now, exit_code, steps_done
+                return State.CANCELLED
             state = reported_state(cell.state, state)
             _move(attempt, state, _attempt_name(cell, attempt))
             attempt.ended_at, attempt.reason = now, reason

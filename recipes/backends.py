@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from orchlib.errors import OrchError
 from orchlib.registry import Registry
 
 if TYPE_CHECKING:
@@ -55,6 +57,37 @@ def get_backend(name: str) -> Backend:
     return BACKENDS.get(name)
 
 
-def run_training(cfg: DictConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
-    """Run `cfg` on the backend it names (`cfg.backend`)."""
-    return get_backend(str(cfg.backend))(cfg, should_stop=should_stop)
+def writer_folder(cfg: DictConfig) -> Path | None:
+    """The checkpoint folder `cfg` will write: `trainer.checkpoint_dir`, else `checkpoints/<mlflow.run_id>` for a
+    named run; None for a new run (its folder is named by a run id nobody else has)."""
+    infra = cfg.infra
+    if infra.checkpoint_dir:
+        return Path(infra.checkpoint_dir)
+    return Path("checkpoints") / str(infra.mlflow.run_id) if infra.mlflow.run_id else None
+
+
+def run_training(cfg: DictConfig, should_stop: Callable[[], bool] | None = None, wait_s: float = 0.0,
+                 on_wait: Callable[[str], None] | None = None) -> TrainResult:
+    """Run `cfg` on the backend it names (`cfg.backend`), as the one writer of its checkpoint folder: a lease
+    (`orchlib.lease`) held from before the checkpoint is read until the run ends. Another live writer: `OrchError`
+    naming it, at once (`wait_s` 0: `orch train`) or after waiting up to `wait_s` for it to end (a sweep's job,
+    whose cell's previous attempt may still be stopping). A lease lost meanwhile (this process froze for longer
+    than the lease and another took over) stops the run at its next step boundary."""
+    from orchlib.lease import InUseError, WriterLease
+
+    backend = get_backend(str(cfg.backend))
+    folder = writer_folder(cfg)
+    if folder is None:
+        return backend(cfg, should_stop=should_stop)
+    lease = WriterLease(folder, "config key trainer.checkpoint_dir")
+    asked = should_stop or (lambda: False)
+    try:
+        if not lease.acquire(wait_s, asked, on_wait):
+            return TrainResult("preempted", 0, str(cfg.infra.mlflow.run_id or ""),
+                               f"stop requested while waiting for the checkpoint folder {folder}")
+    except InUseError as err:
+        raise OrchError(str(err)) from None
+    try:
+        return backend(cfg, should_stop=lambda: asked() or lease.lost)
+    finally:
+        lease.release()

@@ -175,6 +175,49 @@ def test_cancel_then_resume_continues_the_same_mlflow_run(make_sweep, tracking: 
 
 
 @pytest.mark.slow
+def test_a_cell_resumed_while_its_cancelled_job_still_runs_waits_for_it(make_sweep, tracking: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """One writer per checkpoint folder (`orchlib.lease`): `orch resume` right after `orch cancel` starts a new job
+    while the old one may still be stopping (here: frozen with SIGSTOP). The new job waits, naming the old one's
+    PID, and trains only once it has ended: no step runs twice, none is lost."""
+    gate = Gate(Path("gate.json"), allowed=3).install(monkeypatch)
+    path = make_sweep(name="overlap", steps=12, seeds="[1]")
+    path.write_text(path.read_text().replace("[sokoban, frozenlake]", "[sokoban]"))  # 1 cell: 2 cores, old + new
+    _, store, _ = submit(path, "local", tracking)
+    wait_for(lambda: held_at("overlap", 3, cells=1))
+    sweep = store.require_sweep("overlap")
+    old = {row.id: store.attempts(row.id)[-1].pid for row in store.cell_rows(sweep.id)}
+    for pid in old.values():
+        os.kill(pid, signal.SIGSTOP)  # alive, but it cannot stop (nor release its folder) until thawed
+    try:
+        assert cancel(store, "overlap") == 1
+        assert wait(store, "overlap", poll_s=0.5, timeout_s=120) == {"cancelled": 1}
+        gate.open()
+        assert resume(store, "overlap").submitted == 1
+
+        def waiting() -> bool:
+            logs = [store.attempts(cell)[-1].stderr_path for cell in old]
+            return all(log and Path(log).exists() and f"in use by PID {old[cell]} on" in Path(log).read_text()
+                       for cell, log in zip(old, logs, strict=True))
+
+        wait_for(waiting)
+        runs = runs_by_cell(tracking, "overlap")
+        assert all(max(metric_values(tracking, run.info.run_id, "test/step")) == 3 for run in runs.values())
+    finally:
+        for pid in old.values():
+            os.kill(pid, signal.SIGCONT)
+    assert wait(store, "overlap", poll_s=0.5, timeout_s=300) == {"finished": 1}
+    (cell,) = old
+    assert [attempt.state for attempt in store.attempts(cell)] == ["cancelled", "finished"]
+    for run in runs_by_cell(tracking, "overlap").values():
+        assert sorted(metric_values(tracking, run.info.run_id, "test/step")) == list(range(1, 13))
+        resumed = metric_values(tracking, run.info.run_id, "test/resumed_from")
+        # The old job, thawed with the gate open, may finish step 4 before it sees its stop: the new one resumes
+        # from whatever the old one checkpointed last, which is the last step the old one logged.
+        assert max(resumed) == resumed.count(0) in (3, 4), resumed
+
+
+@pytest.mark.slow
 def test_local_time_limit_checkpoints_and_requeues(make_sweep, tracking: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """submitit's local controller sends SIGUSR2 `signal_delay_s` before `time_min`: the job checkpoints, exits with
     the requeue code, and runs again into the same MLflow run."""

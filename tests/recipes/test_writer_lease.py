@@ -1,0 +1,151 @@
+"""One writer per checkpoint folder (`orchlib.lease`): a live writer refuses a second, on this host (PID and start
+time) and from another (a lease renewed by a thread, so a slow writer keeps it); a dead one is taken over; of many
+processes taking over one stale lease exactly one wins. `orch train` on a folder in use exits 2 with one line and
+writes nothing. The sweep's case (a cell resumed while its cancelled attempt still stops) is in
+`tests/orchestrator/test_sweep_executors.py`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchlib.lease import LEASE_FILE, InUseError, WriterLease, read_lease
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from orchlib.lease import WriterLease
+lease = WriterLease(Path(sys.argv[1]), lease_s=float(sys.argv[2]))
+lease.acquire()
+Path(sys.argv[1], "held").write_text("1")
+time.sleep(float(sys.argv[3]))  # the main thread blocked (a long step): only the renewing thread runs
+print("lost" if lease.lost else "kept", flush=True)
+lease.release()
+"""
+
+
+def hold(folder: Path, lease_s: float = 120.0, for_s: float = 600.0) -> subprocess.Popen:
+    """A process holding the lease on `folder`, its main thread asleep; returns once it holds it."""
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(folder), str(lease_s), str(for_s)],
+                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    deadline = time.monotonic() + 60
+    while not (folder / "held").exists():
+        assert process.poll() is None and time.monotonic() < deadline, "the holder did not take the lease"
+        time.sleep(0.05)
+    return process
+
+
+def test_a_live_writer_on_this_host_is_refused_by_name_and_a_dead_one_is_taken_over(tmp_path: Path) -> None:
+    holder = hold(tmp_path)
+    try:
+        with pytest.raises(InUseError, match=rf"in use by PID {holder.pid} on {os.uname().nodename} \(since "):
+            WriterLease(tmp_path, lease_s=0.1).acquire()  # its PID lives: the lease's age does not matter here
+    finally:
+        holder.send_signal(signal.SIGKILL)  # dies without releasing
+        holder.wait()
+    assert read_lease(tmp_path / LEASE_FILE)["pid"] == holder.pid
+    lease = WriterLease(tmp_path)
+    assert lease.acquire() and read_lease(tmp_path / LEASE_FILE)["token"] == lease.token
+    lease.release()
+    assert not (tmp_path / LEASE_FILE).exists()
+
+
+def test_a_recycled_pid_is_not_taken_for_the_holder(tmp_path: Path) -> None:
+    """A lease of this host whose PID now names another process (another start time) is stale."""
+    (tmp_path / LEASE_FILE).write_text(json.dumps({"host": os.uname().nodename, "pid": os.getpid(), "start": "1",
+                                                   "token": "old", "since": time.time(), "renewed": time.time()}))
+    lease = WriterLease(tmp_path)
+    assert lease.acquire()
+    lease.release()
+
+
+def test_another_hosts_lease_holds_while_renewed_and_is_taken_over_once_it_lapses(tmp_path: Path) -> None:
+    now = time.time()
+    record = {"host": "node-b", "pid": 4242, "token": "b", "since": now - 600, "renewed": now - 5}
+    (tmp_path / LEASE_FILE).write_text(json.dumps(record))
+    with pytest.raises(InUseError, match=r"in use by PID 4242 on node-b \(since .*renewed 5 s ago\)"):
+        WriterLease(tmp_path, lease_s=60).acquire()
+    (tmp_path / LEASE_FILE).write_text(json.dumps({**record, "renewed": now - 61}))  # node-b died a minute ago
+    lease = WriterLease(tmp_path, lease_s=60)
+    assert lease.acquire()
+    lease.release()
+
+
+def test_a_slow_but_alive_writer_keeps_its_lease_past_its_length(tmp_path: Path) -> None:
+    """The holder's main thread sleeps 2.5 lease lengths; its thread renews every quarter lease, so a process on
+    another host (which can only judge by age) is refused throughout, and the holder ends with its lease. (A lease
+    is time itself: a renewal late by three quarters of a lease, 2.2 s, would fail this test.)"""
+    holder = hold(tmp_path, lease_s=3.0, for_s=7.5)
+    other = WriterLease(tmp_path, lease_s=3.0, host="node-b")
+    refused = 0
+    while holder.poll() is None:
+        try:
+            other.acquire()
+        except InUseError:
+            refused += 1
+        else:
+            pytest.fail(f"node-b took a live writer's lease: {read_lease(tmp_path / LEASE_FILE)}")
+        time.sleep(0.2)
+    assert refused >= 3 and holder.stdout.read().strip() == "kept"
+
+
+def test_a_writer_whose_lease_was_taken_knows_it_lost_it(tmp_path: Path) -> None:
+    lease = WriterLease(tmp_path)
+    lease.acquire()
+    record = read_lease(tmp_path / LEASE_FILE)
+    (tmp_path / LEASE_FILE).write_text(json.dumps({**record, "token": "someone else"}))
+    assert lease.renew() is False and lease.lost
+    lease.release()
+    assert read_lease(tmp_path / LEASE_FILE)["token"] == "someone else"  # not ours to remove
+
+
+CONTEND = """
+import sys, time
+from pathlib import Path
+from orchlib.lease import InUseError, WriterLease
+go = Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.005)
+try:
+    print(WriterLease(Path(sys.argv[1])).acquire(), flush=True)
+except InUseError:
+    print(False, flush=True)
+"""
+
+
+def test_of_many_processes_taking_over_one_stale_lease_exactly_one_wins(tmp_path: Path) -> None:
+    folder, go = tmp_path / "folder", tmp_path / "go"
+    folder.mkdir()
+    (folder / LEASE_FILE).write_text(json.dumps({"host": os.uname().nodename, "pid": 2 ** 22 + 7, "token": "dead",
+                                                 "since": 0, "renewed": 0}))
+    root = Path(__file__).resolve().parents[2]
+    workers = [subprocess.Popen([sys.executable, "-c", CONTEND, str(folder), str(go)], stdout=subprocess.PIPE,
+                                text=True, cwd=root) for _ in range(4)]
+    time.sleep(1.0)  # not a race: any order of arrival must give one winner; this only makes arrivals close
+    go.write_text("")
+    outcomes = [worker.communicate(timeout=120)[0].strip() for worker in workers]
+    assert sorted(outcomes) == ["False", "False", "False", "True"]
+
+
+def test_orch_train_on_a_checkpoint_folder_in_use_exits_2_and_writes_nothing(train_overrides, tmp_path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    holder = hold(folder)
+    try:
+        result = CliRunner().invoke(app, ["train", *train_overrides, "trainer.total_steps=1"])
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "trainer.checkpoint_dir" in lines[0] and f"in use by PID {holder.pid} on" in lines[0]
+    assert sorted(path.name for path in folder.iterdir()) == sorted([LEASE_FILE, "held"])  # no step, no rollout
