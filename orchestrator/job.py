@@ -28,7 +28,7 @@ import submitit
 from orchestrator.states import FROM_TRAIN_STATUS, State, TransitionError
 from orchestrator.store import JobContext, Store
 from orchlib.background import every
-from orchlib.errors import OrchError
+from orchlib.errors import OrchError, fault_line
 from recipes.stop import StopRequest
 
 if TYPE_CHECKING:
@@ -192,6 +192,8 @@ def _failure_reason(err: BaseException) -> str:
     """The error's message, or the last lines of its traceback."""
     if isinstance(err, OrchError):
         return str(err)
+    if fault_line(err):
+        return fault_line(err)
     text = "".join(traceback.format_exception(type(err), err, err.__traceback__)).strip()
     return "\n".join(text.splitlines()[-REASON_LINES:])
 

@@ -16,6 +16,19 @@ class OrchError(Exception):
     """Bad input or a failed precondition, with a one-line message meant for the user."""
 
 
+DISK_FULL_ERRNOS = (28, 122)  # ENOSPC, EDQUOT (Linux)
+
+
+def fault_line(err: BaseException) -> str | None:
+    """One line for a fault of the machine that the user can act on, or None for anything else. A full disk:
+    ``disk full: No space left on device while writing ...: /path`` (`orch train` and the job print it instead of
+    a traceback; the cell's reason in `orch status` is this line)."""
+    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
+        where = f": {err.filename}" if err.filename else ""
+        return f"disk full: {err.strerror or 'No space left on device'}{where}; free some space, then resume"
+    return None
+
+
 def choices_error(what: str, got: object, valid: list[str] | tuple[str, ...], where: str = "") -> OrchError:
     """The standard 'unknown X' error: ``[where: ]unknown what 'got'; valid choices: a, b, c``."""
     prefix = f"{where}: " if where else ""

@@ -12,6 +12,7 @@ naming the newest complete one. Writes are atomic (temporary folder, then rename
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -36,22 +37,78 @@ def restore_rng_states(states: dict[str, Any]) -> None:
     random.setstate(states["python"])
 
 
+DISK_FULL_FREE_BYTES = 16 * 2 ** 20  # a write that failed with less free than this ran out of space
+
+
 def save_checkpoint(directory: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write `state` as the checkpoint of `step`, point `latest` at it, keep the newest `keep` checkpoints."""
+    """Write `state` as the checkpoint of `step`, point `latest` at it, keep the newest `keep` checkpoints.
+
+    All or nothing: the state is written to a scratch folder, flushed to disk (`fsync`), renamed into place, and only
+    then does `latest` point at it. A failed write removes its scratch folder and leaves `latest` as it was.
+
+    Raises:
+        OSError: ENOSPC, naming the folder and the step, when the disk is full (also when torch reports it as a
+            C++ stream error: judged by the free space left at the failure); any other write error as raised.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"step_{step:06d}"
     scratch = directory / f".step_{step:06d}.tmp-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir()
-    torch.save({**state, "rng": rng_states(), "step": step}, scratch / STATE_FILE)
+    try:
+        scratch.mkdir()
+        torch.save({**state, "rng": rng_states(), "step": step}, scratch / STATE_FILE)
+        _fsync(scratch / STATE_FILE)
+        _fsync(scratch)
+    except (OSError, RuntimeError) as err:
+        full = _disk_full(err, directory)
+        shutil.rmtree(scratch, ignore_errors=True)
+        if full:
+            previous = latest_checkpoint(directory)
+            kept = f"the checkpoint {previous.name} stays the latest" if previous else "no earlier checkpoint"
+            raise OSError(errno.ENOSPC, f"No space left on device while writing the checkpoint of step {step} "
+                                        f"({kept})", str(directory)) from None
+        raise
     shutil.rmtree(final, ignore_errors=True)
     scratch.rename(final)
     pointer = directory / f".{LATEST_FILE}.tmp-{os.getpid()}"
     pointer.write_text(final.name)
+    _fsync(pointer)
     os.replace(pointer, directory / LATEST_FILE)
+    _fsync(directory)
     for old in sorted(directory.glob("step_*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def remove_scratch(directory: Path) -> list[str]:
+    """Remove the scratch folders and pointer files that writers which died mid-checkpoint left in `directory`
+    (call it only as the folder's one writer: `orchlib.lease`). Returns their names."""
+    gone = []
+    for path in [*directory.glob(".step_*.tmp-*"), *directory.glob(f".{LATEST_FILE}.tmp-*")]:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        gone.append(path.name)
+    return gone
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's or a folder's entries to disk (a folder: so a rename survives a power cut)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _disk_full(err: BaseException, directory: Path) -> bool:
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:
+        return shutil.disk_usage(directory).free < DISK_FULL_FREE_BYTES
+    except OSError:
+        return False
 
 
 def latest_checkpoint(directory: Path) -> Path | None:

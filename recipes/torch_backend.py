@@ -51,7 +51,13 @@ from recipes.algorithms import Algorithm, get_algorithm
 from recipes.backends import TrainResult, register_backend
 from recipes.batch import TrainBatch, build_batch
 from recipes.chat import ChatEncoder
-from recipes.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_states, save_checkpoint
+from recipes.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    remove_scratch,
+    restore_rng_states,
+    save_checkpoint,
+)
 from recipes.config import TrainConfig
 from recipes.hooks import StepContext, StepHook, build_hooks
 from recipes.models import count_parameters, load_critic, load_policy, load_tokenizer
@@ -203,6 +209,9 @@ def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> Trai
     torch.set_num_threads(int(infra.threads or available_cpus()))
 
     checkpoint_dir = Path(infra.checkpoint_dir) if infra.checkpoint_dir else None
+    if checkpoint_dir and checkpoint_dir.is_dir():  # this run is the folder's one writer (`run_training`'s lease)
+        for name in remove_scratch(checkpoint_dir):
+            log.info("removed %s: a checkpoint a previous writer left half-written", name)
     latest = latest_checkpoint(checkpoint_dir) if checkpoint_dir and infra.resume == "auto" else None
     resumed = load_checkpoint(latest) if latest else None
     return tracked_run(infra, resumed["mlflow_run_id"] if resumed else None, checkpoint_dir, lambda tracker: train(

@@ -25,7 +25,7 @@ def train_command(
     print_config: Annotated[bool, typer.Option("--print-config", help="Print the composed config and exit.")] = False,
 ) -> None:
     """Train one agent with RL (rollouts, SNR-Aware Filtering, update, validation; metrics to MLflow)."""
-    from orchlib.errors import OrchError
+    from orchlib.errors import OrchError, fault_line
     from recipes.config import compose_train_config
 
     arguments = [*(overrides or []), *ctx.args]
@@ -64,6 +64,12 @@ def train_command(
     except OrchError as err:
         typer.echo(f"orch: error: {err}", err=True)
         raise typer.Exit(2) from None
+    except OSError as err:
+        line = fault_line(err)
+        if line is None:
+            raise
+        typer.echo(f"orch: error: {line}", err=True)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         typer.echo("orch: interrupted (Ctrl-C twice): stopped at once, without a checkpoint of this step; the run "
                    "resumes from its last checkpoint", err=True)

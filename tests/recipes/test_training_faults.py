@@ -1,10 +1,15 @@
 """Faults in a real torch training run (micro model, CPU): a full disk while checkpointing fails the run with
 the last good checkpoint intact, and the resume that follows replays the steps logged after it, counts them in
-the `resume/replayed_steps` metric and loses no step."""
+the `resume/replayed_steps` metric and loses no step; on a real full file system (a small tmpfs) the run fails with
+one line and leaves no half-written checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +50,62 @@ def test_a_full_disk_while_checkpointing_then_a_resume_replays_and_counts_the_lo
     steps = sorted({m.step for m in mlflow.get_metric_history(resumed.mlflow_run_id, "actor/pg_loss")})
     assert steps == [1, 2, 3, 4, 5]  # no step lost
     assert mlflow.get_run(resumed.mlflow_run_id).data.tags["orch.replayed_steps"] == "3-4"
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: int):
+    """A real, small file system at `folder` (root only; skipped where mounting is not allowed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _train(overrides: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "train", *overrides], capture_output=True,
+                          text=True, timeout=900, env=os.environ.copy())
+
+
+def test_a_real_full_disk_fails_the_run_with_one_line_and_the_resume_finishes_it(train_overrides,
+                                                                                tmp_path: Path) -> None:
+    """A tmpfs 1.5 times one checkpoint: the checkpoint of step 2 fits, the one of step 4 (written beside it)
+    does not. torch reports that as a C++ stream error; orch says "disk full" in one line, exits 1, removes its
+    scratch folder and keeps step 2 as the latest. Once there is room the resume finishes the run, removing the
+    scratch folder a writer killed mid-checkpoint left."""
+    base = [o for o in train_overrides if not o.startswith("trainer.checkpoint_dir=")]
+    base += ["algorithm=grpo", "task=countdown", "filter=none", "trainer.save_every=2", "trainer.val_every=0",
+             "trainer.dump_every=0"]
+    sizing = _train([*base, "trainer.total_steps=2", f"trainer.checkpoint_dir={tmp_path / 'sizing'}"])
+    assert sizing.returncode == 0, sizing.stderr[-2000:]
+    one = sum(path.stat().st_size for path in (tmp_path / "sizing" / "step_000002").rglob("*"))
+    with tmpfs(tmp_path / "small", int(one * 1.5) + 64 * 1024) as folder:
+        overrides = [*base, "trainer.total_steps=4", f"trainer.checkpoint_dir={folder}"]
+        full = _train(overrides)
+        assert full.returncode == 1, full.stderr[-3000:]
+        assert "Traceback" not in full.stderr, full.stderr[-3000:]
+        last = full.stderr.strip().splitlines()[-1]
+        assert last.startswith("orch: error: disk full: No space left on device while writing the checkpoint of "
+                               "step 4 (the checkpoint step_000002 stays the latest)"), last
+        assert sorted(path.name for path in folder.iterdir() if path.name.startswith(".step")) == []
+        assert latest_checkpoint(folder).name == "step_000002"
+        (folder / ".step_000003.tmp-4242").mkdir()  # what a writer killed mid-checkpoint leaves
+        subprocess.run(["mount", "-o", f"remount,size={one * 4}", str(folder)], check=True)
+        resumed = _train(overrides)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert latest_checkpoint(folder).name == "step_000004"
+        assert not (folder / ".step_000003.tmp-4242").exists()
+
+
+def test_a_cell_that_ran_out_of_disk_has_the_one_line_as_its_reason() -> None:
+    """`orch status` shows a cell's reason: for a full disk, the line `orch train` prints, not a traceback."""
+    from orchestrator.job import _failure_reason
+
+    err = OSError(errno.ENOSPC, "No space left on device while writing the checkpoint of step 4", "/ckpt")
+    assert _failure_reason(err) == ("disk full: No space left on device while writing the checkpoint of step 4: "
+                                    "/ckpt; free some space, then resume")
+    assert _failure_reason(OSError(errno.EIO, "I/O error")).endswith("OSError: [Errno 5] I/O error")  # as before
