@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import names
+from envs.base import DataSource
 from analysis.verdicts import DIRECTION, LEVEL, PRINT_TOLERANCE
 from orchlib.errors import OrchError
 
@@ -36,15 +37,6 @@ GRAD_BUCKET_REG = "grad_norm/bucket_0/reg"
 TASKS = {"Sokoban": "sokoban", "FrozenLake": "frozenlake", "MetaMathQA": "metamathqa", "Countdown": "countdown",
          "SearchQA": "searchqa", "WebShop": "webshop", "DeepCoder": "deepcoder", "Sokoban 8x8": "sokoban_8x8"}
 TABLE4_TASKS = ("Sokoban", "FrozenLake", "MetaMathQA", "Countdown")
-# The data each task reads on a cluster: task -> (the config key of its data file, or None when orch has no loader,
-# the paper's data set and the formats orch reads). Unset, the task trains on orch's built-in or generated set.
-DATA: dict[str, tuple[str | None, str]] = {
-    "metamathqa": ("task.env.data_path", "MetaMathQA JSON/JSONL (meta-math/MetaMathQA)"),
-    "searchqa": ("task.env.data_path", "HotpotQA JSON/JSONL, with its paragraphs as the corpus"),
-    "webshop": ("task.env.products_path", "WebShop items_shuffle*.json with items_human_ins.json"),
-    "deepcoder": ("task.env.data_path", "PrimeIntellect / TACO / LiveCodeBench JSON/JSONL/Parquet"),
-    "countdown": (None, "RAGEN reads Countdown-Tasks-3to4; orch generates its problems and has no loader yet"),
-}
 
 
 @dataclass(frozen=True)
@@ -470,10 +462,18 @@ def sweep_tasks(sweep: str) -> list[str]:
     return list(dict.fromkeys(str(task) for task in found))
 
 
+def data_sources() -> dict[str, DataSource]:
+    """Each task that reads a data set in the paper -> its source (`envs.base.DataSource`, declared by the env)."""
+    from envs.registry import env_class, list_envs
+
+    return {name: env_class(name).data for name in list_envs() if env_class(name).data is not None}
+
+
 def data_needs(sweep: str) -> list[str]:
-    """What data a sweep's tasks read on a cluster (one line per task that needs a data file)."""
-    return [f"{task}: {key or 'no loader'} ({accepted})" for task in sweep_tasks(sweep)
-            if task in DATA for key, accepted in [DATA[task]]]
+    """What data a sweep's tasks read on a cluster (one line per task that reads a data set)."""
+    sources = data_sources()
+    return [f"{task}: {f'task.env.{source.key}' if source.key else 'no loader'} ({source.formats})"
+            for task in sweep_tasks(sweep) if task in sources for source in [sources[task]]]
 
 
 # --- deliberate deviations from RAGEN's scripts (tests/analysis/test_fidelity.py holds RAGEN's values) ------------

@@ -41,7 +41,7 @@ COLUMNS = ["where", "quantity", "published", "measured", "95% interval", "runs",
            "verdict", "reason"]
 CONFIG_KEYS = ("model.name", "model.path", "task.env.observation", "algorithm.name", "filter.strategy",
                "filter.value", "algorithm.entropy_coeff", "algorithm.kl_coef", "algorithm.use_kl",
-               *sorted({key for key, _ in paper.DATA.values() if key}))
+               *sorted({f"task.env.{source.key}" for source in paper.data_sources().values() if source.key}))
 
 
 @dataclass
@@ -84,15 +84,16 @@ def build_context(data: RunData, summary: pd.DataFrame, n_boot: int = 1000,
 def generated_data(ctx: Context) -> list[str]:
     """One line per task some run trained on built-in or generated data instead of the paper's data set."""
     lines = []
-    for task, (key, accepted) in paper.DATA.items():
+    for task, source in paper.data_sources().items():
         runs = ctx.runs[ctx.runs["task"] == task]
         if runs.empty:
             continue
-        built_in = runs if key is None else runs[runs[f"config.{key}"].isna()
-                                                  | runs[f"config.{key}"].isin(["", "None", "null"])]
+        column = f"config.task.env.{source.key}"
+        built_in = runs if source.key is None or column not in runs else runs[
+            runs[column].isna() | runs[column].isin(["", "None", "null"])]
         if not built_in.empty:
-            lines.append(f"{task} ({len(built_in)} run(s)) trained on orch's built-in set, not the paper's "
-                         f"({accepted})")
+            lines.append(f"{task} ({len(built_in)} run(s)) trained on {source.builtin}, not the paper's data "
+                         f"({source.formats})")
     return lines
 
 

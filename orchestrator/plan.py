@@ -12,6 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from envs.base import DataSource
+from envs.registry import env_class
 from orchestrator.expand import RawCell, describe_origin, expand
 from orchestrator.resolve import ConfigResolver, frozen
 from orchestrator.resources import Resources
@@ -54,6 +56,8 @@ class Plan:
     cells: list[PlannedCell]
     varied: list[str]
     notes: list[str] = field(default_factory=list)
+    # task -> (its data source, cells of it that would train on the built-in or generated set)
+    builtin_data: dict[str, tuple[DataSource, int]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -78,17 +82,33 @@ class Plan:
             values = {"axis": cell.axis, **values}
         return values
 
-    def check_submittable(self) -> None:
-        """Refuse cells whose resources their backend cannot use: the torch backend is one process on one device,
-        so a torch cell asking for several nodes or GPUs would hold them idle (the verl backend spans them)."""
+    def problems(self) -> list[str]:
+        """Every reason `orch sweep` refuses this plan, one line each (the dry run lists them all)."""
+        found = []
         for cell in self.cells:
             resources = cell.resources
             if cell.backend == "torch" and (resources.nodes > 1 or resources.gpus_per_node > 1):
-                raise OrchError(
+                found.append(
                     f"{self.definition.path}: cell {cell.digest} asks for {resources.nodes} node(s) x "
                     f"{resources.gpus_per_node} GPU(s), but the torch backend runs one process on one device; "
                     "set nodes: 1 and gpus_per_node <= 1 for it, or use backend: verl"
                 )
+        if self.definition.spec.data == "real":
+            where = self.definition.source.where(("data",))
+            for task, (source, count) in self.builtin_data.items():
+                found.append(
+                    f"{where}: real, but {count} cell(s) of task {task} would train on {source.builtin}: set "
+                    f"task.env.{source.key} to {source.formats} (in the grid: {{task: {task}, "
+                    f"task.env.{source.key}: PATH}}), or rehearse with a profile that allows it (--profile cpu)"
+                )
+        return found
+
+    def check_submittable(self) -> None:
+        """Refuse a plan with a problem (`problems`): `OrchError` with the first, saying how many more."""
+        found = self.problems()
+        if found:
+            more = f" (and {len(found) - 1} more problem(s): --dry-run lists them)" if len(found) > 1 else ""
+            raise OrchError(found[0] + more)
 
 
 def build_plan(definition: SweepDefinition, resolver: ConfigResolver | None = None) -> Plan:
@@ -102,6 +122,7 @@ def build_plan(definition: SweepDefinition, resolver: ConfigResolver | None = No
     cells: list[PlannedCell] = []
     seen: dict[str, tuple[PlannedCell, RawCell]] = {}
     merged = 0
+    builtin_data: dict[str, tuple[DataSource, int]] = {}
     for raw in raw_cells:
         try:
             resolved = resolver.resolve(raw.settings)
@@ -127,8 +148,12 @@ def build_plan(definition: SweepDefinition, resolver: ConfigResolver | None = No
         )
         seen[resolved.digest] = (cell, raw)
         cells.append(cell)
+        task = resolved.config.task
+        data = env_class(task.name).data
+        if data is not None and data.key is not None and data.uses_builtin(task.env):
+            builtin_data[task.name] = (data, builtin_data.get(task.name, (data, 0))[1] + 1)
     resolver.flush()
-    plan = Plan(definition=definition, cells=cells, varied=_varied_keys(cells))
+    plan = Plan(definition=definition, cells=cells, varied=_varied_keys(cells), builtin_data=builtin_data)
     if merged:
         forced = ", ".join(sorted(definition.forced))
         plan.notes.append(

@@ -152,6 +152,7 @@ class Profile(BaseModel):
     seeds: list[Seed] | None = Field(None, min_length=1, description="Replace the seeds.")
     resources: ResourcesSpec | None = Field(None, description="Replace the resources section.")
     cluster: dict[str, Any] = Field(default_factory=dict, description="Cluster fields to change.")
+    data: Literal["real", "any"] | None = Field(None, description="Replace the sweep's `data` rule.")
 
 
 class SweepSpec(BaseModel):
@@ -173,6 +174,10 @@ class SweepSpec(BaseModel):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     profiles: dict[str, Profile] = Field(default_factory=dict)
+    data: Literal["real", "any"] = Field(
+        "any", description="real: refuse a cell whose task would train on orch's built-in or generated data "
+                           "instead of the data set it reads in the paper (the paper sweeps; their cpu profiles "
+                           "set any).")
     study: StudySpec | None = Field(None, description="An Optuna search over conf/ keys (`orch tune`).")
 
 
@@ -297,6 +302,8 @@ def apply_profile(definition: SweepDefinition, name: str) -> None:
         updates["seeds"] = profile.seeds
     if profile.resources is not None:
         updates["resources"] = profile.resources
+    if profile.data is not None:
+        updates["data"] = profile.data
     if profile.cluster:
         merged = {**spec.cluster.model_dump(exclude_unset=True), **profile.cluster}
         updates["cluster"] = validate_model(ClusterSettings, merged, source, (*loc, "cluster"))

@@ -65,6 +65,12 @@ def print_plan(plan: Plan, limit: int) -> None:
     for resources, cells in groups.items():
         console.print(f"  r{group_of[resources]}: {resources.label()}: {len(cells)} cells")
     console.print(f"estimated GPU-hours (every cell at its time limit): {plan.gpu_hours():,.1f}")
+    problems = plan.problems()
+    if problems:
+        console.print(f"[bold red]problems[/] ({len(problems)}; `orch sweep` without --dry-run refuses the sweep):",
+                      highlight=False)
+        for line in problems:
+            console.print(f"  - {line}", highlight=False, markup=False, soft_wrap=True)
     for note in plan.notes:
         console.print(f"note: {note}")
     console.print("[dim]dry run: nothing written, nothing submitted[/]")

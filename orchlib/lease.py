@@ -74,6 +74,7 @@ class WriterLease:
         self.lost = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._created: list[Path] = []
 
     # -- taking and giving back -------------------------------------------------------------------------------
     def acquire(self, wait_s: float = 0.0, should_stop: Callable[[], bool] | None = None,
@@ -81,7 +82,9 @@ class WriterLease:
         """Hold the lease. A live holder: `InUseError` at once (`wait_s` 0), or after waiting up to `wait_s` for
         it to end (`on_wait` is told once, with who holds it). Returns False when `should_stop` said stop while
         waiting (nothing held). Starts the renewing thread."""
+        missing = [path for path in (self.folder, *self.folder.parents) if not path.exists()]
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._created = missing  # removed again by `release` if still empty: a refused run leaves no folder
         deadline = time.monotonic() + wait_s
         told = False
         while True:
@@ -108,6 +111,12 @@ class WriterLease:
         if self._ours():
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
+        for folder in self._created:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (the run wrote there), or gone
+                break
+        self._created = []
 
     def __enter__(self) -> WriterLease:
         self.acquire()

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from envs.base import Env, EnvConfig, reject_options
+from envs.base import DataSource, Env, EnvConfig, reject_options
 from envs.countdown.puzzle import (
     CORRECT_REWARD,
     WRONG_VALUE_REWARD,
@@ -49,6 +49,9 @@ def _listing(numbers: tuple[int, ...]) -> str:
 @register_env("countdown")
 class CountdownEnv(Env):
     """Combine the given numbers with + - * / to reach the target, each number used exactly once."""
+
+    data = DataSource(None, "Countdown-Tasks-3to4 (RAGEN's data set; orch has no loader)",
+                      "puzzles orch draws in the data set's shape (3-4 numbers, targets up to 100)")
 
     config_class = CountdownConfig
     valid_actions = None

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from envs.base import Env, EnvConfig, reject_options
+from envs.base import DataSource, Env, EnvConfig, reject_options
 from envs.deepcoder.dataset import load_problems
 from envs.deepcoder.generated import shipped_problems
 from envs.deepcoder.problem import CodeProblem, extract_code, output_matches
@@ -59,6 +59,9 @@ class DeepCoderConfig(EnvConfig):
 @register_env("deepcoder")
 class DeepCoderEnv(Env):
     """Write a Python function or stdin/stdout program; reward = fraction of its tests passed (sandboxed)."""
+
+    data = DataSource("data_path", "PrimeIntellect / TACO / LiveCodeBench JSON/JSONL/Parquet",
+                      "the small problem set shipped with orch")
 
     config_class = DeepCoderConfig
     valid_actions = None

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from envs.base import Env, EnvConfig, reject_options
+from envs.base import DataSource, Env, EnvConfig, reject_options
 from envs.metamathqa.answers import answers_match
 from envs.metamathqa.dataset import load_problems
 from envs.metamathqa.problem import MathProblem
@@ -29,6 +29,9 @@ class MetaMathQAConfig(EnvConfig):
 @register_env("metamathqa")
 class MetaMathQAEnv(Env):
     """Answer a math word problem; wrong answers are marked incorrect and may be retried for less reward."""
+
+    data = DataSource("data_path", "MetaMathQA JSON/JSONL/Parquet (meta-math/MetaMathQA: query, response)",
+                      "built-in generated word problems")
 
     config_class = MetaMathQAConfig
     valid_actions = None

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from envs.base import Env, EnvConfig, reject_options
+from envs.base import DataSource, Env, EnvConfig, reject_options
 from envs.registry import register_env
 from envs.searchqa.answers import exact_match, f1_score
 from envs.searchqa.corpus import Corpus, Passage
@@ -52,6 +52,9 @@ class SearchQAConfig(EnvConfig):
 @register_env("searchqa")
 class SearchQAEnv(Env):
     """Answer a multi-hop question: search[query] a corpus (BM25), then finish[answer]; reward = answer F1."""
+
+    data = DataSource("data_path", "HotpotQA JSON/JSONL/Parquet, its paragraphs as the corpus",
+                      "the generated encyclopedia's 300 questions")
 
     config_class = SearchQAConfig
     valid_actions = None

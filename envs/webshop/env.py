@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from envs.base import Env, EnvConfig, reject_options
+from envs.base import DataSource, Env, EnvConfig, reject_options
 from envs.registry import register_env
 from envs.webshop.catalog import NO_BUDGET, Goal, Product, generate_catalog
 from envs.webshop.data import load_webshop
@@ -108,6 +108,9 @@ def _price(price: float) -> str:
 @register_env("webshop")
 class WebShopEnv(Env):
     """Shop for the instructed product: search, browse, pick options, buy."""
+
+    data = DataSource("products_path", "WebShop items_shuffle*.json with items_human_ins.json (goals_path)",
+                      "the generated synthetic catalog")
 
     config_class = WebShopConfig
     valid_actions = None
