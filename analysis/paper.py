@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis import names
-from envs.base import DataSource
 from analysis.verdicts import DIRECTION, LEVEL, PRINT_TOLERANCE
+from envs.base import DataSource
 from orchlib.errors import OrchError
 
 SWEEPS_DIR = Path(__file__).resolve().parents[1] / "sweeps"
