@@ -206,6 +206,9 @@ def report(
     store: Annotated[
         str | None, typer.Option("--store", help="orch state store URL (default: $ORCH_STORE, else .orch/orch.db here).")
     ] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="With --paper: exit 1 when a finished cell lacks a finite value of a metric its map item "
+                         "needs (the CI rehearsal's check).")] = False,
 ) -> None:
     """Write a sweep's report: tables, training curves, correlations, predictor verdicts (offline HTML)."""
     from orchlib.errors import OrchError
@@ -215,6 +218,8 @@ def report(
 
         if (sweep is None) == (not whole_paper):
             raise OrchError("orch report: give a sweep name or --paper (not both)")
+        if strict and not whole_paper:
+            raise OrchError("orch report: --strict checks the paper map's metrics: use it with --paper")
         if fmt not in FORMATS:
             raise OrchError(f"unknown --format {fmt!r}; valid choices: {', '.join(FORMATS)}")
         _check_output(out)
@@ -235,6 +240,8 @@ def report(
         _fail(str(err))
     for note in built.notes:
         typer.echo(f"note: {note}", err=True)
+    for gap in built.gaps:
+        typer.echo(f"gap: {gap}", err=True)
     typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figure files" if len(written) > 1 else ""))
     found = built.science
     if found is not None and found.reason:
@@ -243,6 +250,10 @@ def report(
         typer.echo("findings over seeds (rules: docs/science.md):")
         for finding in found.findings:
             typer.echo(f"  {finding.line()}")
+    if strict and built.gaps:
+        typer.echo(f"orch report --strict: {len(built.gaps)} gap(s): a map item's metric without a finite value "
+                   "in a finished cell", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("paper")

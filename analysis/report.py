@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +45,7 @@ class Report:
     notes: list[str]
     sections: list[Section]
     science: Science | None = None  # the tiny-scale reproduction's verdicts (reason set when not testable)
+    gaps: list[str] = field(default_factory=list)  # `orch report --paper`: metrics a map item needs, missing in a run
 
     def figures(self) -> list[go.Figure]:
         return [block for section in self.sections for block in section.blocks if not isinstance(block, str)]
@@ -398,7 +399,7 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
 
     from analysis.mlflow_store import RunData, RunQuery, load_runs
     from analysis.paper import ITEMS, paper_sweeps
-    from analysis.paper_report import paper_sections
+    from analysis.paper_report import metric_gaps, paper_sections
     from analysis.summary import summarize
 
     loaded: dict[str, RunData] = {}
@@ -414,7 +415,7 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
     if not loaded:
         raise OrchError("no paper sweep has runs in the tracking store: run one (e.g. `orch sweep sweeps/table4.yaml "
                         "--profile cpu --wait`) first")
-    sections, notes = [], []
+    sections, notes, gaps = [], [], []
     for item in ITEMS:
         parts = [loaded[sweep] for sweep in item.sweeps if sweep in loaded]
         if not parts:
@@ -432,9 +433,10 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
             _, predictions, predictor_notes = _first_batches(data, summary, progress)
             notes.extend(predictor_notes)
         sections.extend(paper_sections(data, summary, [item], n_boot=n_boot, predictions=predictions))
+        gaps.extend(metric_gaps(item, data))
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Report(sweep="the paper (RAGEN-2, arXiv 2604.06268)", tracking_uri=uri, generated=generated, notes=notes,
-                  sections=sections)
+                  sections=sections, gaps=gaps)
 
 
 STYLE = """

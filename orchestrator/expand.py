@@ -101,6 +101,7 @@ def expand(definition: SweepDefinition) -> list[RawCell]:
     base = {"backend": spec.backend, **spec.base}
     cells: list[RawCell] = []
     exclude_hits = [0] * len(spec.exclude)
+    profile_hits = [0] * len(definition.profile_exclude)
     for axis, row in rows:
         for combo in itertools.product(*(dimension.choices for dimension in grid)):
             settings = dict(base)
@@ -116,11 +117,19 @@ def expand(definition: SweepDefinition) -> list[RawCell]:
                     if matches(rule, _lookup(cell_settings, axis)):
                         exclude_hits[rule_index] += 1
                         excluded = True
+                for rule_index, (rule, _, _) in enumerate(definition.profile_exclude):
+                    if matches(rule, _lookup(cell_settings, axis)):
+                        profile_hits[rule_index] += 1
+                        excluded = True
                 if not excluded:
                     cells.append(RawCell(cell_settings, axis, (*origin, ("seeds", index))))
     for rule_index, hits in enumerate(exclude_hits):
         if hits == 0:
             raise source.error(("exclude", rule_index), "this exclude rule matches no cell (a typo in a key or value?)")
+    for (_, profile_source, where), hits in zip(definition.profile_exclude, profile_hits, strict=True):
+        if hits == 0:
+            raise profile_source.error(where, "this exclude rule matches no cell of the sweep (a typo in a key or "
+                                              "value?)")
 
     for entry_index, entry in enumerate(spec.include):
         for index, seed in enumerate(spec.seeds):

@@ -153,6 +153,8 @@ class Profile(BaseModel):
     resources: ResourcesSpec | None = Field(None, description="Replace the resources section.")
     cluster: dict[str, Any] = Field(default_factory=dict, description="Cluster fields to change.")
     data: Literal["real", "any"] | None = Field(None, description="Replace the sweep's `data` rule.")
+    exclude: dict[str, list[dict[str, Any]]] = Field(
+        default_factory=dict, description="Per sweep name: more exclude rules (e.g. a rehearsal's subset of cells).")
 
 
 class SweepSpec(BaseModel):
@@ -191,6 +193,8 @@ class SweepDefinition:
     forced: dict[str, Any] = field(default_factory=dict)  # config keys forced on every cell (profile, --set)
     forced_where: dict[str, str] = field(default_factory=dict)  # key -> where it was forced (for messages)
     forced_rules: list[ProfileRule] = field(default_factory=list)  # the profile's per-cell forcing (after `forced`)
+    # the profile's exclude rules for this sweep: (rule, the profile file, the rule's location in it)
+    profile_exclude: list[tuple[dict[str, Any], YamlSource, Loc]] = field(default_factory=list)
 
     @property
     def path(self) -> Path:
@@ -313,6 +317,11 @@ def apply_profile(definition: SweepDefinition, name: str) -> None:
         definition.forced[key] = value
         definition.forced_where[key] = source.where((*loc, "set", key))
     definition.forced_rules = list(profile.rules)
+    for index, rule in enumerate(profile.exclude.get(spec.name, [])):
+        where = (*loc, "exclude", spec.name, index)
+        if not rule:
+            raise source.error(where, "empty rule: it would exclude every cell")
+        definition.profile_exclude.append((rule, source, where))
 
 
 def apply_sets(definition: SweepDefinition, sets: list[str]) -> None:

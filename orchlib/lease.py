@@ -2,10 +2,11 @@
 
 `flock` (`orchlib.locks`) is not enough for the folders a cluster shares: on NFS a lock may not reach the server,
 and a lock held by a process on another node cannot be asked whether its holder lives. A lease works everywhere a
-file can be created: the holder creates `<folder>/.orch-writer.json` with `O_CREAT | O_EXCL` (atomic on NFSv3+
-and every local file system), writes who it is (host, PID, the process's start time, a token), and renews it every
+file can be created: the holder creates `<folder>/.orch-writer.json` exclusively (a hard link to its scratch
+record: atomic on NFSv3+ and every local file system), writes who it is (host, PID, the process's start time, a token), and renews it every
 `lease_s / 4` seconds from a thread of its own, so a writer that is slow (a long step, a long checkpoint) but alive
-keeps it. Another process finds the lease and judges it:
+keeps it. The record is written to a scratch file first and published by `link`, so a lease file is never seen
+half-written. Another process finds the lease and judges it:
 
 - held by a live process on this host (same PID *and* start time, so a recycled PID is not mistaken for it), or
   renewed less than `lease_s` ago by another host: **in use** — refused, or waited for;
@@ -146,14 +147,20 @@ class WriterLease:
         return self._take_over(holder)
 
     def _create(self) -> bool:
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as handle:
+        """Publish our record as the lease if there is none: written whole to a scratch file, then hard-linked to
+        the lease's name (`link` fails if the name exists, atomically, NFS included), so no reader ever sees a lease
+        file without its record."""
+        scratch = self.path.with_name(f"{self.path.name}.{self.token}")
+        with open(scratch, "w") as handle:
             json.dump(self._record(), handle)
             handle.flush()
             os.fsync(handle.fileno())
+        try:
+            os.link(scratch, self.path)
+        except FileExistsError:
+            return False
+        finally:
+            scratch.unlink(missing_ok=True)
         return True
 
     def _take_over(self, judged: dict[str, Any] | None) -> dict[str, Any] | None:

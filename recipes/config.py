@@ -215,6 +215,9 @@ class MlflowConfig(Section):
     experiment_name: str = "orch"
     run_id: str | None = None  # attach to this existing run (the sweep pre-creates runs); None creates one
     run_name: str | None = None
+    # A run whose tracking store is unreachable buffers its metrics and trains on; after this many seconds (or
+    # `recipes.tracking.MAX_PENDING` buffered metrics) it checkpoints and stops (recipes.tracking.RunTracker).
+    outage_s: Annotated[float, number(lambda v: v > 0, "> 0")] = 1800.0
 
 
 class VerlHosting(Section):

@@ -215,7 +215,8 @@ def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> Trai
     latest = latest_checkpoint(checkpoint_dir) if checkpoint_dir and infra.resume == "auto" else None
     resumed = load_checkpoint(latest) if latest else None
     return tracked_run(infra, resumed["mlflow_run_id"] if resumed else None, checkpoint_dir, lambda tracker: train(
-        cfg, tracker, checkpoint_dir or Path("checkpoints") / tracker.run_id, resumed, should_stop))
+        cfg, tracker, checkpoint_dir or Path("checkpoints") / tracker.run_id, resumed,
+        lambda: should_stop() or tracker.store_down))
 
 
 @dataclass

@@ -7,6 +7,8 @@ open a tracking store, for training, sweeps and analysis.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import tempfile
 import time
@@ -20,6 +22,11 @@ from orchlib.locks import file_lock
 from orchlib.sqlurl import sqlite_tables
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
+MAX_PENDING = 200_000  # buffered metrics (some 40 MB) before a run whose tracking store is down stops
+RETRY_S = 15.0  # a store that failed is tried again at most this often (each try may wait out the client's retries)
+PENDING_FILE = "pending_metrics.jsonl"  # metrics a stopped run could not write, beside its checkpoint
+
+log = logging.getLogger(__name__)
 TRACKING_SCHEMES = ("databricks", "file", "http", "https", "mssql", "mysql", "postgresql", "sqlite")
 PROBE_TIMEOUT_S = 5.0
 # Peak memory of the run so far, GB, logged every step under veRL's own name (its workers log the accelerator's):
@@ -260,10 +267,16 @@ class RunTracker:
         run_name: name of a created run.
     """
 
-    def __init__(self, uri: str, experiment_name: str, run_id: str | None, run_name: str | None = None) -> None:
+    def __init__(self, uri: str, experiment_name: str, run_id: str | None, run_name: str | None = None,
+                 outage_s: float = 1800.0) -> None:
         from mlflow.exceptions import MlflowException
 
         self.client = mlflow_client(uri)
+        self.outage_s = outage_s
+        self.pending: list[Any] = []  # metrics the store has not taken yet (`flush`)
+        self.outage_since: float | None = None
+        self.outage_error = ""
+        self._next_try = 0.0
         if run_id is not None:
             try:
                 run = self.client.get_run(run_id)
@@ -289,12 +302,69 @@ class RunTracker:
             self.client.set_tag(self.run_id, key, value)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Log one step's metrics. While the store cannot be written they are buffered (`flush`): training goes on."""
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)
-        batch = [Metric(key, float(value), stamp, step) for key, value in sorted(metrics.items())]
-        for start in range(0, len(batch), 1000):  # MLflow accepts at most 1000 metrics per batch
-            self.client.log_batch(self.run_id, metrics=batch[start : start + 1000])
+        self.pending.extend(Metric(key, float(value), stamp, step) for key, value in sorted(metrics.items()))
+        if self.outage_since is None or time.monotonic() >= self._next_try:
+            self.flush()
+
+    def flush(self) -> bool:
+        """Write the buffered metrics, oldest first; True once none is left. A store that cannot be written (the
+        server or the network gone, a locked or read-only database) keeps them buffered, says so once, and is tried
+        again at most every `RETRY_S` seconds; `store_down` turns true after `outage_s` (or `MAX_PENDING`)."""
+        while self.pending:
+            chunk = self.pending[:1000]  # MLflow accepts at most 1000 metrics per batch
+            try:
+                self.client.log_batch(self.run_id, metrics=chunk)
+            except Exception as err:  # noqa: BLE001 - whatever the store's client raises, the run trains on
+                self.outage_error = " ".join(str(err).split())[:300]
+                self._next_try = time.monotonic() + RETRY_S
+                if self.outage_since is None:
+                    self.outage_since = time.monotonic()
+                    log.warning("tracking store unreachable (%s): metrics are buffered, training goes on for up to "
+                                "%.0f s (mlflow.outage_s)", self.outage_error, self.outage_s)
+                return False
+            del self.pending[:len(chunk)]
+        if self.outage_since is not None:
+            log.warning("tracking store back after %.0f s: the buffered metrics are written",
+                        time.monotonic() - self.outage_since)
+            self.outage_since = None
+        return True
+
+    @property
+    def store_down(self) -> bool:
+        """Whether the store has been unreachable for `outage_s` (or `MAX_PENDING` metrics wait): time to stop."""
+        return self.outage_since is not None and (time.monotonic() - self.outage_since > self.outage_s
+                                                  or len(self.pending) > MAX_PENDING)
+
+    def spill(self, folder: Path) -> Path | None:
+        """Append the metrics the store did not take to `folder/PENDING_FILE` (the next attempt writes them)."""
+        if not self.pending:
+            return None
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / PENDING_FILE
+        with open(path, "a") as handle:
+            for metric in self.pending:
+                handle.write(json.dumps([metric.key, metric.value, metric.timestamp, metric.step]) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        return path
+
+    def take_spilled(self, folder: Path) -> int:
+        """Buffer the metrics a previous attempt spilled in `folder` and write them (before this run's own);
+        returns how many. The file goes once they are written."""
+        from mlflow.entities import Metric
+
+        path = folder / PENDING_FILE
+        if not path.is_file():
+            return 0
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        self.pending[:0] = [Metric(key, float(value), int(stamp), int(step)) for key, value, stamp, step in rows]
+        if self.flush():
+            path.unlink()
+        return len(rows)
 
     def last_logged_step(self, key: str) -> int | None:
         """The largest step at which `key` was logged, or None."""
@@ -314,10 +384,22 @@ class RunTracker:
         self.log_text(yaml.safe_dump(cfg.to_tree(), sort_keys=False), "config.yaml")
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
+        self._artifact(lambda: self.client.log_text(self.run_id, text, artifact_file), artifact_file)
 
     def log_file(self, path: Path, artifact_dir: str) -> None:
-        self.client.log_artifact(self.run_id, str(path), artifact_dir)
+        self._artifact(lambda: self.client.log_artifact(self.run_id, str(path), artifact_dir),
+                       f"{artifact_dir}/{path.name}")
+
+    def _artifact(self, write: Any, name: str) -> None:
+        """Write an artifact; while the tracking store is down (`flush` failed) one that cannot be written is skipped
+        with a warning (a rollout dump is lost; the metrics are not)."""
+        if self.outage_since is None:
+            write()
+            return
+        try:
+            write()
+        except Exception as err:  # noqa: BLE001 - the store is down: the run trains on
+            log.warning("artifact %s not logged, the tracking store is down (%s)", name, " ".join(str(err).split())[:200])
 
     def log_frame(self, frame: Any, artifact_dir: str, file_name: str) -> None:
         """Write a pandas frame as Parquet and log it under `artifact_dir/file_name`."""
@@ -328,7 +410,11 @@ class RunTracker:
             self.log_file(path, artifact_dir)
 
     def end(self, status: str) -> None:
-        """Mark the run FINISHED, FAILED or KILLED."""
+        """Mark the run FINISHED, FAILED or KILLED (best effort while the store is down: the next attempt does)."""
+        if self.outage_since is not None:
+            with suppress(Exception):
+                self.client.set_terminated(self.run_id, status=status)
+            return
         self.client.set_terminated(self.run_id, status=status)
 
 
@@ -353,12 +439,26 @@ def tracked_run(infra: Any, resumed_run_id: str | None, checkpoint_dir: Path | N
             f"{resumed_run_id}; use another trainer.checkpoint_dir or trainer.resume=never"
         )
     tracker = RunTracker(default_tracking_uri(mlflow.tracking_uri), mlflow.experiment_name,
-                         run_id=mlflow.run_id or resumed_run_id, run_name=mlflow.run_name)
+                         run_id=mlflow.run_id or resumed_run_id, run_name=mlflow.run_name, outage_s=mlflow.outage_s)
+    folder = checkpoint_dir or Path("checkpoints") / tracker.run_id
+    spilled = tracker.take_spilled(folder)
+    if spilled:
+        log.info("wrote %d metrics a previous attempt kept while the tracking store was down", spilled)
     try:
         result = train(tracker)
     except BaseException:
+        tracker.flush()
+        tracker.spill(folder)
         tracker.end("FAILED")
         raise
+    if not tracker.flush():  # the store is still down: keep the metrics beside the checkpoint, stop resumable
+        kept = tracker.spill(folder)
+        result = type(result)("failed", result.steps_done, result.mlflow_run_id,
+                              f"tracking store unreachable ({tracker.outage_error}): stopped after step "
+                              f"{result.steps_done}; {len(tracker.pending)} metrics kept in {kept} are written when "
+                              "the run resumes (orch resume --retry-failed, or orch train again)")
+        tracker.end("FAILED")
+        return result
     tracker.set_tags({"orch.status": result.status, "orch.reason": result.reason})
     tracker.end(MLFLOW_STATUS[result.status])
     return result

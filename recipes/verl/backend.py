@@ -50,8 +50,10 @@ def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> Trai
     resumed = None
     if run_file and run_file.is_file() and infra.resume == "auto":
         resumed = json.loads(run_file.read_text())["mlflow_run_id"]
+    asked = should_stop or (lambda: False)
     return tracked_run(infra, resumed, checkpoint_dir, lambda tracker: train(
-        cfg, tracker, checkpoint_dir or Path("checkpoints") / tracker.run_id, should_stop or (lambda: False)))
+        cfg, tracker, checkpoint_dir or Path("checkpoints") / tracker.run_id,
+        lambda: asked() or tracker.store_down))
 
 
 def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,

@@ -453,34 +453,69 @@ class _Link:
                 connection.shutdown(socket.SHUT_RDWR)
 
 
-@pytest.mark.slow
-def test_mlflow_unreachable_mid_run_fails_the_cell_and_a_retry_loses_no_step(make_sweep, workdir: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tracking server becomes unreachable mid-run (the link to it is cut): the job's next metric write fails
-    (after the client's retries, one here), the cell ends failed with the reason; once the link is back,
-    `--retry-failed` resumes from the checkpoint into the same run and every step is there."""
-    monkeypatch.setenv("ORCH_TEST_STEP_S", "0.2")
+@contextlib.contextmanager
+def _served_mlflow(workdir: Path, monkeypatch: pytest.MonkeyPatch):
+    """A real `mlflow server` behind a TCP link the test can cut (fast client retries: one, no backoff)."""
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
     server_port, port = _free_port(), _free_port()
     server = _mlflow_server(workdir, server_port)
     link = _Link(port, server_port)
-    tracking = f"http://127.0.0.1:{port}"
     try:
-        _, store, _ = submit(make_sweep(name="nomlflow", steps=30, seeds="[1]"), "local", tracking)
-        sweep = store.require_sweep("nomlflow")
-        wait_for(lambda: len(list(Path(".orch/sweeps/nomlflow/checkpoints").glob("*/step.txt"))) == 2)
-        link.cut()
-        assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"failed": 2}
-        for row in store.cell_rows(sweep.id):
-            assert f"127.0.0.1:{port}" in row.reason or "onnection" in row.reason, row.reason
-        link.restore()
-        assert resume(store, "nomlflow", retry_failed=True).submitted == 2
-        assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"finished": 2}
-        for run in runs_by_cell(tracking, "nomlflow").values():
-            assert max(metric_values(tracking, run.info.run_id, "test/resumed_from")) > 0
-            assert sorted(set(metric_values(tracking, run.info.run_id, "test/step"))) == list(range(1, 31))
+        yield link, f"http://127.0.0.1:{port}"
     finally:
         link.cut()
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+
+
+def _every_step_once(tracking: str, sweep: str, steps: int) -> None:
+    for run in runs_by_cell(tracking, sweep).values():
+        assert sorted(metric_values(tracking, run.info.run_id, "test/step")) == list(range(1, steps + 1))
+
+
+@pytest.mark.slow
+def test_mlflow_unreachable_for_a_while_buffers_and_training_goes_on(make_sweep, workdir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tracking server becomes unreachable mid-run (the link to it is cut) while the jobs train steps 3 to 6:
+    they buffer those metrics and go on; once the link is back the buffer is written. One attempt per cell, every
+    step logged exactly once."""
+    gate = Gate(Path("gate.json"), allowed=2).install(monkeypatch)
+    with _served_mlflow(workdir, monkeypatch) as (link, tracking):
+        _, store, _ = submit(make_sweep(name="blip", steps=12, seeds="[1]"), "local", tracking)
+        sweep = store.require_sweep("blip")
+        wait_for(lambda: held_at("blip", 2))
+        link.cut()
+        gate.allow("*", 6)
+        wait_for(lambda: held_at("blip", 6))  # trained on without the store
+        link.restore()
+        gate.open()
+        assert wait(store, "blip", poll_s=0.5, timeout_s=300) == {"finished": 2}
+        assert all(row.attempts == 1 for row in store.cell_rows(sweep.id))
+        _every_step_once(tracking, "blip", 12)
+        logs = "".join(Path(store.attempts(row.id)[-1].stderr_path).read_text() for row in store.cell_rows(sweep.id))
+        assert "tracking store unreachable" in logs and "the buffered metrics are written" in logs
+
+
+@pytest.mark.slow
+def test_mlflow_unreachable_to_the_end_fails_resumably_and_a_retry_loses_no_step(make_sweep, workdir: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store stays unreachable until the jobs end: each keeps its unwritten metrics beside its checkpoint and
+    ends failed with one line saying so; once the link is back, `--retry-failed` writes them, and every step is
+    there exactly once."""
+    gate = Gate(Path("gate.json"), allowed=2).install(monkeypatch)
+    with _served_mlflow(workdir, monkeypatch) as (link, tracking):
+        _, store, _ = submit(make_sweep(name="nomlflow", steps=12, seeds="[1]"), "local", tracking)
+        sweep = store.require_sweep("nomlflow")
+        wait_for(lambda: held_at("nomlflow", 2))
+        link.cut()
+        gate.open()
+        assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"failed": 2}
+        for row in store.cell_rows(sweep.id):
+            assert row.reason.startswith("tracking store unreachable (") and "\n" not in row.reason, row.reason
+            assert "stopped after step 12" in row.reason and "pending_metrics.jsonl" in row.reason, row.reason
+        link.restore()
+        assert resume(store, "nomlflow", retry_failed=True).submitted == 2
+        assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"finished": 2}
+        _every_step_once(tracking, "nomlflow", 12)
+        assert not list(Path(".orch/sweeps/nomlflow/checkpoints").glob("*/pending_metrics.jsonl"))

@@ -119,6 +119,8 @@ try:
     print(WriterLease(Path(sys.argv[1])).acquire(), flush=True)
 except InUseError:
     print(False, flush=True)
+while not Path(sys.argv[3]).exists():  # a winner that exited would leave a stale lease for a late contender
+    time.sleep(0.05)
 """
 
 
@@ -128,11 +130,15 @@ def test_of_many_processes_taking_over_one_stale_lease_exactly_one_wins(tmp_path
     (folder / LEASE_FILE).write_text(json.dumps({"host": os.uname().nodename, "pid": 2 ** 22 + 7, "token": "dead",
                                                  "since": 0, "renewed": 0}))
     root = Path(__file__).resolve().parents[2]
-    workers = [subprocess.Popen([sys.executable, "-c", CONTEND, str(folder), str(go)], stdout=subprocess.PIPE,
-                                text=True, cwd=root) for _ in range(4)]
+    done = tmp_path / "done"
+    workers = [subprocess.Popen([sys.executable, "-c", CONTEND, str(folder), str(go), str(done)],
+                                stdout=subprocess.PIPE, text=True, cwd=root) for _ in range(4)]
     time.sleep(1.0)  # not a race: any order of arrival must give one winner; this only makes arrivals close
     go.write_text("")
-    outcomes = [worker.communicate(timeout=120)[0].strip() for worker in workers]
+    outcomes = [worker.stdout.readline().strip() for worker in workers]  # every one answered; the winner lives
+    done.write_text("")
+    for worker in workers:
+        worker.wait(timeout=120)
     assert sorted(outcomes) == ["False", "False", "False", "True"]
 
 

@@ -28,19 +28,24 @@ NAME = "orch-test"
 
 @register_backend(NAME)
 def run(cfg, should_stop=None) -> TrainResult:
-    """Count `trainer.total_steps` steps, resuming from the checkpoint folder."""
-    from recipes.progress import ProgressFile
-    from recipes.tracking import RunTracker, default_tracking_uri
+    """Count `trainer.total_steps` steps, resuming from the checkpoint folder, inside `recipes.tracking.tracked_run`
+    as the real backends do (so a tracking-store outage buffers, spills and stops the same way)."""
+    from recipes.tracking import tracked_run
 
-    mlflow = cfg.infra.mlflow
-    tracker = RunTracker(default_tracking_uri(mlflow.tracking_uri), mlflow.experiment_name, mlflow.run_id)
     folder = Path(cfg.infra.checkpoint_dir)
+    asked = should_stop or (lambda: False)
+    return tracked_run(cfg.infra, None, folder,
+                       lambda tracker: _train(cfg, tracker, folder, lambda: asked() or tracker.store_down))
+
+
+def _train(cfg, tracker, folder: Path, should_stop) -> TrainResult:
+    from recipes.progress import ProgressFile
+
     folder.mkdir(parents=True, exist_ok=True)
     checkpoint = folder / "step.txt"
     start = int(checkpoint.read_text()) if checkpoint.exists() else 0
     flag = os.environ.get("ORCH_TEST_FAIL_FLAG")
     if os.environ.get("ORCH_TEST_FAIL_SEED") == str(cfg.seed) and flag and Path(flag).exists():
-        tracker.end("FAILED")
         raise RuntimeError(f"orch-test backend: failing seed {cfg.seed} on purpose")
     step_s = float(os.environ.get("ORCH_TEST_STEP_S", "0.05"))
     total = int(cfg.trainer.total_steps)
@@ -55,9 +60,8 @@ def run(cfg, should_stop=None) -> TrainResult:
                              "test/score": step * score_scale}, step)
         checkpoint.write_text(str(step))
         progress.update(done=step, phase="logging", success=step / total)
-        if should_stop is not None and should_stop() and step < total:
+        if should_stop() and step < total:
             return TrainResult("preempted", step, tracker.run_id, f"checkpointed at step {step}")
-    tracker.end("FINISHED")
     return TrainResult("finished", total, tracker.run_id)
 
 
