@@ -32,10 +32,10 @@ def run(cfg, should_stop=None) -> TrainResult:
     as the real backends do (so a tracking-store outage buffers, spills and stops the same way)."""
     from recipes.tracking import tracked_run
 
-    folder = Path(cfg.infra.checkpoint_dir)
+    folder = Path(cfg.infra.checkpoint_dir) if cfg.infra.checkpoint_dir else None
     asked = should_stop or (lambda: False)
-    return tracked_run(cfg.infra, None, folder,
-                       lambda tracker: _train(cfg, tracker, folder, lambda: asked() or tracker.store_down))
+    return tracked_run(cfg.infra, None, folder, lambda tracker: _train(
+        cfg, tracker, folder or Path("checkpoints") / tracker.run_id, lambda: asked() or tracker.store_down))
 
 
 def _train(cfg, tracker, folder: Path, should_stop) -> TrainResult:
