@@ -192,8 +192,9 @@ def _failure_reason(err: BaseException) -> str:
     """The error's message, or the last lines of its traceback."""
     if isinstance(err, OrchError):
         return str(err)
-    if fault_line(err):
-        return fault_line(err)
+    line = fault_line(err)
+    if line:
+        return line
     text = "".join(traceback.format_exception(type(err), err, err.__traceback__)).strip()
     return "\n".join(text.splitlines()[-REASON_LINES:])
 

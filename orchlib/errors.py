@@ -7,6 +7,7 @@ Pydantic errors are turned into that line by `validation_issues` / `validation_e
 
 from __future__ import annotations
 
+import errno
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ class OrchError(Exception):
     """Bad input or a failed precondition, with a one-line message meant for the user."""
 
 
-DISK_FULL_ERRNOS = (28, 122)  # ENOSPC, EDQUOT (Linux)
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)  # what a full disk or an exhausted quota raise
 
 
 def fault_line(err: BaseException) -> str | None:

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from orchlib.errors import DISK_FULL_ERRNOS
+
 REQUEUE_EXIT_CODE = 75  # EX_TEMPFAIL: "try again later"
 STATE_FILE = "state.pt"
 LATEST_FILE = "latest"
@@ -103,7 +105,7 @@ def _fsync(path: Path) -> None:
 
 
 def _disk_full(err: BaseException, directory: Path) -> bool:
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
         return True
     try:
         return shutil.disk_usage(directory).free < DISK_FULL_FREE_BYTES
