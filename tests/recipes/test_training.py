@@ -17,6 +17,7 @@ from recipes.backends import run_training
 from recipes.checkpoint import latest_checkpoint
 from recipes.config import compose_train_config
 from recipes.rollouts import load_rollout_batch
+from recipes.tracking import PEAK_MEMORY_METRIC
 
 
 def client(overrides: list[str]) -> MlflowClient:
@@ -25,12 +26,13 @@ def client(overrides: list[str]) -> MlflowClient:
 
 
 def history(mlflow: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
-    """Every metric's (step, value) list, timing (wall time differs between runs) and resume bookkeeping
-    excluded."""
+    """Every metric's (step, value) list; measurements of the machine (wall time, the process's peak memory: in
+    this pytest process it is whatever the earlier tests left, so two runs differ by chance) and resume
+    bookkeeping excluded."""
     keys = mlflow.get_run(run_id).data.metrics
     return {
         key: sorted((m.step, m.value) for m in mlflow.get_metric_history(run_id, key))
-        for key in keys if not key.startswith(("timing_s/", "resume/"))
+        for key in keys if not key.startswith(("timing_s/", "resume/")) and key != PEAK_MEMORY_METRIC
     }
 
 
