@@ -16,6 +16,7 @@ item that has no sweep file, needs a metric no cell of its sweeps logs, or has n
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +74,7 @@ class Item:
 # --- Table 4 -------------------------------------------------------------------------------------------------------
 # variant -> (baseline peak success % per task, filter delta per task, published avg baseline, published avg delta);
 # None where the paper prints "-" (or no average). GRPO FrozenLake has two reports (-3.0 and +2.3); the printed
-# average +3.7 is the one with +2.3, kept here.
+# average +3.7 is the one with +2.3 ((9.0 + 2.3 + 1.2 + 2.2) / 4 = 3.7; with -3.0 it would be 2.4), kept here.
 TABLE4: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...], float | None, float]] = {
     "PPO Qwen2.5-3B": ((12.9, 67.0, 92.6, 97.9), (16.0, 10.9, 0.6, 0.0), 67.6, 6.9),
     "DAPO": ((16.2, 66.8, 90.8, 95.7), (5.1, 2.1, 2.8, 1.6), 67.4, 2.9),
@@ -87,7 +88,6 @@ TABLE4: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...], floa
     "Qwen2.5-VL-3B, text input": ((53.0, 16.0, None, None), (6.0, 53.5, None, None), None, 29.8),
     "Qwen2.5-VL-3B, image input": ((65.0, 19.5, None, None), (12.0, 59.5, None, None), 42.3, 35.8),
 }
-TABLE4_GRPO_FROZENLAKE_OTHER_REPORT = -3.0
 
 
 def _table4_values() -> tuple[Value, ...]:
@@ -373,37 +373,46 @@ def check(sections: set[str], profile: str | None = None) -> list[str]:
         first = paper_sweeps()[0]
         planned[first] = planned_configs(sweep_path(first), profile)
     exempt, _ = MI_EXEMPT
+
+    def configs_of(sweep: str) -> list[Any] | str:
+        """The sweep's planned cells, or the one line saying why it cannot be planned."""
+        if sweep not in planned:
+            try:
+                planned[sweep] = planned_configs(sweep_path(sweep), profile)
+            except OrchError as err:
+                planned[sweep] = str(err)
+        return planned[sweep]
+
+    def unlogged(where: str, sweep: str, metrics: tuple[str, ...]) -> list[str]:
+        """One line per metric that some cell of `sweep` does not log (the MI-exempt cells are not asked for MI)."""
+        path = sweep_path(sweep)
+        if not path.exists():
+            return [f"{where}: no sweep file {path.relative_to(SWEEPS_DIR.parent)}"]
+        configs = configs_of(sweep)
+        if isinstance(configs, str):
+            return [f"{where}: {configs}"]
+        out = []
+        for metric in metrics:
+            cells = [cell for cell in configs if not (metric.startswith("collapse/") and all(
+                cell.settings.get(key) == value for key, value in exempt.items()))]
+            missing = sum(not cell_logs(cell.config, metric) for cell in cells)
+            if missing:
+                out.append(f"{where}: {missing} of {len(cells)} cells of sweeps/{sweep}.yaml do not log {metric} "
+                           f"({_how_to_log(metric)})")
+        return out
+
     problems = []
-    # RAGEN computes the MI diagnostics in every run (config/base.yaml:147-153): every paper sweep logs them
-    items = [*ITEMS, *(Item(sweep, f"sweeps/{sweep}.yaml", "", "", (sweep,), EVERY_CELL, "", "")
-                       for sweep in paper_sweeps())]
-    for item in items:
+    for item in ITEMS:
         where = f"{item.ref} ({item.key})"
         if not item.sweeps:
             problems.append(f"{where}: no sweep produces it")
         for sweep in item.sweeps:
-            path = sweep_path(sweep)
-            if not path.exists():
-                problems.append(f"{where}: no sweep file {path.relative_to(SWEEPS_DIR.parent)}")
-                continue
-            if sweep not in planned:
-                try:
-                    planned[sweep] = planned_configs(path, profile)
-                except OrchError as err:
-                    planned[sweep] = str(err)
-            configs = planned[sweep]
-            if isinstance(configs, str):
-                problems.append(f"{where}: {configs}")
-                continue
-            for metric in item.metrics:
-                cells = [cell for cell in configs if not (metric.startswith("collapse/") and all(
-                    cell.settings.get(key) == value for key, value in exempt.items()))]
-                missing = sum(not cell_logs(cell.config, metric) for cell in cells)
-                if missing:
-                    problems.append(f"{where}: {missing} of {len(cells)} cells of sweeps/{sweep}.yaml do not log "
-                                    f"{metric} ({_how_to_log(metric)})")
+            problems += unlogged(where, sweep, item.metrics)
         if item.section not in sections and item.ref.startswith(("Table", "Figure")):
             problems.append(f"{where}: no report section {item.section!r}")
+    # RAGEN computes the MI diagnostics in every run (config/base.yaml:147-153): so does every paper sweep
+    for sweep in paper_sweeps():
+        problems += unlogged(f"sweeps/{sweep}.yaml ({sweep})", sweep, EVERY_CELL)
     return problems
 
 
@@ -476,6 +485,32 @@ def data_needs(sweep: str) -> list[str]:
             for task in sweep_tasks(sweep) if task in sources for source in [sources[task]]]
 
 
+# --- RAGEN's batch padding (the `padding` deviation below), to measure what it would have changed ---------------------
+# After filtering, RAGEN makes the kept batch a multiple of lcm(env groups, PPO mini-batch, GPUs per node) by copying
+# random kept trajectories (ragen/trainer/agent_trainer.py:1190-1196; adjust_batch mode "copy", :104-110), before the
+# advantages are computed (:1359). The paper's settings: 8 groups of 16 (config/base.yaml:158-160), mini-batch 32
+# trajectories (config/base.yaml:14, run_filtering_final.sh:79), 1-8 GPUs: the divisor is 32.
+RAGEN_ENV_GROUPS, RAGEN_GROUP_SIZE, RAGEN_PPO_MINI_BATCH = 8, 16, 32
+
+
+def ragen_duplicates(kept: int, gpus: int = 8, groups: int = RAGEN_ENV_GROUPS,
+                     mini_batch: int = RAGEN_PPO_MINI_BATCH) -> int:
+    """Trajectories RAGEN copies into a kept batch of `kept` trajectories (0 when it is already a multiple)."""
+    if kept <= 0:
+        return 0  # an empty step is skipped, not padded (agent_trainer.py:1126-1186)
+    return -kept % math.lcm(groups, mini_batch, gpus)
+
+
+def ragen_duplicate_share(kept_groups: list[float], gpus: int = 8) -> float:
+    """Mean share of copies in RAGEN's update over the steps of a run whose filter kept `kept_groups[i]` groups of
+    `RAGEN_GROUP_SIZE` (orch's `rollout/kept_groups` per step; empty steps are left out). NaN when no step kept
+    anything."""
+    shares = [ragen_duplicates(int(k) * RAGEN_GROUP_SIZE, gpus) / (int(k) * RAGEN_GROUP_SIZE
+                                                                  + ragen_duplicates(int(k) * RAGEN_GROUP_SIZE, gpus))
+              for k in kept_groups if k >= 1]
+    return sum(shares) / len(shares) if shares else math.nan
+
+
 # --- deliberate deviations from RAGEN's scripts (tests/analysis/test_fidelity.py holds RAGEN's values) ------------
 # id -> (what differs, why). A resolved paper cell that differs from RAGEN in a setting whose id is not here fails
 # the fidelity test; semantic differences that no config value shows are listed here too.
@@ -485,8 +520,9 @@ DEVIATIONS: dict[str, tuple[str, str]] = {
     "padding": ("a kept batch is not padded with duplicated trajectories (RAGEN agent_trainer.py:104-133, 1190-1196 "
                 "duplicates random kept trajectories up to a mini-batch multiple): the veRL backend pads with masked "
                 "no-op groups, the torch backend runs fewer mini-batches",
-                "duplicates carry gradient twice and enter GRPO's group statistics, so RAGEN's effective batch "
-                "depends on its padding; orch keeps every kept trajectory once (docs/paper.md measures nothing yet)"),
+                "duplicates carry gradient twice and enter GRPO's group statistics (the advantage is computed after "
+                "the padding, agent_trainer.py:1359), so RAGEN's update depends on which trajectories its random "
+                "draw copies; orch keeps every kept trajectory once. Size: ragen_duplicates(), docs/paper.md"),
     "early_stop": ("no early stop on collapsed reward variance (RAGEN agent_trainer.py:1210-1235) or on validation "
                    "success below 1% for 5 validations (agent_trainer.py:1482-1499); the empty-filter stop after 5 "
                    "steps is RAGEN's",

@@ -29,6 +29,8 @@ class Resources(BaseModel):
     cpus_per_task: int = Field(1, ge=1, description="CPU cores per cell.")
     mem_gb: float = Field(4.0, gt=0, description="Memory per node, GiB.")
     time_min: int = Field(60, ge=1, description="Time limit in minutes (the job checkpoints and requeues at it).")
+    gpu_mem_gb: float = Field(80.0, gt=0, description="Memory of each GPU, GiB (what `--preflight` checks a cell's "
+                                                      "estimated peak against; 80: an A100/H100 80GB).")
 
     def key(self) -> str:
         """A stable text key: cells with the same key share a job array."""
@@ -57,6 +59,7 @@ class ResourcePatch(BaseModel):
     cpus_per_task: int | None = Field(None, ge=1)
     mem_gb: float | None = Field(None, gt=0)
     time_min: int | None = Field(None, ge=1)
+    gpu_mem_gb: float | None = Field(None, gt=0)
 
 
 class ResourceRule(BaseModel):

@@ -54,6 +54,9 @@ def sweep_command(
     file: Annotated[Path, typer.Argument(help="Sweep file (YAML), e.g. sweeps/demo.yaml.")],
     cluster: ClusterOpt = "local",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the cells, resources and GPU-hours; write nothing.")] = False,
+    preflight: Annotated[bool, typer.Option("--preflight", help="Check every cell as its job would start it (veRL's validation, model and data paths, memory, cost); exit 1 on a problem; write nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --preflight: one JSON object per cell class.")] = False,
+    model_config: Annotated[Path | None, typer.Option("--model-config", help="With --preflight: a config.json for models whose folder is not on this host.")] = None,
     sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE: a config key forced on every cell, or a sweep field (cluster.*, resources.*, seeds, backend). Repeatable.")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="A named profile (the file's `profiles:` or sweeps/profiles.yaml), e.g. cpu.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also resubmit failed cells.")] = False,
@@ -71,6 +74,11 @@ def sweep_command(
         from orchestrator.spec import load_sweep
 
         executor = get_executor(cluster)
+        if as_json and not preflight:
+            raise OrchError("--json goes with --preflight")
+        if preflight:
+            _run_preflight(file, profile, sets or [], as_json, model_config)
+            return
         plan = build_plan(load_sweep(file, profile=profile, sets=sets or []))
         if dry_run:
             from orchestrator.views import print_plan
@@ -154,6 +162,31 @@ def tune_command(
             typer.echo(f"use it: {line}")
     except OrchError as err:
         _fail(str(err))
+
+
+def _run_preflight(file: Path, profile: str | None, sets: list[str], as_json: bool, model_config: Path | None) -> None:
+    """`orch sweep FILE --preflight`: exit 1 when any cell class has a problem."""
+    import sys
+
+    from orchestrator.plan import build_plan
+    from orchestrator.preflight import load_model_config, preflight_plan
+    from orchestrator.resolve import ConfigResolver
+    from orchestrator.spec import load_sweep
+    from orchestrator.views import print_preflight
+
+    extra = load_model_config(model_config)
+    resolver = ConfigResolver()
+    plan = build_plan(load_sweep(file, profile=profile, sets=sets), resolver)
+
+    def progress(done: int, total: int) -> None:
+        if sys.stderr.isatty():
+            print(f"\rpreflight: {done}/{total} configs", end="" if done < total else "\n", file=sys.stderr,
+                  flush=True)
+
+    report = preflight_plan(plan, lambda cell: resolver.resolve(cell.settings).config, extra, progress)
+    print_preflight(report, as_json)
+    if report.problem_count:
+        raise typer.Exit(1)
 
 
 def _preflight(tracking_uri: str | None) -> None:

@@ -76,6 +76,50 @@ def print_plan(plan: Plan, limit: int) -> None:
     console.print("[dim]dry run: nothing written, nothing submitted[/]")
 
 
+def print_preflight(report: Any, as_json: bool) -> None:
+    """`orch sweep --preflight`: one block per cell class (model, GPUs, memory, fit, cost, veRL's validation, every
+    problem), or with `as_json` one JSON object per class on stdout (and the plan's problems on stderr)."""
+    import sys
+
+    if as_json:
+        for line in report.plan_problems:
+            print(f"problem: {line}", file=sys.stderr)
+        for group in report.classes:
+            print(json.dumps(group.as_json()))
+        return
+    console = _console()
+    console.print(f"[bold]preflight {report.sweep}[/]: {sum(g.cells for g in report.classes)} cells in "
+                  f"{len(report.classes)} classes", highlight=False)
+    for line in report.plan_problems:
+        console.print(f"  problem: {line}", highlight=False, markup=False, soft_wrap=True)
+    for index, group in enumerate(report.classes, start=1):
+        if group.fits is None:
+            fit = "no memory estimate"
+        else:
+            fit = (f"~{group.est_gb_per_gpu:.0f} of {group.gpu_mem_gb:g} GB per GPU (rollout {group.rollout_gb:.0f}, "
+                   f"update {group.update_gb:.0f}): {'fits' if group.fits else 'DOES NOT FIT'}, micro-batch <= "
+                   f"{group.max_micro_batch}")
+        console.print(f"[bold]c{index}[/] {group.model} on {group.nodes}n x {group.gpus_per_node} GPU "
+                      f"({group.backend}): {group.cells} cells, {group.configs} configs", highlight=False)
+        if group.architecture:
+            console.print(f"    model {group.architecture}; prompt budget {group.prompt_tokens}", highlight=False,
+                          markup=False)
+        console.print(f"    memory {fit}", highlight=False, markup=False, soft_wrap=True)
+        if group.gpu_hours:
+            requeues = f", > time limit {group.limit_h:g} h: requeued" if group.wall_h > group.limit_h else ""
+            console.print(f"    cost ~{group.gpu_hours:,.0f} GPU-hours, ~{group.wall_h:.1f} h per cell{requeues}",
+                          highlight=False, markup=False)
+        console.print(f"    veRL validate_config: {group.validation}", highlight=False, markup=False)
+        for line in group.lines():
+            console.print(f"    problem: {line}", highlight=False, markup=False, soft_wrap=True)
+    hours = report.gpu_hours
+    console.print(f"estimated GPU-hours (throughput model, docs/verl.md#preflight): {hours:,.0f}" if hours else
+                  "no GPU cells", highlight=False)
+    count = report.problem_count
+    console.print(f"[bold red]{count} problem(s)[/]" if count else "[bold green]no problems[/]")
+    console.print("[dim]preflight: nothing written, nothing submitted[/]")
+
+
 def print_study(study: Any, first: list[tuple[dict[str, Any], list[str]]], trials: int) -> None:
     """`orch tune --dry-run`: the search space, the objectives, the sampler and pruner, and the first trials."""
     from rich.markup import escape

@@ -224,7 +224,7 @@ class VerlHosting(Section):
     """`verl.*` in `conf/`: how the verl backend hosts a run (rollout engine, parallelism, the Ray cluster)."""
 
     rollout: Annotated[str, one_of(("auto", "hf", "vllm"))] = "auto"
-    gpu_memory_utilization: Annotated[float, number(lambda v: 0 < v <= 1, "in (0, 1]")] = 0.6
+    gpu_memory_utilization: Annotated[float, number(lambda v: 0 < v <= 1, "in (0, 1]")] = 0.3
     tensor_parallel: Count = 1
     param_offload: Flag = False
     nnodes: Annotated[int, integer(1)] | None = None

@@ -146,6 +146,9 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1 if engine == "hf" else hosting.tensor_parallel,
         "actor_rollout_ref.rollout.data_parallel_size": 1,
         "actor_rollout_ref.rollout.gpu_memory_utilization": hosting.gpu_memory_utilization,
+        # vLLM's context: the run's, not the model's max_position_embeddings (veRL's default when null), whose KV
+        # cache may not fit beside the trainer (RAGEN sets it too: config/base.yaml:54)
+        "actor_rollout_ref.rollout.max_model_len": trainer.max_context_tokens,
         "actor_rollout_ref.rollout.free_cache_engine": not cpu,
         "actor_rollout_ref.rollout.agent.num_workers": 1 if cpu else max(1, job.nnodes * job.gpus_per_node),
         "actor_rollout_ref.rollout.agent.default_agent_loop": "orch_env",

@@ -60,17 +60,27 @@ def write_prompt_files(cfg: TrainConfig, folder: Path) -> dict[str, Path]:
 def prompt_budget(cfg: TrainConfig, tokenizer: Any) -> int:
     """Tokens to reserve for the first prompt: the longest of the first training and validation prompts, with a
     margin, rounded up to a multiple of 64, and at most half of `trainer.max_context_tokens`."""
-    from envs.episode import Episode
-    from envs.registry import build_config, env_class
     from recipes.chat import ChatEncoder
 
     encoder = ChatEncoder(tokenizer)
+    longest = longest_first_prompt(cfg, lambda messages: len(encoder.encode(messages,
+                                                                            add_generation_prompt=True).input_ids))
+    return min(budget_for(longest), cfg.trainer.max_context_tokens // 2)
+
+
+def budget_for(longest: int) -> int:
+    """The prompt budget for a longest first prompt of `longest` tokens: a margin, rounded up to 64."""
+    return -(-int(longest * PROMPT_MARGIN) // 64) * 64
+
+
+def longest_first_prompt(cfg: TrainConfig, count: Any) -> int:
+    """The largest `count(messages)` over the first training and validation prompts (their chat messages)."""
+    from envs.episode import Episode
+    from envs.registry import build_config, env_class
+
     config = build_config(cfg.task.name, cfg.task.env)
     seeds = training_seeds(cfg)[:PROMPT_SAMPLE] + validation_seeds(PROMPT_SAMPLE)
-    longest = max(len(encoder.encode(Episode(env_class(cfg.task.name)(config), seed).messages,
-                                     add_generation_prompt=True).input_ids) for seed in seeds)
-    budget = -(-int(longest * PROMPT_MARGIN) // 64) * 64
-    return min(budget, cfg.trainer.max_context_tokens // 2)
+    return max(count(Episode(env_class(cfg.task.name)(config), seed).messages) for seed in seeds)
 
 
 def extra_prompt_batch(trainer: Any, step: int, extra: int) -> Any:

@@ -8,6 +8,7 @@ The reference values below were read from RAGEN (github:mll-lab-nu/RAGEN) at com
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -219,3 +220,13 @@ def test_the_fidelity_test_catches_a_changed_setting(cells, monkeypatch) -> None
         "algorithm": dapo[0].config.algorithm.model_copy(update={"dynamic_sampling": True})}))
     found = differences({**cells, "table4": [drifted]})
     assert "algorithm" in found and "algorithm" not in paper.DEVIATIONS
+
+
+def test_ragen_padding_copies_up_to_the_next_multiple_of_its_divisor() -> None:
+    """RAGEN pads a kept batch to a multiple of lcm(env groups 8, PPO mini-batch 32, GPUs) by copying kept
+    trajectories (ragen/trainer/agent_trainer.py:1190-1196, :104-110) and skips an empty one (:1126-1186)."""
+    assert [paper.ragen_duplicates(16 * k) for k in range(9)] == [0, 16, 0, 16, 0, 16, 0, 16, 0]
+    assert paper.ragen_duplicates(16, gpus=3) == 80  # lcm(8, 32, 3) = 96
+    assert paper.ragen_duplicate_share([8, 8]) == 0.0  # a full batch is never padded
+    assert paper.ragen_duplicate_share([1, 3, 0]) == pytest.approx((16 / 32 + 16 / 64) / 2)  # empty steps left out
+    assert math.isnan(paper.ragen_duplicate_share([0, 0]))

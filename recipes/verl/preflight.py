@@ -1,0 +1,290 @@
+"""Preflight of one verl-backend cell, on any host, before anything is submitted (`orch sweep FILE --preflight`).
+
+    report = preflight_cell(cfg, nodes=1, gpus_per_node=4, gpu_mem_gb=80)
+    report.problems       # every problem found, one line each (never only the first)
+    report.memory         # recipes.verl.memory.MemoryEstimate, or None without an architecture
+
+What runs, in order, each step collecting its problems instead of stopping at the first:
+
+1. the model folder (`model.path`): a loadable Hugging Face checkpoint (`recipes.models.hf_folder_problems`), and
+   the data file the task reads (`task.env.<data key>`);
+2. the prompt budget as the job measures it (`recipes.verl.data`): with the folder's tokenizer when there is one,
+   else from the prompts' characters (`CHARS_PER_TOKEN`, a documented fallback);
+3. veRL's full config for the cell, built by `recipes.verl.config_map` exactly as the job builds it (only the file
+   names are placeholders), and veRL's own `validate_config` on it;
+4. what veRL finds only when its workers or vLLM start, after the queue wait: tensor parallelism vs the GPUs and
+   the attention heads, max model length vs prompt + every turn's reply and the model's positions, the micro-batch
+   token budget vs one sequence, the batch vs the workers it is split over, samples per prompt vs the group
+   statistics the algorithm and filter need;
+5. memory (`recipes.verl.memory`), from the folder's config.json, else `model_config`, else the built-in table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recipes.config import TrainConfig
+from recipes.verl.memory import (
+    Architecture,
+    MemoryEstimate,
+    MemorySetup,
+    builtin_architecture,
+    estimate_memory,
+)
+
+# Without a tokenizer, a prompt's tokens are estimated from its characters. Qwen2.5's and Llama 3's BPE average about
+# 3.5-4 characters per token on the tasks' English text and grids; 3 over-counts on purpose (a budget too large only
+# costs context; one too small stops the job), plus the chat template's tokens per message.
+CHARS_PER_TOKEN = 3.0
+TEMPLATE_TOKENS_PER_MESSAGE = 8
+_LONGEST: dict[tuple[Any, ...], int] = {}  # longest first prompt per (task, env, seed, tokenizer): cells share them
+
+
+@dataclass
+class CellPreflight:
+    """What preflight found for one cell."""
+
+    model: str  # the model path, or the built-in preset's name
+    problems: list[str] = field(default_factory=list)
+    memory: MemoryEstimate | None = None
+    architecture: Architecture | None = None
+    architecture_source: str = ""  # "config.json" | "--model-config" | "built-in table" | ""
+    prompt_tokens: int = 0  # the prompt budget (the longest first prompt with its margin)
+    prompt_source: str = ""  # "tokenizer" | "characters"
+    world: int = 1
+
+
+def preflight_cell(cfg: TrainConfig, nodes: int, gpus_per_node: int, gpu_mem_gb: float,
+                   model_config: dict[str, Any] | None = None) -> CellPreflight:
+    """Every check of the module docstring on `cfg` hosted on `nodes` x `gpus_per_node` GPUs of `gpu_mem_gb`."""
+    from recipes.algorithms import get_algorithm
+
+    cpu = cfg.trainer.device == "cpu"
+    gpus = 1 if cpu else gpus_per_node
+    report = CellPreflight(model=str(cfg.model.path) if cfg.model.path else f"preset {cfg.model.name}",
+                           world=max(1, nodes * gpus))
+    if not cpu and gpus_per_node < 1:
+        report.problems.append(f"trainer.device is cuda, but the cell asks for {gpus_per_node} GPUs per node "
+                               "(resources.gpus_per_node)")
+    folder = _model_folder(cfg, report)
+    _data_problems(cfg, report)
+    report.architecture, report.architecture_source = _architecture(cfg, folder, model_config, report)
+    longest = _longest_prompt(cfg, folder, report)
+    config = _verl_config(cfg, nodes, gpus, folder, report)
+    if config is None:
+        return report
+    uses_critic = get_algorithm(cfg.algorithm.name).uses_critic
+    _runtime_problems(cfg, config, longest, report)
+    if report.architecture is not None and not cpu:
+        rollout = config.actor_rollout_ref.rollout
+        report.memory = estimate_memory(report.architecture, MemorySetup(
+            world=report.world, gpu_mem_gb=gpu_mem_gb,
+            token_budget=int(config.actor_rollout_ref.actor.ppo_max_token_len_per_gpu),
+            max_model_len=int(config.data.max_prompt_length) + int(config.data.max_response_length),
+            critic=uses_critic, offload=bool(cfg.infra.verl.param_offload),
+            gradient_checkpointing=bool(config.actor_rollout_ref.model.enable_gradient_checkpointing),
+            gpu_memory_utilization=float(rollout.gpu_memory_utilization),
+            tensor_parallel=int(rollout.tensor_model_parallel_size),
+            free_cache_engine=bool(rollout.free_cache_engine)))
+        report.problems += [f"memory: {line}" for line in report.memory.problems]
+    return report
+
+
+def _model_folder(cfg: TrainConfig, report: CellPreflight) -> Path | None:
+    """The folder whose tokenizer and config.json preflight may read: `model.path` when it is a loadable
+    checkpoint, the built-in preset's cached folder when there is no path (built on first use), else None."""
+    from recipes.models import hf_folder_problems, preset_folder
+
+    if cfg.model.path is None:
+        return preset_folder(cfg.model)
+    found = hf_folder_problems(cfg.model.path)
+    report.problems += [f"model.path: {line}" for line in found]
+    return None if found else Path(str(cfg.model.path)).expanduser()
+
+
+def _data_problems(cfg: TrainConfig, report: CellPreflight) -> None:
+    """The data file the task reads, when the cell names one: it must exist (its format is checked when the job
+    loads it)."""
+    from envs.registry import env_class
+
+    source = env_class(cfg.task.name).data
+    if source is None or source.key is None or source.uses_builtin(cfg.task.env):
+        return
+    path = Path(str(cfg.task.env[source.key])).expanduser()
+    if not path.exists():
+        report.problems.append(f"task.env.{source.key}: {path} does not exist ({source.formats})")
+
+
+def _architecture(cfg: TrainConfig, folder: Path | None, model_config: dict[str, Any] | None,
+                  report: CellPreflight) -> tuple[Architecture | None, str]:
+    """The architecture memory is estimated for: the folder's config.json, `model_config`, the built-in table."""
+    candidates: list[tuple[dict[str, Any] | None, str]] = []
+    if folder is not None and (folder / "config.json").is_file():
+        with contextlib.suppress(OSError, ValueError):
+            candidates.append((json.loads((folder / "config.json").read_text()), "config.json"))
+    candidates.append((model_config, "--model-config"))
+    for config, source in candidates:
+        if isinstance(config, dict):
+            try:
+                return Architecture.from_config(config, name=report.model), source
+            except ValueError as err:
+                report.problems.append(f"{source}: {err}")
+    if cfg.model.path is not None:
+        builtin = builtin_architecture(str(cfg.model.path))
+        if builtin is not None:
+            return builtin, "built-in table"
+        if cfg.trainer.device != "cpu":
+            report.problems.append(f"memory: no config.json for {cfg.model.path} and no built-in architecture of "
+                                   "that name: pass --model-config FILE (a config.json) to estimate it")
+    return None, ""
+
+
+def _longest_prompt(cfg: TrainConfig, folder: Path | None, report: CellPreflight) -> int:
+    """Tokens of the longest first prompt (unrounded), with the folder's tokenizer or from characters. A data file
+    that is missing here is replaced by the task's built-in set for this measurement (its problem is listed)."""
+    from envs.registry import env_class
+    from recipes.verl.data import budget_for, longest_first_prompt
+
+    source = env_class(cfg.task.name).data
+    measured = cfg
+    if source is not None and source.key and not source.uses_builtin(cfg.task.env) and \
+            not Path(str(cfg.task.env[source.key])).expanduser().exists():
+        measured = cfg.model_copy(update={"task": cfg.task.model_copy(update={
+            "env": {**cfg.task.env, source.key: None}})})
+    count = None
+    if folder is not None and any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        try:
+            from recipes.chat import ChatEncoder
+            from recipes.models import load_tokenizer
+
+            encoder = ChatEncoder(load_tokenizer(folder))
+            count = lambda messages: len(encoder.encode(messages, add_generation_prompt=True).input_ids)  # noqa: E731
+            report.prompt_source = "tokenizer"
+        except Exception as err:  # a tokenizer transformers cannot load is a problem of the folder, listed here
+            report.problems.append(f"model.path: its tokenizer does not load ({type(err).__name__}: {err})")
+    if count is None:
+        count = lambda messages: sum(  # noqa: E731
+            -(-len(str(m.get("content", ""))) // int(CHARS_PER_TOKEN)) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages)
+        report.prompt_source = "characters"
+    key = (measured.task.name, json.dumps(measured.task.env, sort_keys=True, default=str), measured.seed,
+           measured.trainer.prompts_per_step,
+           str(folder), report.prompt_source)
+    try:
+        if key not in _LONGEST:
+            _LONGEST[key] = longest_first_prompt(measured, count)
+        longest = _LONGEST[key]
+    except (OSError, ValueError) as err:
+        report.problems.append(f"task {cfg.task.name}: its first prompts cannot be built ({err})")
+        return 0
+    report.prompt_tokens = budget_for(longest)
+    return longest
+
+
+def _verl_config(cfg: TrainConfig, nodes: int, gpus: int, folder: Path | None, report: CellPreflight) -> Any:
+    """veRL's config for the cell as the job builds it (placeholders for the files it writes at run time), checked
+    by veRL's own `validate_config`; None (with the problem listed) if it cannot be built. veRL's validation loads
+    the model's config.json and tokenizer: where the checkpoint is not on this host, a stand-in folder with the
+    architecture's config.json and the built-in preset's tokenizer takes its place (nothing is downloaded)."""
+    import os
+    import tempfile
+
+    from recipes.models import preset_folder
+    from recipes.verl.config_map import VerlJob, verl_config
+
+    budget = min(report.prompt_tokens or 64, cfg.trainer.max_context_tokens // 2)
+    with tempfile.TemporaryDirectory(prefix="orch-preflight-") as scratch:
+        model_path = tokenizer_path = str(folder) if folder is not None else ""
+        if folder is None:
+            if report.architecture is None:
+                report.problems.append("veRL's validate_config not run: no model folder on this host and no "
+                                       "architecture to stand in for it (--model-config FILE)")
+                return None
+            (Path(scratch) / "config.json").write_text(json.dumps(report.architecture.config_json()))
+            model_path, tokenizer_path = scratch, str(preset_folder(cfg.model.model_copy(update={"path": None})))
+        job = VerlJob(model_path=model_path, tokenizer_path=tokenizer_path, train_file="<train prompts>.parquet",
+                      val_file="<validation prompts>.parquet", checkpoint_dir="<checkpoint dir>/verl",
+                      prompt_length=budget, nnodes=max(1, nodes), gpus_per_node=max(1, gpus))
+        try:
+            config = verl_config(cfg, job)
+        except Exception as err:  # Hydra's composition error: the override and veRL's reason
+            report.problems.append(f"veRL's config does not compose: {type(err).__name__}: {_one_line(err)}")
+            return None
+        offline = {key: os.environ.get(key) for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+        os.environ.update(dict.fromkeys(offline, "1"))  # a bad path must fail here, not wait on the Hub
+        try:
+            from verl.trainer.ppo.utils import need_critic, need_reference_policy
+            from verl.utils.config import validate_config
+
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # its notices and warnings
+                warnings.simplefilter("ignore")
+                validate_config(config, use_reference_policy=need_reference_policy(config),
+                                use_critic=need_critic(config))
+        except Exception as err:  # veRL raises AssertionError, ValueError or its dataclasses' errors
+            report.problems.append(f"veRL's validate_config: {type(err).__name__}: {_one_line(err)}")
+        finally:
+            for key, value in offline.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    return config
+
+
+def _runtime_problems(cfg: TrainConfig, config: Any, longest: int, report: CellPreflight) -> None:
+    """What veRL only finds when its workers or vLLM start (see the module docstring, step 4)."""
+    from recipes.algorithms import get_algorithm
+
+    problems = report.problems
+    trainer, rollout = cfg.trainer, config.actor_rollout_ref.rollout
+    gpus_per_node = int(config.trainer.n_gpus_per_node)
+    tp = int(rollout.tensor_model_parallel_size)
+    if rollout.name == "vllm":
+        if tp > gpus_per_node or gpus_per_node % tp:
+            problems.append(f"verl.tensor_parallel={tp} does not divide the cell's {gpus_per_node} GPUs per node "
+                            "(each vLLM replica takes tp GPUs of one node)")
+        arch = report.architecture
+        if arch is not None and (arch.heads % tp or arch.kv_heads % tp):
+            problems.append(f"verl.tensor_parallel={tp} does not divide the model's {arch.heads} attention heads and "
+                            f"{arch.kv_heads} key-value heads (vLLM splits heads across its GPUs)")
+    turns = int(cfg.task.env.get("max_turns", 1) or 1)
+    max_model_len = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    needed = report.prompt_tokens + turns * trainer.max_response_tokens
+    if longest and report.prompt_tokens > trainer.max_context_tokens // 2:
+        problems.append(f"the longest first prompt needs {report.prompt_tokens} tokens ({report.prompt_source}), "
+                        f"more than half of trainer.max_context_tokens={trainer.max_context_tokens}: veRL would "
+                        "stop on it (data.truncation=error); raise trainer.max_context_tokens")
+    if longest and max_model_len < needed:
+        problems.append(f"trainer.max_context_tokens={trainer.max_context_tokens} (vLLM's max_model_len) is below "
+                        f"the prompt ({report.prompt_tokens}) + {turns} turns x trainer.max_response_tokens="
+                        f"{trainer.max_response_tokens} = {needed}, before any observation tokens")
+    arch = report.architecture
+    if arch is not None and arch.max_positions and max_model_len > arch.max_positions:
+        problems.append(f"max model length {max_model_len} exceeds the model's max_position_embeddings "
+                        f"{arch.max_positions}")
+    budget = int(config.actor_rollout_ref.actor.ppo_max_token_len_per_gpu)
+    if budget < max_model_len:
+        problems.append(f"the micro-batch token budget {budget} (trainer.micro_batch_size x max_context_tokens) is "
+                        f"below one sequence of {max_model_len} tokens")
+    trajectories = trainer.prompts_per_step * trainer.samples_per_prompt
+    if trajectories % report.world:
+        problems.append(f"{trainer.prompts_per_step} prompts x {trainer.samples_per_prompt} samples = {trajectories} "
+                        f"trajectories do not split evenly over the cell's {report.world} GPUs (veRL dispatches "
+                        "equal chunks to its workers)")
+    if trainer.mini_batch_size < report.world:
+        problems.append(f"trainer.mini_batch_size={trainer.mini_batch_size} trajectories is below the {report.world} "
+                        "GPUs it is split over (veRL needs at least one per GPU)")
+    grouped = not get_algorithm(cfg.algorithm.name).uses_critic or cfg.filter.strategy != "none"
+    if grouped and trainer.samples_per_prompt < 2:
+        problems.append(f"trainer.samples_per_prompt={trainer.samples_per_prompt} (veRL's rollout.n): "
+                        f"{cfg.algorithm.name} with filter {cfg.filter.strategy} needs groups of at least 2 "
+                        "samples per prompt (group advantages and reward variance)")
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__

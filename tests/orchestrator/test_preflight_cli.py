@@ -1,0 +1,75 @@
+"""`orch sweep FILE --preflight [--json] [--model-config F]` (issue 27): every problem of every cell class, grouped,
+exit 1 if any; nothing written; the JSON fields a lab's tooling reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+
+KEYS = {"model", "nodes", "gpus_per_node", "cells", "est_gb_per_gpu", "gpu_mem_gb", "fits", "max_micro_batch",
+        "gpu_hours", "problems"}
+SWEEP = """
+    name: pre
+    backend: verl
+    base: {trainer: paper, model: hf, model.path: models/Qwen2.5-7B, algorithm: grpo, trainer.micro_batch_size: 1}
+    grid:
+      task: [sokoban, frozenlake]
+    seeds: [1, 2]
+    resources:
+      default: {gpus_per_node: 4, mem_gb: 256, time_min: 1440}
+      rules:
+        - when: {task: frozenlake}
+          set: {gpus_per_node: 1}
+"""
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_preflight_groups_cells_names_every_problem_and_writes_nothing(workdir: Path, sweep_file) -> None:
+    path = sweep_file(SWEEP)
+    result = invoke("sweep", str(path), "--preflight")
+    assert result.exit_code == 1, result.output
+    out = result.output
+    assert "preflight pre: 4 cells in 2 classes" in out
+    assert "c1 models/Qwen2.5-7B on 1n x 4 GPU (verl): 2 cells, 1 configs" in out
+    assert "model Qwen2.5-7B (built-in table, 7.62B)" in out and ": fits, micro-batch <=" in out
+    assert "c2 models/Qwen2.5-7B on 1n x 1 GPU (verl): 2 cells, 1 configs" in out and "DOES NOT FIT" in out
+    assert "memory: rollout needs ~" in out and "set verl.param_offload=true" in out
+    assert out.count("no such folder") == 2 and "veRL validate_config: passed" in out
+    assert "GPU-hours" in out and "nothing written, nothing submitted" in out
+    assert not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
+
+
+def test_preflight_json_is_one_object_per_class(workdir: Path, sweep_file) -> None:
+    result = invoke("sweep", str(sweep_file(SWEEP)), "--preflight", "--json")
+    assert result.exit_code == 1
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 2 and all(row.keys() >= KEYS for row in rows)
+    fits = {row["gpus_per_node"]: row["fits"] for row in rows}
+    assert fits == {4: True, 1: False}
+    assert all(isinstance(line, str) and "\n" not in line for row in rows for line in row["problems"])
+    assert rows[0]["gpu_hours"] > 0 and rows[0]["gpu_mem_gb"] == 80
+
+
+def test_a_model_config_stands_in_for_a_missing_folder_and_bad_input_exits_2(workdir: Path, sweep_file,
+                                                                             tmp_path) -> None:
+    path = sweep_file(SWEEP.replace("models/Qwen2.5-7B", "models/My-Own-7B"))
+    result = invoke("sweep", str(path), "--preflight")
+    assert result.exit_code == 1 and "pass --model-config FILE" in result.output
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+                                  "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+                                  "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 32768}))
+    result = invoke("sweep", str(path), "--preflight", "--model-config", str(config))
+    assert "(--model-config, 7.62B)" in result.output and "pass --model-config" not in result.output
+    config.write_text("[1, 2]")
+    result = invoke("sweep", str(path), "--preflight", "--model-config", str(config))
+    assert result.exit_code == 2 and "not a JSON object" in result.output
+    assert invoke("sweep", str(path), "--json").exit_code == 2  # --json goes with --preflight
+    assert not (workdir / ".orch").exists()
