@@ -65,7 +65,7 @@ from recipes.progress import ProgressFile, TrainProgress, report, reporting
 from recipes.rollout_stats import rollout_frame, rollout_metrics, validation_metrics
 from recipes.sampler import Sampler
 from recipes.seeds import seed_everything, train_prompt_seeds, validation_seeds
-from recipes.tracking import PEAK_MEMORY_METRIC, RunTracker, tracked_run
+from recipes.tracking import PEAK_MEMORY_METRIC, RunTracker, peak_memory_gb, tracked_run
 from recipes.vision import ImageTokens
 from recipes.warmstart import model_folder
 
@@ -177,16 +177,6 @@ class Models:
 # ------------------------------------------------------------------------------------------------------------
 # The run
 # ------------------------------------------------------------------------------------------------------------
-
-
-def peak_memory_gb(device: str) -> float:
-    """The peak memory of this run so far, GB: torch's peak allocation on a cuda device, else the process's peak
-    resident set size (Linux reports it in KiB)."""
-    if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated(torch.device(device)) / 1024**3
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
 def available_cpus() -> int:

@@ -34,6 +34,18 @@ PROBE_TIMEOUT_S = 5.0
 PEAK_MEMORY_METRIC = "perf/max_memory_allocated_gb"
 
 
+def peak_memory_gb(device: str) -> float:
+    """The peak memory of this process so far, GB: torch's peak allocation on a cuda device, else the process's peak
+    resident set size (Linux reports it in KiB)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.max_memory_allocated(torch.device(device)) / 1024**3
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
 def default_tracking_uri(explicit: str | None = None, workdir: Path | None = None) -> str:
     """`explicit`, else `$MLFLOW_TRACKING_URI`, else `sqlite:///<workdir>/mlflow.db` (the current directory by
     default; absolute, so that jobs started in another directory write to the same file)."""

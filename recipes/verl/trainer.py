@@ -39,6 +39,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from recipes.progress import ProgressFile, report, reporting
+from recipes.tracking import PEAK_MEMORY_METRIC
 from recipes.verl.agent_loop import train_config
 
 log = logging.getLogger("orch.verl")
@@ -418,6 +419,8 @@ class OrchPPOTrainer(RayPPOTrainer):
             metrics.update(self.step_metrics)
             metrics["timing_s/step"] = time.perf_counter() - self._step_started
             metrics["timing_s/diagnostics_share"] = metrics.get("timing_s/diagnostics", 0.0) / metrics["timing_s/step"]
+            # Table 5's memory column: the largest actor worker's peak (veRL's legacy loop does not log it)
+            metrics[PEAK_MEMORY_METRIC] = max(self.actor_rollout_wg.orch_peak_memory_gb())
         metrics = {_metric_name(key): value for key, value in metrics.items()
                    if value is not None and math.isfinite(value)}
         if not 0 < step <= self.orch["logged_until"]:  # a step re-run after a resume keeps its first metrics

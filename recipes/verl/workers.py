@@ -22,13 +22,14 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
-from verl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
 from verl.utils.tensordict_utils import maybe_fix_3d_position_ids
 from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import no_padding_2_padding
 
 from recipes.actor import ActorLossTerms, actor_loss_terms
+from recipes.tracking import peak_memory_gb
 
 PARTS = ("task", "reg")
 
@@ -111,3 +112,9 @@ class OrchActorRolloutRefWorker(ActorRolloutRefWorker):
         if not self.actor.engine.is_mp_src_rank_with_outputs():
             return None
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": norms})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def orch_peak_memory_gb(self) -> float:
+        """This worker's peak memory so far, GB (`recipes.tracking.peak_memory_gb`: the GPU's peak torch allocation,
+        on cpu the process's peak resident set)."""
+        return peak_memory_gb("cuda" if torch.cuda.is_available() else "cpu")

@@ -55,6 +55,8 @@ def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orc
     assert [step for step, _ in history(mlflow, run_id, names.VAL_SUCCESS)] == [0, 1, 2]
     assert [step for step, _ in history(mlflow, run_id, names.RETRIEVAL_ACC)] == [1]
     assert [step for step, _ in history(mlflow, run_id, names.MI_ZSCORE_EMA)] == [1]
+    peak = history(mlflow, run_id, names.PEAK_MEMORY)  # the actor worker's (here its peak resident set)
+    assert [step for step, _ in peak] == [1, 2] and 0.1 < peak[0][1] <= peak[1][1]
     for key in (names.STEP_TIME, names.ENTROPY, names.RESPONSE_LENGTH, names.REWARD_MEAN, *names.FILTER_METRICS):
         assert key in run.data.metrics, key
     artifacts = {a.path for a in mlflow.list_artifacts(run_id)}
