@@ -34,9 +34,13 @@ def get_algorithm(name: str) -> Algorithm:
 
 
 class Algorithm:
-    """Advantage estimation of one algorithm family."""
+    """Advantage estimation of one algorithm family, and what it needs from a backend (its capabilities: the
+    torch backend reads `uses_critic`; the verl backend maps `verl_estimator`; validation and preflight read all)."""
 
-    uses_critic: bool = False
+    uses_critic: bool = False  # trains a value model (a critic beside the actor)
+    group_relative: bool = False  # advantages from a group of samples of one prompt: needs samples_per_prompt >= 2
+    verl_estimator: str | None = None  # veRL's `algorithm.adv_estimator` computing the same advantages; None: the
+    #                                    algorithm runs on the torch backend only (refused on backend=verl)
 
     def advantages(self, batch: TrainBatch, cfg: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, returns), each (T, L), zero outside `batch.loss_mask`."""
@@ -52,6 +56,7 @@ class PPO(Algorithm):
     and no dynamic sampling (RAGEN scripts/runs/run_main_table_diff_algo.sh:232-233); the rest is config."""
 
     uses_critic = True
+    verl_estimator = "gae"
 
     def advantages(self, batch: TrainBatch, cfg: Any) -> tuple[torch.Tensor, torch.Tensor]:
         from verl.trainer.ppo.core_algos import compute_gae_advantage_return
@@ -72,6 +77,9 @@ class GroupRelative(Algorithm):
     sequence's token losses (seq-mean-token-sum, RAGEN scripts/runs/run_main_table_diff_algo.sh:239); `dapo_dynamic`
     is DAPO as its own paper defines it (Yu et al. 2025: group-relative advantages, clip-higher, token-mean loss,
     dynamic sampling of zero-variance groups), which RAGEN-2 did not run (config)."""
+
+    group_relative = True
+    verl_estimator = "grpo"  # with norm_adv_by_std_in_grpo carrying Dr.GRPO's choice
 
     def advantages(self, batch: TrainBatch, cfg: Any) -> tuple[torch.Tensor, torch.Tensor]:
         from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage

@@ -274,6 +274,11 @@ class TrainConfig(Section):
     def _settings_fit_together(self) -> TrainConfig:
         _require(self.trainer.samples_per_prompt >= 2 or self.filter.is_off, "trainer.samples_per_prompt",
                  "filtering ranks prompts by their reward spread and needs >= 2 samples per prompt; use filter=none")
+        from recipes.algorithms import get_algorithm
+
+        _require(self.trainer.samples_per_prompt >= 2 or not get_algorithm(self.algorithm.name).group_relative,
+                 "trainer.samples_per_prompt", f"{self.algorithm.name} computes advantages within a group of samples "
+                 "per prompt and needs >= 2 (one sample is its own group mean: every advantage 0); use algorithm=ppo")
         _require(self.diagnostics.grad_every == 0 or self.trainer.samples_per_prompt >= 2, "diagnostics.grad_every",
                  "the gradient split buckets prompts by their reward spread and needs trainer.samples_per_prompt >= 2")
         env = self.task.env_config()  # OrchError naming the environment and the key
@@ -282,6 +287,9 @@ class TrainConfig(Section):
                  "image observations need a vision-language model: model=tiny_vl (built in code), or model=hf "
                  "model.path=<Qwen2.5-VL folder>; the tiny/small presets are text-only: use task.env.observation=text")
         if self.backend == "verl":
+            _require(get_algorithm(self.algorithm.name).verl_estimator is not None, "algorithm.name",
+                     f"{self.algorithm.name} declares no veRL advantage estimator (recipes.algorithms: "
+                     "verl_estimator): it runs on backend=torch only")
             _require(env.observation == "text" or self.rollout_engine() == "vllm", "task.env.observation",
                      "image observations on the verl backend need vLLM rollouts of a Qwen2.5-VL checkpoint on GPU "
                      "(trainer.device=cuda; the hf rollout replica for CPU is text-only): use task.env.observation=text")

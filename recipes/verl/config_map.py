@@ -14,9 +14,10 @@ Semantics that differ between the two and how they are matched:
   batch shrunk by the filter never trips veRL's divisibility checks on micro-batch sizes;
 * the context: `trainer.max_context_tokens` = veRL's prompt budget (the longest first prompt, measured) + response
   budget (every later turn, observation tokens included); `trainer.max_response_tokens` caps each reply;
-* algorithms: the registered algorithm says whether it trains a critic (`recipes.algorithms`): ppo and dapo (RAGEN-2's
-  DAPO) -> GAE with a critic; grpo and dapo_dynamic -> veRL's grpo estimator; drgrpo -> grpo without std
-  normalisation; the loss aggregation, clip ranges, entropy and KL terms map one to one;
+* algorithms: the registered algorithm declares its veRL estimator and whether it trains a critic
+  (`recipes.algorithms`: `verl_estimator`, `uses_critic`): ppo and dapo (RAGEN-2's DAPO) -> GAE with a critic; grpo
+  and dapo_dynamic -> veRL's grpo estimator; drgrpo -> grpo without std normalisation; one without a veRL estimator
+  is refused when the config is validated; the loss aggregation, clip ranges, entropy and KL terms map one to one;
 * checkpoints: `save_every=0` still saves at the end and when a stop is requested (veRL then saves at every
   `total_steps` multiple only, i.e. the last step); which checkpoint a run resumes from is orch's decision
   (`recipes.verl.backend.resume_step`), never veRL's `auto`;
@@ -77,14 +78,15 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
     """Hydra overrides of veRL's `ppo_trainer` config for `cfg` on `job` (see the module docstring)."""
     trainer, algorithm, model, hosting = cfg.trainer, cfg.algorithm, cfg.model, cfg.infra.verl
     cpu = trainer.device == "cpu"
-    uses_critic = get_algorithm(algorithm.name).uses_critic
+    chosen = get_algorithm(algorithm.name)
+    uses_critic = chosen.uses_critic
     prompts_per_mini_batch = max(1, trainer.mini_batch_size // trainer.samples_per_prompt)
     token_budget = trainer.micro_batch_size * trainer.max_context_tokens
     precision = FP32 if cpu or model.dtype == "float32" else BF16
     engine = cfg.rollout_engine()
     overrides = {
         # --- algorithm
-        "algorithm.adv_estimator": "gae" if uses_critic else "grpo",
+        "algorithm.adv_estimator": chosen.verl_estimator,
         "algorithm.gamma": algorithm.gamma,
         "algorithm.lam": algorithm.lam,
         "algorithm.norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std,

@@ -14,8 +14,8 @@ What runs, in order, each step collecting its problems instead of stopping at th
    names are placeholders), and veRL's own `validate_config` on it;
 4. what veRL finds only when its workers or vLLM start, after the queue wait: tensor parallelism vs the GPUs and
    the attention heads, max model length vs prompt + every turn's reply and the model's positions, the micro-batch
-   token budget vs one sequence, the batch vs the workers it is split over, samples per prompt vs the group
-   statistics the algorithm and filter need;
+   token budget vs one sequence, the batch vs the workers it is split over (samples per prompt vs the groups the
+   algorithm and filter need is checked when the config is validated, on both backends);
 5. memory (`recipes.verl.memory`), from the folder's config.json, else `model_config`, else the built-in table.
 """
 
@@ -238,8 +238,6 @@ def _verl_config(cfg: TrainConfig, nodes: int, gpus: int, folder: Path | None, r
 
 def _runtime_problems(cfg: TrainConfig, config: Any, longest: int, report: CellPreflight) -> None:
     """What veRL only finds when its workers or vLLM start (see the module docstring, step 4)."""
-    from recipes.algorithms import get_algorithm
-
     problems = report.problems
     trainer, rollout = cfg.trainer, config.actor_rollout_ref.rollout
     gpus_per_node = int(config.trainer.n_gpus_per_node)
@@ -279,11 +277,6 @@ def _runtime_problems(cfg: TrainConfig, config: Any, longest: int, report: CellP
     if trainer.mini_batch_size < report.world:
         problems.append(f"trainer.mini_batch_size={trainer.mini_batch_size} trajectories is below the {report.world} "
                         "GPUs it is split over (veRL needs at least one per GPU)")
-    grouped = not get_algorithm(cfg.algorithm.name).uses_critic or cfg.filter.strategy != "none"
-    if grouped and trainer.samples_per_prompt < 2:
-        problems.append(f"trainer.samples_per_prompt={trainer.samples_per_prompt} (veRL's rollout.n): "
-                        f"{cfg.algorithm.name} with filter {cfg.filter.strategy} needs groups of at least 2 "
-                        "samples per prompt (group advantages and reward variance)")
 
 
 def _one_line(err: BaseException) -> str:

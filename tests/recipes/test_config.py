@@ -64,6 +64,8 @@ def test_overrides_apply() -> None:
         (["backend=jax"], "unknown value 'jax'; valid choices: "),  # the registry is open: tests may add backends
         (["trainer.device=tpu"], "valid choices: cpu, cuda, cuda:N"),
         (["trainer.samples_per_prompt=1"], "needs >= 2 samples per prompt; use filter=none"),
+        (["trainer.samples_per_prompt=1", "filter=none", "algorithm=grpo"],
+         "grpo computes advantages within a group of samples per prompt and needs >= 2"),
         (["trainer.total_steps=0"], "config key trainer.total_steps: must be >= 1"),
         (["model=hf"], "config key model.path: required value not set"),
         (["task=frozenlake", "task.env.slip=2"], "env frozenlake: slip: Input should be less than or equal to 1 (got 2)"),
@@ -88,3 +90,16 @@ def test_backend_registry(monkeypatch: pytest.MonkeyPatch) -> None:
         return TrainResult("finished", 0, "run", "")
 
     assert get_backend("unit-test") is fake
+
+
+def test_an_algorithm_without_a_verl_estimator_is_refused_on_verl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verl backend maps each algorithm through its declared capabilities (`recipes.algorithms`); a newly
+    registered one that declares no veRL estimator is refused when the config is validated, with one line."""
+    from recipes.algorithms import GroupRelative
+
+    assert compose_train_config(["backend=verl", "algorithm=grpo"]).algorithm.name == "grpo"
+    monkeypatch.setattr(GroupRelative, "verl_estimator", None)
+    with pytest.raises(OrchError, match="config key algorithm.name: grpo declares no veRL advantage estimator .* "
+                                        "runs on backend=torch only"):
+        compose_train_config(["backend=verl", "algorithm=grpo"])
+    assert compose_train_config(["algorithm=grpo"]).backend == "torch"
