@@ -226,6 +226,7 @@ class VerlHosting(Section):
     rollout: Annotated[str, one_of(("auto", "hf", "vllm"))] = "auto"
     gpu_memory_utilization: Annotated[float, number(lambda v: 0 < v <= 1, "in (0, 1]")] = 0.3
     tensor_parallel: Count = 1
+    attention: Annotated[str, one_of(("auto", "flash_attention_2", "sdpa"))] = "auto"
     param_offload: Flag = False
     nnodes: Annotated[int, integer(1)] | None = None
     gpus_per_node: Annotated[int, integer(1)] | None = None

@@ -199,7 +199,8 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
     lines = [f"{key}={_value(value)}" for key, value in overrides.items()]
     # Keys veRL's schema has no default for: added with `+`.
     added = {
-        "actor_rollout_ref.model.override_config.attn_implementation": "sdpa" if cpu else "flash_attention_2",
+        "actor_rollout_ref.model.override_config.attn_implementation": (
+            ("sdpa" if cpu else "flash_attention_2") if hosting.attention == "auto" else hosting.attention),
         "actor_rollout_ref.actor.fsdp_config.mixed_precision": precision,
         "actor_rollout_ref.ref.fsdp_config.mixed_precision": precision,
     }
