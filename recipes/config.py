@@ -309,9 +309,18 @@ class TrainConfig(Section):
         return ("hf" if self.trainer.device == "cpu" else "vllm") if chosen == "auto" else chosen
 
     def check_host(self) -> TrainConfig:
-        """What only the host that trains can check (a sweep plans on another host): the model folder exists."""
+        """What only the host that trains can check (a sweep plans on another host): the model folder is a loadable
+        Hugging Face checkpoint (`recipes.models.hf_folder_problems`) and the task's data file exists. `orch train`
+        and every sweep job compose through here, before anything is written."""
+        from envs.registry import env_class
+        from recipes.models import hf_folder_problems
+
         _require(self.model.path is None or Path(self.model.path).expanduser().is_dir(), "model.path",
                  f"{self.model.path!r} is not a local Hugging Face checkpoint folder")
+        source = env_class(self.task.name).data
+        if source is not None and source.key is not None and not source.uses_builtin(self.task.env):
+            path = Path(str(self.task.env[source.key])).expanduser()
+            _require(path.exists(), f"task.env.{source.key}", f"{str(path)!r} does not exist ({source.formats})")
         if self.model.path is not None and self.task.env_config().observation == "image":
             from recipes.vision import is_vision_folder
 
@@ -319,6 +328,8 @@ class TrainConfig(Section):
             _require((folder / "config.json").is_file() and is_vision_folder(folder), "task.env.observation",
                      f"image observations need a vision-language checkpoint; {self.model.path!r} has no vision_config "
                      "(use a Qwen2.5-VL folder, model=tiny_vl, or task.env.observation=text)")
+        problems = hf_folder_problems(self.model.path) if self.model.path is not None else []
+        _require(not problems, "model.path", problems[0] if problems else "")
         return self
 
     # -- the conf/ layout ---------------------------------------------------------------------------------------

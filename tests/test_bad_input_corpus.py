@@ -156,6 +156,7 @@ def sqlite_dump(path: str) -> bytes:
 
 
 def make_file(path: Path, spec: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)  # a name may hold folders: "model/config.json"
     if isinstance(spec, str):
         path.write_text(spec)
     elif spec.get("dir"):

@@ -18,12 +18,12 @@ def test_default_config_composes_every_group() -> None:
     assert cfg.filter.value == 0.9
 
 
-def test_every_option_of_every_group_composes() -> None:
+def test_every_option_of_every_group_composes(micro_folder) -> None:
     groups = config_groups()
     assert set(groups) == {"task", "algorithm", "model", "filter", "trainer"}
     for group, options in groups.items():
         for option in options:
-            extra = ["model.path=/"] if (group, option) == ("model", "hf") else []
+            extra = [f"model.path={micro_folder}"] if (group, option) == ("model", "hf") else []
             cfg = compose_train_config([f"{group}={option}", *extra])
             assert getattr(getattr(cfg, group), "name", option) == option or group in ("trainer", "task")
 
@@ -71,6 +71,9 @@ def test_overrides_apply() -> None:
         (["task=frozenlake", "task.env.slip=2"], "env frozenlake: slip: Input should be less than or equal to 1 (got 2)"),
         (["task.name=chess"], "unknown environment 'chess'; valid choices: countdown"),
         (["model=hf", "model.path=/no/such/folder"], "is not a local Hugging Face checkpoint folder"),
+        (["model=hf", "model.path=/tmp"], "config key model.path: /tmp: no config.json"),
+        (["task=metamathqa", "task.env.data_path=/no/such.json"], "config key task.env.data_path: '/no/such.json' "
+                                                                  "does not exist (MetaMathQA"),
     ],
 )
 def test_bad_overrides_name_the_key_and_the_choices(overrides: list[str], expected: str) -> None:

@@ -4,6 +4,7 @@ mapping key by key, the filter decision and metric names against the torch backe
 from __future__ import annotations
 
 import inspect
+import json
 import socket
 from pathlib import Path
 from types import SimpleNamespace
@@ -96,8 +97,8 @@ def mapped(overrides: list[str], verl_job=None) -> dict[str, str]:
     return dict(line.lstrip("+").split("=", 1) for line in verl_overrides(cfg, verl_job or job()))
 
 
-def test_config_map_ppo_on_the_papers_setting() -> None:
-    lines = mapped(["trainer=paper", "algorithm=ppo", "model=hf", "model.path=/", "task=sokoban"])
+def test_config_map_ppo_on_the_papers_setting(micro_folder) -> None:
+    lines = mapped(["trainer=paper", "algorithm=ppo", "model=hf", f"model.path={micro_folder}", "task=sokoban"])
     expected = {
         "algorithm.adv_estimator": "'gae'", "algorithm.gamma": "1.0", "algorithm.lam": "1.0",
         "algorithm.use_kl_in_reward": "false",
@@ -378,7 +379,10 @@ def test_image_tokens_expand_each_frame_to_its_features_outside_the_loss() -> No
 
 
 def vl_checkpoint(tmp_path: Path) -> list[str]:
-    (tmp_path / "config.json").write_text("{\"vision_config\": {}}")  # what the config's host checks look for
+    (tmp_path / "config.json").write_text(json.dumps({  # what the config's host checks look for
+        "vision_config": {}, "model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"]}))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_text("")
     return ["model=hf", f"model.path={tmp_path}"]
 
 
