@@ -81,6 +81,26 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+@app.command("export")
+def export_command(
+    source: Annotated[str, typer.Argument(help="An MLflow run id, a torch-backend checkpoint folder (trainer.checkpoint_dir) or one checkpoint (step_N/).")],
+    hf: Annotated[Path, typer.Option("--hf", help="The Hugging Face folder to write (must not exist, or be empty).")],
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="With a run id: MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).")] = None,
+) -> None:
+    """Write a trained policy as a Hugging Face folder that transformers and vLLM load (weights, tokenizer, card)."""
+    from orchlib.errors import OrchError
+
+    try:
+        from recipes.export import check_target, export_hf, resolve_checkpoint, run_metrics
+
+        checkpoint = resolve_checkpoint(source, tracking_uri)
+        check_target(hf)
+        out = export_hf(checkpoint, hf, run_metrics(source, tracking_uri))
+    except OrchError as err:
+        _fail(str(err))
+    typer.echo(f"exported {checkpoint} to {out}")
+
+
 @app.command("predict-filter-gain")
 def predict_filter_gain(
     batch: Annotated[Path | None, typer.Argument(

@@ -1,0 +1,78 @@
+"""`orch export SOURCE --hf DIR` (issue 28 item 3): a short torch-backend run exported from its MLflow run id loads
+with transformers, tokenises the chat prompt as orch does, and gives orch's policy's logits and greedy reply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from recipes.backends import run_training
+from recipes.checkpoint import latest_checkpoint, load_checkpoint
+from recipes.config import compose_train_config
+
+
+def test_a_trained_run_exports_as_a_hugging_face_folder(train_overrides, tmp_path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from envs.episode import Episode
+    from envs.registry import build_config, env_class
+    from recipes.chat import ChatEncoder
+    from recipes.models import load_policy, load_tokenizer
+    from recipes.warmstart import model_folder
+
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=2",
+                 "trainer.val_every=0"]
+    cfg = compose_train_config(overrides)
+    result = run_training(cfg)
+    assert result.status == "finished"
+    uri = cfg.infra.mlflow.tracking_uri
+    out = tmp_path / "exported"
+    runner = CliRunner()
+    done = runner.invoke(app, ["export", result.mlflow_run_id, "--hf", str(out), "--tracking-uri", uri])
+    assert done.exit_code == 0, done.output
+    assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "README.md"} <= {
+        p.name for p in out.iterdir()}
+    card = (out / "README.md").read_text()
+    assert "algorithm: grpo" in card and result.mlflow_run_id in card and "## Last logged metrics" in card
+
+    exported = AutoModelForCausalLM.from_pretrained(out).eval()
+    base, _ = model_folder(cfg)
+    ours = load_policy(base, "float32", "cpu").eval()
+    ours.load_state_dict(load_checkpoint(latest_checkpoint(Path(cfg.infra.checkpoint_dir)))["policy"])
+    messages = Episode(env_class("countdown")(build_config("countdown", cfg.task.env)), 7).messages
+    ids = ChatEncoder(load_tokenizer(base)).encode(messages, add_generation_prompt=True).input_ids
+    theirs = AutoTokenizer.from_pretrained(out).apply_chat_template(messages, add_generation_prompt=True,
+                                                                     tokenize=True, return_dict=False)
+    assert list(theirs) == list(ids)  # the same chat prompt, token for token
+    prompt = torch.tensor([ids])
+    with torch.no_grad():
+        assert torch.equal(exported(prompt).logits, ours(prompt).logits)
+        greedy = dict(max_new_tokens=8, do_sample=False, pad_token_id=exported.generation_config.pad_token_id)
+        assert torch.equal(exported.generate(prompt, **greedy), ours.generate(prompt, **greedy))
+    assert MlflowClient(uri).get_run(result.mlflow_run_id).info.status == "FINISHED"
+
+
+def test_bad_sources_and_targets_exit_2_and_write_nothing(tmp_path) -> None:
+    runner = CliRunner()
+    cases = [
+        (["export", str(tmp_path / "nope"), "--hf", str(tmp_path / "o")], "no such checkpoint folder or MLflow run"),
+        (["export", str(tmp_path), "--hf", str(tmp_path / "o")], "no complete checkpoint in it"),
+    ]
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    (tmp_path / "ckpt" / "step_000001").mkdir(parents=True)
+    torch.save({"policy": {}}, tmp_path / "ckpt" / "step_000001" / "state.pt")
+    cases.append((["export", str(tmp_path / "ckpt" / "step_000001"), "--hf", str(tmp_path / "full")],
+                  "exists and is not an empty folder"))
+    cases.append((["export", str(tmp_path / "ckpt" / "step_000001"), "--hf", str(tmp_path / "o")],
+                  "not a torch-backend checkpoint"))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for argv, expected in cases:
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 2 and expected in result.stderr, (argv, result.output)
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
