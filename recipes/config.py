@@ -313,7 +313,7 @@ class TrainConfig(Section):
         Hugging Face checkpoint (`recipes.models.hf_folder_problems`) and the task's data file exists. `orch train`
         and every sweep job compose through here, before anything is written."""
         from envs.registry import env_class
-        from recipes.models import hf_folder_problems
+        from recipes.hf_folder import hf_folder_problems
 
         _require(self.model.path is None or Path(self.model.path).expanduser().is_dir(), "model.path",
                  f"{self.model.path!r} is not a local Hugging Face checkpoint folder")
@@ -330,6 +330,14 @@ class TrainConfig(Section):
                      "(use a Qwen2.5-VL folder, model=tiny_vl, or task.env.observation=text)")
         problems = hf_folder_problems(self.model.path) if self.model.path is not None else []
         _require(not problems, "model.path", problems[0] if problems else "")
+        if self.backend == "verl" and self.trainer.device == "cpu" and self.rollout_engine() == "vllm":
+            from orchlib.errors import OrchError
+            from recipes.verl.patches import check_vllm_cpu
+
+            try:
+                check_vllm_cpu()
+            except OrchError as err:
+                raise OrchError(f"config key verl.rollout: {err}") from None
         return self
 
     # -- the conf/ layout ---------------------------------------------------------------------------------------

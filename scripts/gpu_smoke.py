@@ -61,7 +61,7 @@ def main() -> int:
     from orchlib.errors import OrchError
     from recipes.backends import run_training
     from recipes.config import compose_train_config
-    from recipes.models import hf_folder_problems
+    from recipes.hf_folder import hf_folder_problems
     from recipes.verl.preflight import preflight_cell
 
     if not args.cpu:

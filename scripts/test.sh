@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
+bash scripts/setup_vllm_cpu.sh  # the optional vLLM-on-CPU environment tests/recipes/test_vllm_cpu.py trains through
 bash scripts/setup_slurm.sh
 ORCH_TEST_POSTGRES_URL="$(bash scripts/setup_postgres.sh)"
 export ORCH_TEST_POSTGRES_URL

@@ -39,6 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_ENV = {"VERL_PLATFORM": "cpu", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 FP32 = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 BF16 = "{param_dtype:bf16,reduce_dtype:fp32,buffer_dtype:fp32}"
+VLLM_CPU_MEMORY_SHARE = 0.1  # of RAM, for vLLM's KV cache in a CPU rehearsal (its default 0.92 fails at start)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,10 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         "actor_rollout_ref.rollout.dtype": "float32" if precision == FP32 else "bfloat16",
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1 if engine == "hf" else hosting.tensor_parallel,
         "actor_rollout_ref.rollout.data_parallel_size": 1,
-        "actor_rollout_ref.rollout.gpu_memory_utilization": hosting.gpu_memory_utilization,
+        # on cpu vLLM reserves this share of the machine's RAM (its KV cache): a small one (VLLM_CPU_MEMORY_SHARE)
+        "actor_rollout_ref.rollout.gpu_memory_utilization": (VLLM_CPU_MEMORY_SHARE if cpu and engine == "vllm"
+                                                              else hosting.gpu_memory_utilization),
+        "actor_rollout_ref.rollout.enforce_eager": cpu,  # no CUDA graphs to capture on cpu
         # vLLM's context: the run's, not the model's max_position_embeddings (veRL's default when null), whose KV
         # cache may not fit beside the trainer (RAGEN sets it too: config/base.yaml:54)
         "actor_rollout_ref.rollout.max_model_len": trainer.max_context_tokens,
@@ -203,6 +207,8 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
             ("sdpa" if cpu else "flash_attention_2") if hosting.attention == "auto" else hosting.attention),
         "actor_rollout_ref.actor.fsdp_config.mixed_precision": precision,
         "actor_rollout_ref.ref.fsdp_config.mixed_precision": precision,
+        # vLLM's CPU platform has no sleep mode (its engine refuses to start with it); the cache is kept instead
+        "actor_rollout_ref.rollout.enable_sleep_mode": False if cpu and engine == "vllm" else None,
     }
     if uses_critic:
         added["critic.model.override_config.attn_implementation"] = added[

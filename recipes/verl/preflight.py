@@ -99,7 +99,8 @@ def preflight_cell(cfg: TrainConfig, nodes: int, gpus_per_node: int, gpu_mem_gb:
 def _model_folder(cfg: TrainConfig, report: CellPreflight) -> Path | None:
     """The folder whose tokenizer and config.json preflight may read: `model.path` when it is a loadable
     checkpoint, the built-in preset's cached folder when there is no path (built on first use), else None."""
-    from recipes.models import hf_folder_problems, preset_folder
+    from recipes.hf_folder import hf_folder_problems
+    from recipes.models import preset_folder
 
     if cfg.model.path is None:
         return preset_folder(cfg.model)

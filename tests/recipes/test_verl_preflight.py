@@ -125,7 +125,7 @@ def _folder(root: Path, arch: Architecture, **files: str) -> Path:
 
 
 def test_hf_folder_problems_name_what_is_missing(tmp_path) -> None:
-    from recipes.models import hf_folder_problems
+    from recipes.hf_folder import hf_folder_problems
 
     arch = BUILTIN["Qwen2.5-0.5B"]
     assert hf_folder_problems(tmp_path / "nope")[0].endswith("no such folder (a Hugging Face checkpoint folder is "
