@@ -187,6 +187,48 @@ def runs(
     _emit(frame, fmt, out)
 
 
+@app.command("rollouts")
+def rollouts(
+    run_id: Annotated[str, typer.Argument(help="The MLflow run whose rollout batches to write.")],
+    step: Annotated[list[int] | None, typer.Option("--step", help="Only this dumped step (repeatable; default: all).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="jsonl | parquet.")] = "jsonl",
+    out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout (needed for parquet).")] = None,
+    tracking_uri: UriOpt = None,
+) -> None:
+    """Write a run's rollout batches, one record per trajectory (every turn with its text and reward; whether the
+    filter kept it), as JSONL or Parquet (docs/rollout_batch.md)."""
+    import json
+    import sys
+
+    from orchlib.errors import OrchError, choices_error
+
+    try:
+        if fmt not in ("jsonl", "parquet"):
+            raise choices_error("--format", fmt, ("jsonl", "parquet"))
+        if fmt == "parquet" and out is None:
+            raise OrchError("--format parquet needs --out FILE")
+        if out is not None:
+            _check_output(out)
+        _check_tracking(tracking_uri)
+        from analysis.rollout_artifacts import run_batches, trajectory_records
+        from recipes.tracking import default_tracking_uri
+
+        frame = run_batches(default_tracking_uri(tracking_uri), run_id, step)
+    except OrchError as err:
+        _fail(str(err))
+    if fmt == "parquet":
+        from recipes.rollouts import write_rollout_batch
+
+        write_rollout_batch(frame, out)
+        return
+    lines = (json.dumps(record, ensure_ascii=False) + "\n" for record in trajectory_records(frame))
+    if out is None:
+        sys.stdout.writelines(lines)
+    else:
+        with open(out, "w", encoding="utf-8") as handle:
+            handle.writelines(lines)
+
+
 @app.command("report")
 def report(
     sweep: Annotated[str | None, typer.Argument(

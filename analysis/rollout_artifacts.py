@@ -92,16 +92,12 @@ def load_batches(
     return batches
 
 
-def run_batch(tracking_uri: str, run_id: str, step: int | None = None) -> tuple[pd.DataFrame, str]:
-    """The rollout batch run `run_id` dumped at `step` (default: its first dumped step, the predictor's "one
-    rollout batch"), validated, with a source label for messages. OrchError when the run is unknown, dumped no
-    batch, or dumped none at `step` (naming the steps it did dump)."""
+def _run_steps(tracking_uri: str, run_id: str, client: MlflowClient) -> dict[int, str]:
+    """The rollout batches run `run_id` dumped (step -> artifact path); OrchError when the run is unknown or dumped
+    none."""
     from analysis.mlflow_sql import _engine
-    from recipes.rollouts import load_rollout_batch
-    from recipes.tracking import mlflow_client
 
     _engine(tracking_uri).dispose()  # a missing SQLite file is an error here, never a new empty store
-    client = mlflow_client(tracking_uri)
     try:
         client.get_run(run_id)
     except Exception as err:  # unknown run id, unreachable store
@@ -110,13 +106,57 @@ def run_batch(tracking_uri: str, run_id: str, step: int | None = None) -> tuple[
     if not steps:
         raise OrchError(f"--run {run_id}: the run logged no rollout batch ({names.ROLLOUT_DIR}/step_NNNN.parquet; "
                         "trainer.dump_every > 0 writes them)")
-    chosen = min(steps) if step is None else step
-    if chosen not in steps:
-        raise OrchError(f"--step {step}: run {run_id} logged rollout batches at steps {sorted(steps)}")
+    return steps
+
+
+def run_batches(tracking_uri: str, run_id: str, steps: list[int] | None = None) -> pd.DataFrame:
+    """The rollout batches run `run_id` dumped at `steps` (default: all), validated, concatenated in step order with
+    a `step` column. OrchError when the run is unknown, dumped no batch, or none at a step asked for (naming the
+    steps it did dump)."""
+    import pandas as pd
+
+    from recipes.rollouts import load_rollout_batch
+    from recipes.tracking import mlflow_client
+
+    client = mlflow_client(tracking_uri)
+    dumped = _run_steps(tracking_uri, run_id, client)
+    for step in steps or ():
+        if step not in dumped:
+            raise OrchError(f"--step {step}: run {run_id} logged rollout batches at steps {sorted(dumped)}")
+    frames = []
     with _quiet_downloads(), tempfile.TemporaryDirectory(prefix="orch-rollouts-") as tmp:
-        local = Path(client.download_artifacts(run_id, steps[chosen], tmp))
-        frame = load_rollout_batch(local)
-    return frame.assign(step=chosen) if "step" not in frame.columns else frame, f"run {run_id} step {chosen}"
+        for step in steps or sorted(dumped):
+            frame = load_rollout_batch(Path(client.download_artifacts(run_id, dumped[step], tmp)))
+            frames.append(frame.assign(step=step) if "step" not in frame.columns else frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def run_batch(tracking_uri: str, run_id: str, step: int | None = None) -> tuple[pd.DataFrame, str]:
+    """The rollout batch run `run_id` dumped at `step` (default: its first dumped step, the predictor's "one
+    rollout batch"), validated, with a source label for messages (errors as `run_batches`)."""
+    from recipes.tracking import mlflow_client
+
+    chosen = step if step is not None else min(_run_steps(tracking_uri, run_id, mlflow_client(tracking_uri)))
+    return run_batches(tracking_uri, run_id, [chosen]), f"run {run_id} step {chosen}"
+
+
+def trajectory_records(frame: pd.DataFrame) -> Iterator[dict]:
+    """One plain-JSON record per trajectory (numpy scalars and arrays as Python values), in the frame's order."""
+    import numpy as np
+
+    def plain(value):  # noqa: ANN001, ANN202
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        if isinstance(value, list | tuple | np.ndarray):
+            return [plain(item) for item in value]
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, float) and value != value:  # NaN: JSON has none
+            return None
+        return value
+
+    for record in frame.to_dict(orient="records"):
+        yield {key: plain(value) for key, value in record.items()}
 
 
 def predictions(batches: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, list[str]]:

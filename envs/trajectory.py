@@ -69,4 +69,10 @@ class Trajectory:
             "response_length": sum(len(response) for response in responses),
             "prompt": first_user,
             "response": "\n".join(responses),
+            "turn_log": [
+                {"observation": turn.prompt_messages[-1]["content"] if turn.prompt_messages else "",
+                 "response": turn.response, "actions": list(turn.actions), "reward": float(turn.reward),
+                 "format_valid": bool(turn.format_valid)}
+                for turn in self.turns
+            ],
         }

@@ -54,6 +54,9 @@ def test_record_for_the_rollout_table(solver_policy):
     assert record["response"] == trajectory.messages[2]["content"]
     assert record["response_length"] == len(trajectory.messages[2]["content"])
     assert record["format_valid"] is True
+    (turn,) = record["turn_log"]  # every turn: what it saw, what it said and did, what it earned
+    assert turn == {"observation": trajectory.messages[1]["content"], "response": trajectory.messages[2]["content"],
+                    "actions": trajectory.turns[0].actions, "reward": 1.0, "format_valid": True}
 
 
 def test_policy_is_called_with_the_active_batch_only(solver_policy):

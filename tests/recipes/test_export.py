@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from mlflow import MlflowClient
 from typer.testing import CliRunner
@@ -76,3 +77,41 @@ def test_bad_sources_and_targets_exit_2_and_write_nothing(tmp_path) -> None:
         assert result.exit_code == 2 and expected in result.stderr, (argv, result.output)
         assert len(result.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_orch_rollouts_writes_every_trajectory_with_its_turns_and_round_trips(train_overrides, tmp_path) -> None:
+    """`orch rollouts RUN` (issue 28 item 4): one JSON record per trajectory of every dumped step, each turn with
+    what it saw, its text, actions and reward; the JSONL reads back as the same rollout batch."""
+    import json
+
+    import pandas as pd
+
+    from recipes.rollouts import load_rollout_batch
+
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "trainer.total_steps=2", "trainer.val_every=0",
+                 "trainer.dump_every=1"]
+    cfg = compose_train_config(overrides)
+    result = run_training(cfg)
+    uri = cfg.infra.mlflow.tracking_uri
+    runner = CliRunner()
+    printed = runner.invoke(app, ["rollouts", result.mlflow_run_id, "--tracking-uri", uri])
+    assert printed.exit_code == 0, printed.output
+    records = [json.loads(line) for line in printed.stdout.splitlines()]
+    trajectories = cfg.trainer.prompts_per_step * cfg.trainer.samples_per_prompt
+    assert len(records) == 2 * trajectories and {r["step"] for r in records} == {1, 2}
+    for record in records:
+        assert isinstance(record["kept"], bool) and len(record["turn_log"]) == record["turns"]
+        assert sum(turn["reward"] for turn in record["turn_log"]) == pytest.approx(record["reward"])
+        assert "\n".join(turn["response"] for turn in record["turn_log"]) == record["response"]
+        assert record["turn_log"][0]["observation"] == record["prompt"]
+    out = tmp_path / "r.jsonl"
+    assert runner.invoke(app, ["rollouts", result.mlflow_run_id, "--step", "2", "--out", str(out),
+                               "--tracking-uri", uri]).exit_code == 0
+    back = load_rollout_batch(out)
+    assert back.to_dict(orient="records") == [r for r in records if r["step"] == 2]
+    parquet = tmp_path / "r.parquet"
+    assert runner.invoke(app, ["rollouts", result.mlflow_run_id, "--format", "parquet", "--out", str(parquet),
+                               "--tracking-uri", uri]).exit_code == 0
+    assert len(pd.read_parquet(parquet)) == 2 * trajectories
+    bad = runner.invoke(app, ["rollouts", result.mlflow_run_id, "--step", "9", "--tracking-uri", uri])
+    assert bad.exit_code == 2 and "logged rollout batches at steps [1, 2]" in bad.stderr
