@@ -92,12 +92,14 @@ def load_batches(
     return batches
 
 
-def _run_steps(tracking_uri: str, run_id: str, client: MlflowClient) -> dict[int, str]:
-    """The rollout batches run `run_id` dumped (step -> artifact path); OrchError when the run is unknown or dumped
-    none."""
+def _run_steps(tracking_uri: str, run_id: str) -> tuple[MlflowClient, dict[int, str]]:
+    """A client and the rollout batches run `run_id` dumped (step -> artifact path); OrchError when the store is
+    missing, the run unknown or it dumped none."""
     from analysis.mlflow_sql import _engine
+    from recipes.tracking import mlflow_client
 
     _engine(tracking_uri).dispose()  # a missing SQLite file is an error here, never a new empty store
+    client = mlflow_client(tracking_uri)
     try:
         client.get_run(run_id)
     except Exception as err:  # unknown run id, unreachable store
@@ -106,7 +108,7 @@ def _run_steps(tracking_uri: str, run_id: str, client: MlflowClient) -> dict[int
     if not steps:
         raise OrchError(f"--run {run_id}: the run logged no rollout batch ({names.ROLLOUT_DIR}/step_NNNN.parquet; "
                         "trainer.dump_every > 0 writes them)")
-    return steps
+    return client, steps
 
 
 def run_batches(tracking_uri: str, run_id: str, steps: list[int] | None = None) -> pd.DataFrame:
@@ -116,10 +118,8 @@ def run_batches(tracking_uri: str, run_id: str, steps: list[int] | None = None) 
     import pandas as pd
 
     from recipes.rollouts import load_rollout_batch
-    from recipes.tracking import mlflow_client
 
-    client = mlflow_client(tracking_uri)
-    dumped = _run_steps(tracking_uri, run_id, client)
+    client, dumped = _run_steps(tracking_uri, run_id)
     for step in steps or ():
         if step not in dumped:
             raise OrchError(f"--step {step}: run {run_id} logged rollout batches at steps {sorted(dumped)}")
@@ -134,9 +134,7 @@ def run_batches(tracking_uri: str, run_id: str, steps: list[int] | None = None) 
 def run_batch(tracking_uri: str, run_id: str, step: int | None = None) -> tuple[pd.DataFrame, str]:
     """The rollout batch run `run_id` dumped at `step` (default: its first dumped step, the predictor's "one
     rollout batch"), validated, with a source label for messages (errors as `run_batches`)."""
-    from recipes.tracking import mlflow_client
-
-    chosen = step if step is not None else min(_run_steps(tracking_uri, run_id, mlflow_client(tracking_uri)))
+    chosen = step if step is not None else min(_run_steps(tracking_uri, run_id)[1])
     return run_batches(tracking_uri, run_id, [chosen]), f"run {run_id} step {chosen}"
 
 
