@@ -9,7 +9,9 @@ run's own config (the folder it started from: the preset or `model.path`, warm-s
 checkpoint's weights and saved with `save_pretrained` (safetensors), its tokenizer and chat template, its generation
 config, a vision-language model's image processor, and a model card (README.md) with the run's config, data and last
 metrics. Everything is written to a scratch folder beside DIR and renamed into place at the end; DIR must not exist or
-be empty. veRL checkpoints are not exported here yet (veRL's own model merger does it: docs/verl.md).
+be empty. A veRL checkpoint (`<checkpoint_dir>/verl/global_step_N/actor`, the newest through veRL's
+`latest_checkpointed_iteration.txt`) is merged by veRL's own model merger (`python -m verl.model_merger merge
+--backend fsdp`), which writes the weights, config and tokenizer; orch adds the model card.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 def resolve_checkpoint(source: str, tracking_uri: str | None = None) -> Path:
-    """The checkpoint folder (`step_N/` holding `state.pt`) that `source` names. Raises `OrchError` (one line)."""
+    """The checkpoint that `source` names: a torch-backend one (`step_N/` holding `state.pt`) or a veRL actor folder
+    (`global_step_N/actor`). Raises `OrchError` (one line)."""
     from recipes.checkpoint import STATE_FILE, latest_checkpoint
 
     path = Path(source).expanduser()
@@ -35,12 +38,30 @@ def resolve_checkpoint(source: str, tracking_uri: str | None = None) -> Path:
         raise OrchError(f"{source}: no such checkpoint folder or MLflow run")
     if (path / STATE_FILE).is_file():
         return path
-    if (path / "verl").is_dir() or path.name.startswith("global_step_"):
-        raise OrchError(f"{source}: a veRL checkpoint; export it with veRL's model merger (docs/verl.md)")
+    verl = _verl_actor(path)
+    if verl is not None:
+        return verl
     newest = latest_checkpoint(path) if path.is_dir() else None
     if newest is None:
         raise OrchError(f"{source}: no complete checkpoint in it (no {STATE_FILE}, no `latest`)")
     return newest
+
+
+def _verl_actor(path: Path) -> Path | None:
+    """The veRL actor checkpoint `path` names (a run's checkpoint dir, its `verl/` folder, a `global_step_N` folder or
+    its `actor/`), or None when `path` is no veRL checkpoint."""
+    if path.name == "actor" and path.parent.name.startswith("global_step_"):
+        return path
+    if path.name.startswith("global_step_") and (path / "actor").is_dir():
+        return path / "actor"
+    folder = path / "verl" if (path / "verl").is_dir() else path
+    latest = folder / "latest_checkpointed_iteration.txt"
+    if latest.is_file():
+        step = latest.read_text().strip()
+        if not step.isdigit() or not (folder / f"global_step_{step}" / "actor").is_dir():
+            raise OrchError(f"{latest}: names step {step!r}, whose actor checkpoint is missing")
+        return folder / f"global_step_{step}" / "actor"
+    return None
 
 
 def _run_checkpoint_dir(run_id: str, tracking_uri: str | None) -> Path:
@@ -87,6 +108,8 @@ def export_hf(checkpoint: Path, out: Path, metrics: dict[str, float] | None = No
     from recipes.warmstart import model_folder
 
     check_target(out)
+    if checkpoint.name == "actor":
+        return _export_verl(checkpoint, out, metrics or {})
     state = load_checkpoint(checkpoint)
     if "policy" not in state or "config" not in state:
         raise OrchError(f"{checkpoint}: not a torch-backend checkpoint (no policy or config in it)")
@@ -109,6 +132,34 @@ def export_hf(checkpoint: Path, out: Path, metrics: dict[str, float] | None = No
         (scratch / "README.md").write_text(model_card(cfg, checkpoint, state, metrics or {}))
         if out.exists():
             out.rmdir()  # empty (checked above)
+        scratch.rename(out)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
+def _export_verl(actor: Path, out: Path, metrics: dict[str, float]) -> Path:
+    """veRL's model merger on a veRL actor checkpoint, into a scratch folder renamed to `out`, plus a model card."""
+    import subprocess
+    import sys
+
+    scratch = out.parent / f".{out.name}.export-tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        merged = subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
+                                 str(actor), "--target_dir", str(scratch)], capture_output=True, text=True)
+        if merged.returncode != 0:
+            last = (merged.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise OrchError(f"{actor}: veRL's model merger failed: {last}")
+        lines = ["# Policy trained by orch (veRL backend)", "",
+                 f"- checkpoint: {actor}, merged by veRL's model merger (`python -m verl.model_merger merge "
+                 "--backend fsdp`)", "",
+                 "Load it with `AutoModelForCausalLM.from_pretrained(folder)` (or vLLM).", ""]
+        if metrics:
+            lines += ["## Last logged metrics", "", *[f"- {k}: {v:.4g}" for k, v in sorted(metrics.items())], ""]
+        (scratch / "README.md").write_text("\n".join(lines))
+        if out.exists():
+            out.rmdir()
         scratch.rename(out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

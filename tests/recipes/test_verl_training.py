@@ -61,6 +61,21 @@ def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orc
         assert key in run.data.metrics, key
     artifacts = {a.path for a in mlflow.list_artifacts(run_id)}
     assert {"config.yaml", "verl_config.yaml", "rollouts"} <= artifacts
+    # the policy out through veRL's own model merger (issue 28): a folder transformers loads and generates with
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    out = Path(run.data.tags["orch.checkpoint_dir"]).parent / "exported"
+    exported = CliRunner().invoke(app, ["export", run_id, "--hf", str(out), "--tracking-uri",
+                                        mlflow.tracking_uri])
+    assert exported.exit_code == 0, exported.output
+    assert "merged by veRL's model merger" in (out / "README.md").read_text()
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "3 5 7 -> 15"}], add_generation_prompt=True,
+                                        return_tensors="pt", return_dict=True)["input_ids"]
+    assert model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] > ids.shape[1]
 
 
 def test_ppo_with_a_critic_plays_a_multi_turn_task_and_splits_the_gradient(train_overrides) -> None:
