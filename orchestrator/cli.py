@@ -81,6 +81,54 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+@app.command("eval")
+def eval_command(
+    source: Annotated[str, typer.Argument(help="An MLflow run id, a checkpoint folder (torch or veRL) or a Hugging Face folder.")],
+    task: Annotated[str | None, typer.Option("--task", help="The task to play (default: the run's; needed for a Hugging Face folder).")] = None,
+    episodes: Annotated[int, typer.Option("--episodes", min=1, help="Validation seeds (problems), disjoint from training.")] = 16,
+    samples: Annotated[int, typer.Option("--samples", min=1, help="Samples per problem (n of pass@k).")] = 1,
+    temperature: Annotated[float | None, typer.Option("--temperature", min=0.0, help="Sampling temperature (default: the run's trainer.val_temperature).")] = None,
+    pass_k: Annotated[int, typer.Option("--pass-k", min=1, help="k of pass@k (<= --samples).")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
+    experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment of the evaluation run.")] = "orch-eval",
+    tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).")] = None,
+) -> None:
+    """Evaluate a trained policy on validation seeds into a new MLflow run linked to its source: success, mean
+    reward, pass@k, reply length, format validity, turns, and the trajectories as a rollout batch."""
+    from orchlib.errors import OrchError
+
+    try:
+        if pass_k > samples:
+            raise OrchError(f"--pass-k {pass_k} needs --samples >= {pass_k} (got {samples})")
+        if temperature is not None and temperature <= 0:
+            raise OrchError(f"--temperature {temperature}: must be > 0 (a sampling temperature)")
+        from recipes.evaluate import EvalSettings, evaluate, load_source
+        from recipes.tracking import RunTracker, check_tracking_uri, default_tracking_uri
+
+        uri = default_tracking_uri(tracking_uri)
+        check_tracking_uri(uri, "--tracking-uri" if tracking_uri else "tracking URI")
+        policy = load_source(source, tracking_uri, task)
+        settings = EvalSettings(episodes=episodes, samples=samples, temperature=temperature, pass_k=pass_k, seed=seed)
+        typer.echo(f"evaluating {source} (step {policy.step}) on {policy.cfg.task.name}: {episodes} problems x "
+                   f"{samples} samples", err=True)
+        metrics, frame = evaluate(policy, settings)
+    except OrchError as err:
+        _fail(str(err))
+    tracker = RunTracker(uri, experiment, run_id=None, run_name=f"eval-{policy.cfg.task.name}-step{policy.step}")
+    tracker.set_tags({"orch.eval.source": source, "orch.eval.source_run": policy.source_run or "",
+                      "orch.eval.step": str(policy.step), "task": policy.cfg.task.name})
+    tracker.log_params({"eval.episodes": str(episodes), "eval.samples": str(samples),
+                        "eval.temperature": str(temperature if temperature is not None
+                                                else policy.cfg.trainer.val_temperature),
+                        "eval.pass_k": str(pass_k), "eval.seed": str(seed)})
+    tracker.log_metrics(metrics, step=policy.step)
+    tracker.log_frame(frame, "rollouts", f"step_{policy.step:04d}.parquet")
+    tracker.end("FINISHED")
+    for key, value in sorted(metrics.items()):
+        typer.echo(f"{key}: {value:.4f}")
+    typer.echo(f"MLflow run {tracker.run_id} (experiment {experiment})")
+
+
 @app.command("export")
 def export_command(
     source: Annotated[str, typer.Argument(help="An MLflow run id, a torch-backend checkpoint folder (trainer.checkpoint_dir) or one checkpoint (step_N/).")],

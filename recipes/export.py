@@ -99,27 +99,14 @@ def check_target(out: Path) -> None:
 
 def export_hf(checkpoint: Path, out: Path, metrics: dict[str, float] | None = None) -> Path:
     """Write the policy of `checkpoint` to `out` as a Hugging Face folder (see the module docstring)."""
-    import yaml
 
-    from recipes.checkpoint import load_checkpoint
-    from recipes.config import TrainConfig
-    from recipes.models import load_policy, load_tokenizer
+    from recipes.models import load_tokenizer
     from recipes.vision import is_vision_folder
-    from recipes.warmstart import model_folder
 
     check_target(out)
     if checkpoint.name == "actor":
         return _export_verl(checkpoint, out, metrics or {})
-    state = load_checkpoint(checkpoint)
-    if "policy" not in state or "config" not in state:
-        raise OrchError(f"{checkpoint}: not a torch-backend checkpoint (no policy or config in it)")
-    cfg = TrainConfig.from_tree(yaml.safe_load(state["config"]))
-    base, _ = model_folder(cfg)  # the folder the run started from (cached; rebuilt the same way if it is gone)
-    policy = load_policy(base, "float32", "cpu")
-    try:
-        policy.load_state_dict(state["policy"])
-    except RuntimeError as err:
-        raise OrchError(f"{checkpoint}: its weights do not fit the run's model ({str(err).splitlines()[0]})") from None
+    cfg, base, policy, state = load_trained(checkpoint)
     scratch = out.parent / f".{out.name}.export-tmp"
     shutil.rmtree(scratch, ignore_errors=True)
     try:
@@ -136,6 +123,29 @@ def export_hf(checkpoint: Path, out: Path, metrics: dict[str, float] | None = No
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return out
+
+
+def load_trained(checkpoint: Path) -> tuple[Any, Path, Any, dict[str, Any]]:
+    """(the run's `TrainConfig`, the folder it started from, its policy with the checkpoint's weights, the
+    checkpoint's state) of a torch-backend checkpoint. OrchError when it is not one or its weights do not fit."""
+    import yaml
+
+    from recipes.checkpoint import load_checkpoint
+    from recipes.config import TrainConfig
+    from recipes.models import load_policy
+    from recipes.warmstart import model_folder
+
+    state = load_checkpoint(checkpoint)
+    if "policy" not in state or "config" not in state:
+        raise OrchError(f"{checkpoint}: not a torch-backend checkpoint (no policy or config in it)")
+    cfg = TrainConfig.from_tree(yaml.safe_load(state["config"]))
+    base, _ = model_folder(cfg)  # the folder the run started from (cached; rebuilt the same way if it is gone)
+    policy = load_policy(base, "float32", "cpu")
+    try:
+        policy.load_state_dict(state["policy"])
+    except RuntimeError as err:
+        raise OrchError(f"{checkpoint}: its weights do not fit the run's model ({str(err).splitlines()[0]})") from None
+    return cfg, base, policy, state
 
 
 def _export_verl(actor: Path, out: Path, metrics: dict[str, float]) -> Path:

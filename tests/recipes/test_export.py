@@ -115,3 +115,42 @@ def test_orch_rollouts_writes_every_trajectory_with_its_turns_and_round_trips(tr
     assert len(pd.read_parquet(parquet)) == 2 * trajectories
     bad = runner.invoke(app, ["rollouts", result.mlflow_run_id, "--step", "9", "--tracking-uri", uri])
     assert bad.exit_code == 2 and "logged rollout batches at steps [1, 2]" in bad.stderr
+
+
+def test_pass_at_k_is_the_unbiased_estimator() -> None:
+    from recipes.evaluate import pass_at_k
+
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)
+    assert pass_at_k(4, 0, 2) == 0.0 and pass_at_k(4, 3, 2) == 1.0 and pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="at least 3 samples"):
+        pass_at_k(2, 1, 3)
+
+
+def test_orch_eval_logs_a_linked_run_with_pass_at_k_and_a_rollout_batch(train_overrides, tmp_path) -> None:
+    """`orch eval RUN` (issue 28 item 1): the run's newest checkpoint plays validation seeds into a new MLflow run
+    tagged with its source run and step; its rollout batch is one `orch predict-filter-gain --run` reads."""
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=3",
+                 "trainer.val_every=0"]
+    cfg = compose_train_config(overrides)
+    result = run_training(cfg)
+    uri = cfg.infra.mlflow.tracking_uri
+    runner = CliRunner()
+    done = runner.invoke(app, ["eval", result.mlflow_run_id, "--episodes", "4", "--samples", "4", "--pass-k", "2",
+                               "--tracking-uri", uri])
+    assert done.exit_code == 0, done.output
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("orch-eval").experiment_id])
+    assert run.data.tags["orch.eval.source_run"] == result.mlflow_run_id and run.data.tags["orch.eval.step"] == "3"
+    metrics = run.data.metrics
+    for key in ("eval/success_rate", "eval/reward_mean", "eval/pass_at_2", "eval/format_validity",
+                "eval/response_length", "eval/num_turns_mean"):
+        assert key in metrics, key
+    assert 0.0 <= metrics["eval/success_rate"] <= metrics["eval/pass_at_2"] <= 1.0
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "rollouts")] == ["rollouts/step_0003.parquet"]
+    predicted = runner.invoke(app, ["predict-filter-gain", "--run", run.info.run_id, "--tracking-uri", uri])
+    assert predicted.exit_code == 0, predicted.output
+    bad = runner.invoke(app, ["eval", result.mlflow_run_id, "--samples", "2", "--pass-k", "3", "--tracking-uri", uri])
+    assert bad.exit_code == 2 and "--pass-k 3 needs --samples >= 3" in bad.stderr
+    hf = runner.invoke(app, ["eval", str(Path(cfg.infra.checkpoint_dir)), "--task", "frozenlake", "--episodes", "2",
+                             "--tracking-uri", uri])
+    assert hf.exit_code == 0, hf.output  # a checkpoint folder, played on another task

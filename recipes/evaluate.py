@@ -1,0 +1,124 @@
+"""Evaluation of a trained policy (`orch eval SOURCE`): the training run's environments, chat protocol and sampler,
+on validation seeds (disjoint from every training prompt, `recipes.seeds.validation_seeds`), into a new MLflow run
+linked to its source.
+
+    policy = load_source("0123abcd...", tracking_uri, task=None)     # a run id, checkpoint, or Hugging Face folder
+    result = evaluate(policy, EvalSettings(episodes=16, samples=4, pass_k=4))
+
+Metrics (`eval/`): success rate, mean episode return, pass@k (`eval/pass_at_K`) (the unbiased estimator of Chen et al. 2021,
+"Evaluating Large Language Models Trained on Code": 1 - C(n-c, k) / C(n, k) per problem with c successes among its n
+samples, averaged over problems), reply length in tokens, format validity, turns. The trajectories are logged as a
+rollout batch (`rollouts/step_NNNN.parquet`, N the checkpoint's step), so `orch predict-filter-gain --run` and
+`orch rollouts` read it. Rollouts here run on the torch sampler (HF generate-style, batched); the vLLM path of an
+evaluation on GPUs is not built.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchlib.errors import OrchError
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    episodes: int = 16  # validation seeds (problems)
+    samples: int = 1  # samples per problem (n of pass@k)
+    temperature: float | None = None  # None: the run's trainer.val_temperature
+    pass_k: int = 1
+    seed: int = 0
+
+
+@dataclass
+class Policy:
+    """What an evaluation runs: the config it plays under, the model folder its tokenizer comes from, the model,
+    and where it came from."""
+
+    cfg: Any
+    folder: Path
+    model: Any
+    source: str
+    source_run: str | None = None
+    step: int = 0
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one problem with `c` successes among `n` samples (n >= k)."""
+    if n < k:
+        raise ValueError(f"pass@{k} needs at least {k} samples per problem, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def load_source(source: str, tracking_uri: str | None, task: str | None = None) -> Policy:
+    """The policy `source` names: an MLflow run id or a checkpoint folder (torch backend; a veRL checkpoint is merged
+    by veRL's model merger first) under its run's config, or a Hugging Face folder under the default config with
+    `task`. OrchError (one line) for a source that is none of these."""
+    from recipes.config import TrainConfig, compose_tree, resolve_tree
+    from recipes.export import RUN_ID, export_hf, load_trained, resolve_checkpoint
+    from recipes.hf_folder import hf_folder_problems
+    from recipes.models import load_policy
+
+    path = Path(source).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():  # a Hugging Face folder
+        problems = hf_folder_problems(path)
+        if problems:
+            raise OrchError(problems[0])
+        if task is None:
+            raise OrchError(f"{source}: a Hugging Face folder carries no task: give --task")
+        tree, _ = compose_tree(["model=hf", f"model.path={path}", f"task={task}"])
+        cfg = TrainConfig.from_tree(resolve_tree(tree))
+        return Policy(cfg, path, load_policy(path, "float32", "cpu").eval(), source)
+    checkpoint = resolve_checkpoint(source, tracking_uri)
+    run = source if RUN_ID.match(source) and not path.exists() else None
+    if checkpoint.name == "actor":  # veRL: merged into a Hugging Face folder first
+        merged = Path(tempfile.mkdtemp(prefix="orch-eval-merged-")) / "model"
+        export_hf(checkpoint, merged)
+        if task is None:
+            raise OrchError(f"{source}: give --task for a veRL checkpoint")
+        tree, _ = compose_tree(["model=hf", f"model.path={merged}", f"task={task}"])
+        cfg = TrainConfig.from_tree(resolve_tree(tree))
+        step = int(checkpoint.parent.name.removeprefix("global_step_"))
+        return Policy(cfg, merged, load_policy(merged, "float32", "cpu").eval(), source, run, step)
+    cfg, folder, model, state = load_trained(checkpoint)
+    if task is not None and task != cfg.task.name:
+        cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": task, "env": {}})})
+    return Policy(cfg, folder, model.eval(), source, run or state.get("mlflow_run_id"), int(state.get("step", 0)))
+
+
+def evaluate(policy: Policy, settings: EvalSettings, progress: Any = None) -> tuple[dict[str, float], Any]:
+    """Play `settings.samples` episodes on each of `settings.episodes` validation seeds; (metrics, rollout frame)."""
+    import numpy as np
+
+    from recipes.chat import ChatEncoder
+    from recipes.models import load_tokenizer
+    from recipes.rollout_stats import rollout_frame, validation_metrics
+    from recipes.sampler import Sampler
+    from recipes.seeds import seed_everything, validation_seeds
+    from recipes.torch_backend import play
+
+    if settings.samples < settings.pass_k:
+        raise OrchError(f"--pass-k {settings.pass_k} needs --samples >= {settings.pass_k} (got {settings.samples})")
+    cfg = policy.cfg
+    temperature = settings.temperature if settings.temperature is not None else cfg.trainer.val_temperature
+    seed_everything(settings.seed, 0, 2)
+    sampler = Sampler(policy.model, ChatEncoder(load_tokenizer(policy.folder)), cfg.trainer.max_response_tokens,
+                      temperature, cfg.trainer.max_context_tokens)
+    trajectories = play(cfg, sampler, validation_seeds(settings.episodes), settings.samples)
+    if progress:
+        progress(len(trajectories))
+    metrics = {key.replace("val/", "eval/"): value
+               for key, value in validation_metrics(trajectories, sampler.generated).items()}
+    by_seed: dict[int, list[bool]] = {}
+    for trajectory in trajectories:
+        by_seed.setdefault(trajectory.seed, []).append(bool(trajectory.success))
+    metrics[f"eval/pass_at_{settings.pass_k}"] = float(np.mean(  # MLflow names take no "@"
+        [pass_at_k(len(wins), sum(wins), settings.pass_k) for wins in by_seed.values()]))
+    frame = rollout_frame(trajectories, sampler.generated, np.ones(len(trajectories), dtype=bool), policy.step)
+    return metrics, frame
