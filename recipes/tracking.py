@@ -331,6 +331,8 @@ class RunTracker:
             try:
                 self.client.log_batch(self.run_id, metrics=chunk)
             except Exception as err:  # noqa: BLE001 - whatever the store's client raises, the run trains on
+                if getattr(err, "error_code", None) == "INVALID_PARAMETER_VALUE":
+                    raise  # a metric MLflow refuses (a bad name or value) is a bug to show, not an outage to wait out
                 self.outage_error = " ".join(str(err).split())[:300]
                 self._next_try = time.monotonic() + RETRY_S
                 if self.outage_since is None:

@@ -67,3 +67,15 @@ def test_spilled_metrics_stay_on_disk_while_the_store_is_still_down(tmp_path: Pa
     again = tracker(outage_s=3600)
     again.client.down = True
     assert again.take_spilled(tmp_path) == 1 and (tmp_path / PENDING_FILE).exists() and len(again.pending) == 1
+
+
+def test_a_metric_mlflow_refuses_is_raised_not_buffered_as_an_outage(tmp_path: Path) -> None:
+    """An invalid metric name is MLflow's INVALID_PARAMETER_VALUE: raised at once, with MLflow's reason, instead of
+    waiting out `outage_s` and stopping the run as if the store were down."""
+    import pytest
+    from mlflow.exceptions import MlflowException
+
+    run = RunTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "x", run_id=None)
+    with pytest.raises(MlflowException, match="Names may only contain"):
+        run.log_metrics({"eval/pass@2": 0.5}, 1)
+    assert run.outage_since is None
