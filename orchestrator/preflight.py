@@ -44,6 +44,7 @@ class CellClass:
     architecture: str = ""
     prompt_tokens: str = ""
     validation: str = "not run"  # veRL's validate_config: passed | failed | not run
+    cost_basis: str = ""  # what the GPU-hours rest on (the anchor, or finished runs that calibrated it)
     problems: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -64,7 +65,8 @@ class CellClass:
                 "gpu_mem_gb": self.gpu_mem_gb, "fits": self.fits, "max_micro_batch": self.max_micro_batch,
                 "gpu_hours": round(self.gpu_hours, 1), "wall_h": round(self.wall_h, 2),
                 "limit_h": round(self.limit_h, 2), "architecture": self.architecture,
-                "prompt_tokens": self.prompt_tokens, "validation": self.validation, "problems": self.lines()}
+                "prompt_tokens": self.prompt_tokens, "validation": self.validation, "cost_basis": self.cost_basis,
+                "problems": self.lines()}
 
 
 @dataclass
@@ -102,10 +104,14 @@ def load_model_config(path: Path | None) -> dict[str, Any] | None:
 
 
 def preflight_plan(plan: Plan, config_of: Callable[[PlannedCell], Any], model_config: dict[str, Any] | None = None,
-                   on_config: Callable[[int, int], None] | None = None) -> PreflightReport:
+                   on_config: Callable[[int, int], None] | None = None,
+                   tracking_uri: str | None = None) -> PreflightReport:
     """Preflight every cell of `plan` (`config_of(cell)`: its resolved `TrainConfig`); `on_config(done, total)`
-    after each distinct config is checked."""
-    from recipes.verl.cost import estimate_cost
+    after each distinct config is checked. Finished GPU runs of a model in the store at `tracking_uri` calibrate
+    its cost (`recipes.verl.cost.calibration`)."""
+    from recipes.verl.cost import BASIS, calibration, estimate_cost
+
+    calibrations: dict[str, tuple[float, str] | None] = {}
     from recipes.verl.preflight import preflight_cell
 
     classes: dict[tuple[Any, ...], CellClass] = {}
@@ -145,7 +151,12 @@ def preflight_plan(plan: Plan, config_of: Callable[[PlannedCell], Any], model_co
             group.architecture = f"{report.architecture.name} ({report.architecture_source}, " \
                                  f"{report.architecture.parameters() / 1e9:.2f}B)"
             if cfg.trainer.device != "cpu":
-                cost = estimate_cost(cfg, report.architecture.parameters(), report.world)
+                parameters = report.architecture.parameters()
+                if tracking_uri and group.model not in calibrations:
+                    calibrations[group.model] = calibration(tracking_uri, group.model, parameters)
+                factor, basis = calibrations.get(group.model) or (1.0, BASIS)
+                cost = estimate_cost(cfg, parameters, report.world, factor, basis)
+                group.cost_basis = basis
                 group.gpu_hours += cost.gpu_hours * len(cells)
                 group.wall_h = max(group.wall_h, cost.wall_h)
         group.prompt_tokens = f"{report.prompt_tokens} ({report.prompt_source})"

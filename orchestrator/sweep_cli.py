@@ -77,7 +77,7 @@ def sweep_command(
         if as_json and not preflight:
             raise OrchError("--json goes with --preflight")
         if preflight:
-            _run_preflight(file, profile, sets or [], as_json, model_config)
+            _run_preflight(file, profile, sets or [], as_json, model_config, tracking_uri)
             return
         plan = build_plan(load_sweep(file, profile=profile, sets=sets or []))
         if dry_run:
@@ -164,7 +164,8 @@ def tune_command(
         _fail(str(err))
 
 
-def _run_preflight(file: Path, profile: str | None, sets: list[str], as_json: bool, model_config: Path | None) -> None:
+def _run_preflight(file: Path, profile: str | None, sets: list[str], as_json: bool, model_config: Path | None,
+                   tracking_uri: str | None) -> None:
     """`orch sweep FILE --preflight`: exit 1 when any cell class has a problem."""
     import sys
 
@@ -183,7 +184,10 @@ def _run_preflight(file: Path, profile: str | None, sets: list[str], as_json: bo
             print(f"\rpreflight: {done}/{total} configs", end="" if done < total else "\n", file=sys.stderr,
                   flush=True)
 
-    report = preflight_plan(plan, lambda cell: resolver.resolve(cell.settings).config, extra, progress)
+    from recipes.tracking import default_tracking_uri
+
+    report = preflight_plan(plan, lambda cell: resolver.resolve(cell.settings).config, extra, progress,
+                            default_tracking_uri(tracking_uri))
     print_preflight(report, as_json)
     if report.problem_count:
         raise typer.Exit(1)

@@ -107,8 +107,8 @@ def print_preflight(report: Any, as_json: bool) -> None:
         console.print(f"    memory {fit}", highlight=False, markup=False, soft_wrap=True)
         if group.gpu_hours:
             requeues = f", > time limit {group.limit_h:g} h: requeued" if group.wall_h > group.limit_h else ""
-            console.print(f"    cost ~{group.gpu_hours:,.0f} GPU-hours, ~{group.wall_h:.1f} h per cell{requeues}",
-                          highlight=False, markup=False)
+            console.print(f"    cost ~{group.gpu_hours:,.0f} GPU-hours, ~{group.wall_h:.1f} h per cell{requeues} "
+                          f"({group.cost_basis})", highlight=False, markup=False, soft_wrap=True)
         console.print(f"    veRL validate_config: {group.validation}", highlight=False, markup=False)
         for line in group.lines():
             console.print(f"    problem: {line}", highlight=False, markup=False, soft_wrap=True)

@@ -79,6 +79,10 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
                     resume + 1, logged)
         tracker.set_tags({"orch.replayed_steps": f"{resume + 1}-{logged}"})
     tracker.log_run_config(cfg, checkpoint_dir)
+    # what preflight's cost model calibrates on (recipes.verl.cost.calibration): the GPUs this run's step time used
+    from recipes.verl.cost import DEVICE_TAG, WORLD_TAG
+
+    tracker.set_tags({WORLD_TAG: str(job.nnodes * job.gpus_per_node), DEVICE_TAG: cfg.trainer.device})
     tracker.log_text(_config_yaml(config), "verl_config.yaml")
     if resume is None:
         tracker.log_metrics(figures, step=0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -73,3 +74,38 @@ def test_a_model_config_stands_in_for_a_missing_folder_and_bad_input_exits_2(wor
     assert result.exit_code == 2 and "not a JSON object" in result.output
     assert invoke("sweep", str(path), "--json").exit_code == 2  # --json goes with --preflight
     assert not (workdir / ".orch").exists()
+
+
+def test_finished_gpu_runs_of_a_model_calibrate_its_cost(workdir: Path, sweep_file) -> None:
+    """A finished verl GPU run of the same model in the tracking store, whose steps took twice what the anchor
+    predicts for its own config and GPUs, doubles the estimate of every cell of that model and says so."""
+    import yaml
+    from mlflow import MlflowClient
+
+    from recipes.config import TrainConfig, compose_tree, resolve_tree
+    from recipes.verl.cost import DEVICE_TAG, WORLD_TAG, estimate_cost
+    from recipes.verl.memory import BUILTIN
+
+    path = sweep_file(SWEEP)
+    before = {row["gpus_per_node"]: row for row in (
+        json.loads(line) for line in invoke("sweep", str(path), "--preflight", "--json").stdout.splitlines()
+        if line.startswith("{"))}
+    uri = f"sqlite:///{workdir / 'runs.db'}"
+    tree, _ = compose_tree(["backend=verl", "trainer=paper", "model=hf", "model.path=models/Qwen2.5-7B",
+                            "algorithm=grpo", "task=sokoban", "trainer.micro_batch_size=1"])
+    cfg = TrainConfig.from_tree(resolve_tree(tree))
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("gpu"), tags={"backend": "verl", DEVICE_TAG: "cuda",
+                                                                   WORLD_TAG: "4"})
+    client.log_text(run.info.run_id, yaml.safe_dump(cfg.to_tree(), sort_keys=False), "config.yaml")
+    predicted = estimate_cost(cfg, BUILTIN["Qwen2.5-7B"].parameters(), 4).step_s
+    for step in range(1, 5):
+        client.log_metric(run.info.run_id, "timing_s/step", 2 * predicted if step > 1 else 100 * predicted, step=step)
+    client.set_terminated(run.info.run_id, "FINISHED")
+    after = {row["gpus_per_node"]: row for row in (
+        json.loads(line) for line in invoke("sweep", str(path), "--preflight", "--json", "--tracking-uri",
+                                             uri).stdout.splitlines() if line.startswith("{"))}
+    for gpus in (4, 1):
+        assert after[gpus]["gpu_hours"] == pytest.approx(2 * before[gpus]["gpu_hours"], rel=0.02)
+        assert "calibrated from 1 finished run(s) of models/Qwen2.5-7B" in after[gpus]["cost_basis"]
+        assert before[gpus]["cost_basis"].startswith("anchor: RAGEN-2 Table 5")
