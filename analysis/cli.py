@@ -319,8 +319,14 @@ def paper_command(
 
     try:
         rows = paper.status(store)
+        hours: dict[str, float | None] = {}
         for row in rows:
             row["data"] = sorted({need for sweep in row["sweeps"] for need in paper.data_needs(sweep)})
+            for sweep in row["sweeps"]:
+                if sweep not in hours and paper.sweep_path(sweep).exists():
+                    hours[sweep] = paper.sweep_gpu_hours(sweep)
+            row["gpu_hours"] = {sweep: None if hours.get(sweep) is None else round(hours[sweep])
+                                for sweep in row["sweeps"]}
         if check:
             from analysis.paper_report import SECTIONS
 
@@ -337,7 +343,9 @@ def paper_command(
             for sweep, counts in row["sweeps"].items():
                 state = ("not in the store" if counts is None else
                          ", ".join(f"{count} {name}" for name, count in sorted(counts.items())) or "no cells")
-                typer.echo(f"  sweeps/{sweep}.yaml: {state}")
+                cost = row["gpu_hours"][sweep]
+                estimate = f"; ~{cost:,} GPU-hours (est., `orch sweep --preflight` for more)" if cost else ""
+                typer.echo(f"  sweeps/{sweep}.yaml: {state}{estimate}")
             typer.echo(f"  logs: {', '.join(row['metrics'])}")
             typer.echo(f"  report section: {row['section']}; published values: {row['published']}")
             typer.echo(f"  settings: {row['settings']}")

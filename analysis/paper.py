@@ -16,6 +16,7 @@ item that has no sweep file, needs a metric no cell of its sweeps logs, or has n
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -444,6 +445,34 @@ def status(store_url: str | None = None) -> list[dict[str, Any]]:
                      "sweeps": sweeps, "metrics": list(item.metrics), "section": item.section,
                      "settings": item.settings, "published": len(item.published)})
     return rows
+
+
+def sweep_gpu_hours(sweep: str) -> float | None:
+    """`_sweep_gpu_hours` of the file as it is now (cached by its modification time: planning a sweep takes
+    seconds)."""
+    path = sweep_path(sweep)
+    return _sweep_gpu_hours(sweep, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sweep_gpu_hours(sweep: str, _mtime: int) -> float | None:
+    """The estimated GPU-hours of a paper sweep as written (its GPU cells, `recipes.verl.cost.estimate_cost` on each
+    cell's resources and its model's parameters from the built-in architectures), or None when a model is not in
+    the table; `orch sweep FILE --preflight` gives the full estimate with memory and calibration."""
+    from orchestrator.api import planned_configs
+    from recipes.verl.cost import estimate_cost
+    from recipes.verl.memory import builtin_architecture
+
+    total = 0.0
+    for cell in planned_configs(sweep_path(sweep)):
+        cfg, res = cell.config, cell.resources
+        if cfg.trainer.device == "cpu" or res is None or res.gpus_per_node == 0:
+            continue
+        arch = builtin_architecture(str(cfg.model.path)) if cfg.model.path else None
+        if arch is None:
+            return None
+        total += estimate_cost(cfg, arch.parameters(), res.nodes * res.gpus_per_node).gpu_hours
+    return total
 
 
 def sweep_tasks(sweep: str) -> list[str]:

@@ -90,6 +90,7 @@ class PlannedConfig:
     digest: str
     settings: dict[str, Any]
     config: Any
+    resources: Any = None  # orchestrator.resources.Resources
 
 
 def planned_configs(path: Path, profile: str | None = None) -> list[PlannedConfig]:
@@ -101,4 +102,5 @@ def planned_configs(path: Path, profile: str | None = None) -> list[PlannedConfi
 
     resolver = ConfigResolver()
     plan = build_plan(load_sweep(path, profile=profile), resolver)
-    return [PlannedConfig(cell.digest, cell.settings, resolver.resolve(cell.settings).config) for cell in plan.cells]
+    return [PlannedConfig(cell.digest, cell.settings, resolver.resolve(cell.settings).config, cell.resources)
+            for cell in plan.cells]
