@@ -15,7 +15,9 @@ evaluation on GPUs is not built.
 
 from __future__ import annotations
 
+import atexit
 import math
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,7 +80,9 @@ def load_source(source: str, tracking_uri: str | None, task: str | None = None) 
     checkpoint = resolve_checkpoint(source, tracking_uri)
     run = source if RUN_ID.match(source) and not path.exists() else None
     if checkpoint.name == "actor":  # veRL: merged into a Hugging Face folder first
-        merged = Path(tempfile.mkdtemp(prefix="orch-eval-merged-")) / "model"
+        scratch = Path(tempfile.mkdtemp(prefix="orch-eval-merged-"))
+        atexit.register(shutil.rmtree, scratch, True)  # the merged copy lives as long as this evaluation
+        merged = scratch / "model"
         export_hf(checkpoint, merged)
         if task is None:
             raise OrchError(f"{source}: give --task for a veRL checkpoint")

@@ -60,12 +60,16 @@ def write_prompt_files(cfg: TrainConfig, folder: Path) -> dict[str, Path]:
 def prompt_budget(cfg: TrainConfig, tokenizer: Any) -> int:
     """Tokens to reserve for the first prompt: the longest of the first training and validation prompts, with a
     margin, rounded up to a multiple of 64, and at most half of `trainer.max_context_tokens`."""
+    longest = longest_first_prompt(cfg, chat_token_count(tokenizer))
+    return min(budget_for(longest), cfg.trainer.max_context_tokens // 2)
+
+
+def chat_token_count(tokenizer: Any) -> Any:
+    """messages -> tokens of their chat prompt (with the generation prompt), as the model will be fed it."""
     from recipes.chat import ChatEncoder
 
     encoder = ChatEncoder(tokenizer)
-    longest = longest_first_prompt(cfg, lambda messages: len(encoder.encode(messages,
-                                                                            add_generation_prompt=True).input_ids))
-    return min(budget_for(longest), cfg.trainer.max_context_tokens // 2)
+    return lambda messages: len(encoder.encode(messages, add_generation_prompt=True).input_ids)
 
 
 def budget_for(longest: int) -> int:

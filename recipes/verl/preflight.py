@@ -161,11 +161,10 @@ def _longest_prompt(cfg: TrainConfig, folder: Path | None, report: CellPreflight
     count = None
     if folder is not None and any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         try:
-            from recipes.chat import ChatEncoder
             from recipes.models import load_tokenizer
+            from recipes.verl.data import chat_token_count
 
-            encoder = ChatEncoder(load_tokenizer(folder))
-            count = lambda messages: len(encoder.encode(messages, add_generation_prompt=True).input_ids)  # noqa: E731
+            count = chat_token_count(load_tokenizer(folder))
             report.prompt_source = "tokenizer"
         except Exception as err:  # a tokenizer transformers cannot load is a problem of the folder, listed here
             report.problems.append(f"model.path: its tokenizer does not load ({type(err).__name__}: {err})")
