@@ -57,6 +57,20 @@ def get_backend(name: str) -> Backend:
     return BACKENDS.get(name)
 
 
+def _check_checkpoint_space(cfg: DictConfig, folder: Path | None) -> None:
+    """Before any work: the checkpoint folder's file system holds one checkpoint (`recipes.checkpoint`), judged
+    from the model the run starts from (its safetensors headers; a warm start keeps the parameter count)."""
+    from recipes.algorithms import get_algorithm
+    from recipes.checkpoint import check_free_space, checkpoint_bytes
+    from recipes.models import base_model_folder, count_parameters_in
+
+    if str(cfg.backend) not in ("torch", "verl"):
+        return  # the trainers that write model checkpoints (a test backend writes a few bytes)
+    need = checkpoint_bytes(count_parameters_in(base_model_folder(cfg.model)),
+                            get_algorithm(cfg.algorithm.name).uses_critic)
+    check_free_space(folder or Path("checkpoints"), need, "config key trainer.checkpoint_dir")
+
+
 def writer_folder(cfg: DictConfig) -> Path | None:
     """The checkpoint folder `cfg` will write: `trainer.checkpoint_dir`, else `checkpoints/<mlflow.run_id>` for a
     named run; None for a new run (its folder is named by a run id nobody else has)."""
@@ -77,6 +91,7 @@ def run_training(cfg: DictConfig, should_stop: Callable[[], bool] | None = None,
 
     backend = get_backend(str(cfg.backend))
     folder = writer_folder(cfg)
+    _check_checkpoint_space(cfg, folder)
     if folder is None:
         return backend(cfg, should_stop=should_stop)
     lease = WriterLease(folder, "config key trainer.checkpoint_dir")

@@ -82,6 +82,29 @@ def save_checkpoint(directory: Path, step: int, state: dict[str, Any], keep: int
     return final
 
 
+CHECKPOINT_BYTES_PER_PARAMETER = 12  # fp32 weights and AdamW's two fp32 moments, for the policy and for a critic
+
+
+def checkpoint_bytes(parameters: int, critic: bool) -> int:
+    """About what one checkpoint of a model of `parameters` takes on disk (a critic doubles it)."""
+    return CHECKPOINT_BYTES_PER_PARAMETER * parameters * (2 if critic else 1)
+
+
+def check_free_space(directory: Path, need: int, key: str) -> None:
+    """OrchError (one line, naming `key`) unless the file system holding `directory` (or its nearest existing
+    ancestor: nothing is created) has at least `need` bytes free: a run that could not write one checkpoint would
+    train for nothing."""
+    from orchlib.errors import OrchError
+
+    probe = directory
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need:
+        raise OrchError(f"{key} {str(directory)!r}: {free / 2**20:.1f} MiB free on its file system, but one checkpoint "
+                        f"needs about {need / 2**20:.1f} MiB; free some space or choose another folder")
+
+
 def remove_scratch(directory: Path) -> list[str]:
     """Remove the scratch folders and pointer files that writers which died mid-checkpoint left in `directory`
     (call it only as the folder's one writer: `orchlib.lease`). Returns their names."""

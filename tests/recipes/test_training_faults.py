@@ -16,6 +16,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from orchlib.errors import OrchError
 from recipes.backends import run_training
 from recipes.checkpoint import latest_checkpoint, load_checkpoint
 from recipes.config import compose_train_config
@@ -109,3 +110,21 @@ def test_a_cell_that_ran_out_of_disk_has_the_one_line_as_its_reason() -> None:
     assert _failure_reason(err) == ("disk full: No space left on device while writing the checkpoint of step 4: "
                                     "/ckpt; free some space, then resume")
     assert _failure_reason(OSError(errno.EIO, "I/O error")).endswith("OSError: [Errno 5] I/O error")  # as before
+
+
+def test_a_checkpoint_folder_without_room_for_one_checkpoint_is_refused_before_any_work(train_overrides,
+                                                                                       tmp_path: Path) -> None:
+    """Issue 26 item 1: a file system with less room than one checkpoint refuses the run at once, one line naming
+    the key, before the lease, the MLflow run or any folder is written."""
+    from recipes.checkpoint import checkpoint_bytes
+    from recipes.models import base_model_folder, count_parameters_in
+
+    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=1",
+                 "trainer.val_every=0"]
+    need = checkpoint_bytes(count_parameters_in(base_model_folder(compose_train_config(overrides).model)), False)
+    with tmpfs(tmp_path / "tiny", need // 2) as folder:
+        cfg = compose_train_config([*overrides, f"trainer.checkpoint_dir={folder / 'run'}"])
+        with pytest.raises(OrchError, match=r"config key trainer.checkpoint_dir .*MiB free on its file system, but "
+                                            r"one checkpoint needs about"):
+            run_training(cfg)
+        assert list(folder.iterdir()) == []
