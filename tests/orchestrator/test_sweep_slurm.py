@@ -61,10 +61,12 @@ def metric(tracking: str, run_id: str, key: str) -> list[float]:
     return [item.value for item in MlflowClient(tracking).get_metric_history(run_id, key)]
 
 
-def wait_for(predicate, timeout: float = 180.0) -> None:
+def wait_for(predicate, timeout: float = 300.0, state=None) -> None:
+    """Poll `predicate` until true; on timeout fail with `state()` (what was seen last), so a loaded run's failure
+    says where it stopped."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s; last seen: {state() if state else '?'}"
         time.sleep(0.5)
 
 
@@ -144,7 +146,10 @@ def test_restarts_past_max_requeues_fail_the_cell_whoever_requeued_it(sweep, tra
     wait_for(lambda: store.counts(sweep_row.id).get("running") == 1)
     (cell,) = store.cell_rows(sweep_row.id)
     subprocess.run(["scontrol", "requeue", cell.job_id], check=True)
-    wait_for(lambda: [a.state for a in store.attempts(cell.id)] == ["requeued", "running"])
+    attempts = lambda: [(a.state, a.pid) for a in store.attempts(cell.id)]  # noqa: E731
+    wait_for(lambda: [a.state for a in store.attempts(cell.id)] == ["requeued", "running"],
+             state=lambda: (attempts(), subprocess.run(["squeue", "-h", "-j", cell.job_id, "-o", "%T %r"],
+                                                       capture_output=True, text=True).stdout.strip()))
     os.kill(store.attempts(cell.id)[-1].pid, signal.SIGKILL)  # no end report from this attempt
     subprocess.run(["scontrol", "requeue", cell.job_id], check=True)
     wait_for(lambda: store.counts(sweep_row.id).get("failed") == 1)
