@@ -16,6 +16,12 @@ from recipes.checkpoint import latest_checkpoint, load_checkpoint
 from recipes.config import compose_train_config
 
 
+def trained(train_overrides: list[str], *extra: str):
+    """A short GRPO Countdown run: (its config, its result, its tracking URI)."""
+    cfg = compose_train_config([*train_overrides, "algorithm=grpo", "task=countdown", "trainer.val_every=0", *extra])
+    return cfg, run_training(cfg), cfg.infra.mlflow.tracking_uri
+
+
 def test_a_trained_run_exports_as_a_hugging_face_folder(train_overrides, tmp_path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -88,11 +94,7 @@ def test_orch_rollouts_writes_every_trajectory_with_its_turns_and_round_trips(tr
 
     from recipes.rollouts import load_rollout_batch
 
-    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "trainer.total_steps=2", "trainer.val_every=0",
-                 "trainer.dump_every=1"]
-    cfg = compose_train_config(overrides)
-    result = run_training(cfg)
-    uri = cfg.infra.mlflow.tracking_uri
+    cfg, result, uri = trained(train_overrides, "trainer.total_steps=2", "trainer.dump_every=1")
     runner = CliRunner()
     printed = runner.invoke(app, ["rollouts", result.mlflow_run_id, "--tracking-uri", uri])
     assert printed.exit_code == 0, printed.output
@@ -129,11 +131,7 @@ def test_pass_at_k_is_the_unbiased_estimator() -> None:
 def test_orch_eval_logs_a_linked_run_with_pass_at_k_and_a_rollout_batch(train_overrides, tmp_path) -> None:
     """`orch eval RUN` (issue 28 item 1): the run's newest checkpoint plays validation seeds into a new MLflow run
     tagged with its source run and step; its rollout batch is one `orch predict-filter-gain --run` reads."""
-    overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=3",
-                 "trainer.val_every=0"]
-    cfg = compose_train_config(overrides)
-    result = run_training(cfg)
-    uri = cfg.infra.mlflow.tracking_uri
+    cfg, result, uri = trained(train_overrides, "filter=none", "trainer.total_steps=3")
     runner = CliRunner()
     done = runner.invoke(app, ["eval", result.mlflow_run_id, "--episodes", "4", "--samples", "4", "--pass-k", "2",
                                "--tracking-uri", uri])
