@@ -308,19 +308,28 @@ class TrainConfig(Section):
         chosen = self.infra.verl.rollout
         return ("hf" if self.trainer.device == "cpu" else "vllm") if chosen == "auto" else chosen
 
+    def missing_data_file(self) -> tuple[str, str] | None:
+        """(the config key, why) when the task names a data file that does not exist on this host; else None."""
+        from envs.registry import env_class
+
+        source = env_class(self.task.name).data
+        if source is None or source.key is None or source.uses_builtin(self.task.env):
+            return None
+        path = Path(str(self.task.env[source.key])).expanduser()
+        if path.exists():
+            return None
+        return f"task.env.{source.key}", f"{str(path)!r} does not exist ({source.formats})"
+
     def check_host(self) -> TrainConfig:
         """What only the host that trains can check (a sweep plans on another host): the model folder is a loadable
-        Hugging Face checkpoint (`recipes.models.hf_folder_problems`) and the task's data file exists. `orch train`
+        Hugging Face checkpoint (`recipes.hf_folder.hf_folder_problems`) and the task's data file exists. `orch train`
         and every sweep job compose through here, before anything is written."""
-        from envs.registry import env_class
         from recipes.hf_folder import hf_folder_problems
 
         _require(self.model.path is None or Path(self.model.path).expanduser().is_dir(), "model.path",
                  f"{self.model.path!r} is not a local Hugging Face checkpoint folder")
-        source = env_class(self.task.name).data
-        if source is not None and source.key is not None and not source.uses_builtin(self.task.env):
-            path = Path(str(self.task.env[source.key])).expanduser()
-            _require(path.exists(), f"task.env.{source.key}", f"{str(path)!r} does not exist ({source.formats})")
+        missing = self.missing_data_file()
+        _require(missing is None, missing[0] if missing else "", missing[1] if missing else "")
         if self.model.path is not None and self.task.env_config().observation == "image":
             from recipes.vision import is_vision_folder
 

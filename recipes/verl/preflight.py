@@ -110,16 +110,10 @@ def _model_folder(cfg: TrainConfig, report: CellPreflight) -> Path | None:
 
 
 def _data_problems(cfg: TrainConfig, report: CellPreflight) -> None:
-    """The data file the task reads, when the cell names one: it must exist (its format is checked when the job
-    loads it)."""
-    from envs.registry import env_class
-
-    source = env_class(cfg.task.name).data
-    if source is None or source.key is None or source.uses_builtin(cfg.task.env):
-        return
-    path = Path(str(cfg.task.env[source.key])).expanduser()
-    if not path.exists():
-        report.problems.append(f"task.env.{source.key}: {path} does not exist ({source.formats})")
+    """The data file the task reads, when the cell names one, exists (its format is checked when the job loads it)."""
+    missing = cfg.missing_data_file()
+    if missing is not None:
+        report.problems.append(f"{missing[0]}: {missing[1]}")
 
 
 def _architecture(cfg: TrainConfig, folder: Path | None, model_config: dict[str, Any] | None,
@@ -149,15 +143,13 @@ def _architecture(cfg: TrainConfig, folder: Path | None, model_config: dict[str,
 def _longest_prompt(cfg: TrainConfig, folder: Path | None, report: CellPreflight) -> int:
     """Tokens of the longest first prompt (unrounded), with the folder's tokenizer or from characters. A data file
     that is missing here is replaced by the task's built-in set for this measurement (its problem is listed)."""
-    from envs.registry import env_class
     from recipes.verl.data import budget_for, longest_first_prompt
 
-    source = env_class(cfg.task.name).data
     measured = cfg
-    if source is not None and source.key and not source.uses_builtin(cfg.task.env) and \
-            not Path(str(cfg.task.env[source.key])).expanduser().exists():
-        measured = cfg.model_copy(update={"task": cfg.task.model_copy(update={
-            "env": {**cfg.task.env, source.key: None}})})
+    missing = cfg.missing_data_file()
+    if missing is not None:
+        key = missing[0].removeprefix("task.env.")
+        measured = cfg.model_copy(update={"task": cfg.task.model_copy(update={"env": {**cfg.task.env, key: None}})})
     count = None
     if folder is not None and any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         try:
