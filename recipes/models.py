@@ -21,7 +21,6 @@ from recipes.cache import cache_root, cached_folder
 if TYPE_CHECKING:
     import torch
 
-    from recipes.config import ModelConfig
 
 INIT_SEED = 0  # presets are initialised identically in every run, so a sweep shares one warm start
 CORPUS_DEMOS_PER_TASK = 32
@@ -128,7 +127,7 @@ def build_vision_preset(preset: dict[str, Any], corpus: list[str], folder: Path)
     ).save_pretrained(folder)
 
 
-def preset_folder(model_cfg: ModelConfig) -> Path:
+def preset_folder(model_cfg: Any) -> Path:  # a recipes.config.ModelConfig (not imported: config -> backends -> here)
     """The cached folder of the preset `model_cfg.preset` (built on first use)."""
     preset = model_cfg.preset.model_dump()
     corpus = protocol_corpus()
@@ -141,7 +140,7 @@ def preset_folder(model_cfg: ModelConfig) -> Path:
     )
 
 
-def base_model_folder(model_cfg: ModelConfig) -> Path:
+def base_model_folder(model_cfg: Any) -> Path:  # a recipes.config.ModelConfig
     """`model.path` if set (a local Hugging Face checkpoint), else the preset's cached folder."""
     if model_cfg.path is not None:
         path = Path(str(model_cfg.path)).expanduser()
