@@ -10,8 +10,10 @@
          checkpoint into the same MLflow run. A heartbeat thread reports liveness meanwhile.
 
 The job reports its own state because `sacct` may not exist; `orchestrator.reconcile` handles jobs that die
-without reporting. `CellJob` is submitit-`Checkpointable`: a signal that arrives before step 3 installs our
-handlers is handled by submitit itself, which requeues the same callable.
+without reporting. Our stop handlers are installed when the job's function starts, before step 1; a signal that
+arrives earlier (while Python and submitit start) is submitit's: `CellJob` is submitit-`Checkpointable`, so SIGUSR2
+requeues the same callable, while a SIGTERM is only logged and the cluster kills the job `KillWait` later: its
+restart then counts as a requeue the job did not report.
 """
 
 from __future__ import annotations
@@ -60,12 +62,20 @@ def run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: int
     """Run one cell to an outcome and report it; returns the state recorded for the cell. In a multi-node
     allocation only the first task runs the cell (the verl backend starts its Ray workers on the other nodes
     itself); the others return at once."""
-    from orchestrator.executors import get_executor
-
     rank = _task_rank()
     if rank:
         print(f"orch: task {rank} of cell {cell_id}: the cell runs from task 0 of its allocation", file=sys.stderr)
         return "secondary task"
+
+    # The stop handlers go in before the job reports its start: a signal between the report and the trainer (an
+    # operator's `scontrol requeue` the moment the cell shows running) would otherwise reach submitit's handler,
+    # which only logs a SIGTERM, and the cluster would kill the job `KillWait` later without an end report.
+    with StopRequest() as stop:
+        return _run_cell(store_url, cell_id, executor, submitted_attempt, stop)
+
+
+def _run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: int | None, stop: StopRequest) -> str:
+    from orchestrator.executors import get_executor
 
     store = Store.open(store_url, create=False)
     context = store.job_context(cell_id)
@@ -89,7 +99,7 @@ def run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: int
     print(f"orch: cell {context.digest} of sweep {context.sweep} starts on {socket.gethostname()} "
           f"(job {job_id}, attempt id {attempt_id})", file=sys.stderr, flush=True)
     try:
-        with _heartbeat(store, attempt_id, cell_checkpoint_dir(context)), StopRequest() as stop:
+        with _heartbeat(store, attempt_id, cell_checkpoint_dir(context)):
             cfg = compose_cell_config(context)
             from recipes.backends import run_training
             from recipes.progress import setup_logging

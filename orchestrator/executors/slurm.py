@@ -160,5 +160,8 @@ class SlurmExecutor(Executor):
             raise OrchError("cannot requeue: not inside a SLURM job")
         try:
             _run(["scontrol", "requeue", job_id])
-        except OrchError as err:  # e.g. SLURM is already requeuing it (`scontrol requeue` from outside)
-            print(f"orch: {err}", file=sys.stderr)
+        except OrchError as err:
+            if "pending execution" in str(err):  # requeued from outside (`scontrol requeue`, preemption) already
+                print(f"orch: job {job_id} is already being requeued by SLURM", file=sys.stderr)
+            else:
+                print(f"orch: {err}", file=sys.stderr)

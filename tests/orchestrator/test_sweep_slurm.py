@@ -135,8 +135,14 @@ def test_restarts_past_max_requeues_fail_the_cell_whoever_requeued_it(sweep, tra
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """`cluster.max_requeues: 1`: an operator's `scontrol requeue` (the job checkpoints and reports it) uses the one
     requeue; a second restart the job cannot report (killed, then requeued, as after a node failure) is one too
-    many: the restarted job does not run and the cell ends failed with the reason."""
+    many: the restarted job does not run and the cell ends failed with the reason.
+
+    The first requeue lands the moment the cell shows running, before the trainer starts (the job waits at a start
+    gate until the signal has reached it): loaded CI run B of issue 31 requeued a job 1 s after its launch, and a
+    SIGTERM there went to submitit's handler, which only logs it, so the job was killed without its report."""
     monkeypatch.setenv("ORCH_TEST_STEP_S", "0.5")
+    gate = Path("started.gate").resolve()
+    monkeypatch.setenv("ORCH_TEST_START_GATE", str(gate))
     path = sweep("maxrq", [1], 240)
     spec = yaml.safe_load(path.read_text())
     spec["cluster"]["max_requeues"] = 1
@@ -146,6 +152,10 @@ def test_restarts_past_max_requeues_fail_the_cell_whoever_requeued_it(sweep, tra
     wait_for(lambda: store.counts(sweep_row.id).get("running") == 1)
     (cell,) = store.cell_rows(sweep_row.id)
     subprocess.run(["scontrol", "requeue", cell.job_id], check=True)
+    log = Path(store.attempts(cell.id)[0].stderr_path)
+    wait_for(lambda: log.exists() and ("signal SIGTERM" in log.read_text() or "received SIGTERM" in log.read_text()),
+             state=lambda: log.read_text()[-500:] if log.exists() else "no log")
+    gate.touch()  # the job, stopped at its start, goes on: it must have kept the stop request
     attempts = lambda: [(a.state, a.pid) for a in store.attempts(cell.id)]  # noqa: E731
     wait_for(lambda: [a.state for a in store.attempts(cell.id)] == ["requeued", "running"],
              state=lambda: (attempts(), subprocess.run(["squeue", "-h", "-j", cell.job_id, "-o", "%T %r"],
