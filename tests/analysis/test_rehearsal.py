@@ -1,9 +1,9 @@
 """The rehearsal of the whole paper (issue: "The paper, cell for cell"): every paper sweep runs under the `rehearsal`
-profile (sweeps/profiles.yaml: the tiny model with a small warm start, 3 steps, one seed, a subset of cells) on the
+profile (sweeps/profiles.yaml: the tiny model with a small warm start, 2 steps, one seed, a subset of cells) on the
 real local executor, then `orch report --paper --strict` must find, in every finished cell, a finite value of every
 metric its map items need, and render every item with the published value beside the measured one. Removing one
 metric from one cell must make the check fail, naming the item and the metric. The numbers mean nothing (a tiny
-model, 3 steps); what is tested is that a paper sweep comes back as the paper's report."""
+model, 2 steps); what is tested is that a paper sweep comes back as the paper's report."""
 
 from __future__ import annotations
 
