@@ -7,11 +7,12 @@ there fails a test here instead of silently emptying a table.
 
 from __future__ import annotations
 
+from recipes import rollout_stats
 from recipes.config import INFRA_KEYS
 from recipes.tracking import PEAK_MEMORY_METRIC
 
 # --- validation (every `trainer.val_every` steps) -------------------------------------------------------------
-VAL_SUCCESS = "val/success_rate"  # success rate in [0, 1]
+VAL_SUCCESS = rollout_stats.VAL_SUCCESS  # success rate in [0, 1]
 VAL_MEAN_RETURN = "val/reward_mean"
 VAL_FORMAT_VALID = "val/format_validity"
 VAL_RESPONSE_LENGTH = "val/response_length"
@@ -110,6 +111,10 @@ VARIANT_KEY_PRIORITY = (PARAM_ALGORITHM, PARAM_MODEL_PATH, PARAM_MODEL, "backend
 # --- tags -----------------------------------------------------------------------------------------------------
 TAG_SWEEP = "sweep"  # sweep name, on the parent run and every cell run
 TAG_CELL = "cell"  # the cell's content hash; only cell runs carry it
+EVAL_SUCCESS = "eval/success_rate"  # `orch eval`: success rate of the evaluated checkpoint, in [0, 1]
+TAG_EVAL_SOURCE_CELL = "orch.eval.source_cell"  # an evaluation cell's run: the training cell it evaluates
+TAG_EVAL_STEP = "orch.eval.step"  # ... and the step of the checkpoint it evaluated
+PARAM_EVAL_EPISODES = "evaluation.episodes"
 TAG_SEED = "seed"
 TAG_TASK = "task"
 TAG_ALGORITHM = "algorithm"

@@ -125,6 +125,8 @@ def _cells(summary: pd.DataFrame) -> Section:
     section = Section("Cells")
     columns = ["run_name", "task", "variant", "filter", "seed", "status", "steps", "peak_success", "peak_step",
                "final_success", "step_time", "kept_ratio"]
+    if "peak_source" in summary and (summary["peak_source"] != "validation").any():  # some were re-evaluated
+        columns[8:8] = ["peak_source", "validation_peak"]
     section.table(summary[columns].sort_values(["task", "variant", "filter", "seed"]), digits=2)
     return section
 
@@ -352,16 +354,17 @@ def build_report(
     ``.orch/orch.db``, when that store knows the sweep) and build every section (see the module docstring)."""
     from analysis.mlflow_store import RunQuery, load_runs
     from analysis.science import filter_effect, science
-    from analysis.summary import metric_summary, summarize
+    from analysis.summary import metric_summary, summarize, use_reevaluation
     from analysis.sweep_state import store_cells
 
     data = load_runs(RunQuery(sweep=sweep), tracking_uri, progress=progress)
     summary = summarize(data)
     if summary.empty:
         raise OrchError(f"sweep {sweep!r} has no cell runs in {data.tracking_uri}")
+    summary, reevaluated = use_reevaluation(summary, reevaluations([sweep], tracking_uri))
     finals = metric_summary(data, [names.MI_EST, names.ENTROPY], "final").reset_index()
     store = store_cells(sweep, store_url)
-    notes = cell_notes(summary, store)
+    notes = cell_notes(summary, store) + ([reevaluated] if reevaluated else [])
     tables_section, t4 = _paper_tables(summary, finals, notes)
     sections = [_cells(summary), tables_section, _curves(data, summary), _correlations(data, summary, n_boot),
                 _early_warning(data, summary)]
@@ -390,6 +393,31 @@ def build_report(
                   science=found)
 
 
+def reevaluations(sweeps, tracking_uri: str | None):
+    """The runs of the evaluation sweeps of `sweeps` (`orch eval --sweep S --best`: sweep S.eval), or None when
+    none has any."""
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData, RunQuery, load_runs
+    from recipes.evaluate import eval_sweep_name
+
+    parts = []
+    for sweep in sweeps:
+        try:
+            data = load_runs(RunQuery(sweep=eval_sweep_name(sweep)), tracking_uri)
+        except OrchError:  # no such experiment: nothing was re-evaluated
+            continue
+        if not data.runs.empty:
+            parts.append(data)
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return RunData(runs=pd.concat([part.runs for part in parts], ignore_index=True),
+                   metrics=pd.concat([part.metrics for part in parts], ignore_index=True),
+                   tracking_uri=parts[0].tracking_uri, reader=parts[0].reader)
+
+
 def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, rollouts: bool = True,
                        progress: Progress | None = None) -> Report:
     """`orch report --paper`: every item of the paper map (`analysis.paper`), each from the runs of its sweeps in
@@ -400,7 +428,7 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
     from analysis.mlflow_store import RunData, RunQuery, load_runs
     from analysis.paper import ITEMS, paper_sweeps
     from analysis.paper_report import metric_gaps, paper_sections
-    from analysis.summary import summarize
+    from analysis.summary import summarize, use_reevaluation
 
     loaded: dict[str, RunData] = {}
     uri = ""
@@ -427,7 +455,9 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
             runs=pd.concat([part.runs for part in parts], ignore_index=True),
             metrics=pd.concat([part.metrics for part in parts], ignore_index=True),
             tracking_uri=parts[0].tracking_uri, reader=parts[0].reader)
-        summary = summarize(data)
+        summary, reevaluated = use_reevaluation(summarize(data), reevaluations(item.sweeps, uri))
+        if reevaluated and reevaluated not in notes:
+            notes.append(reevaluated)
         predictions = None
         if rollouts and item.key == "predictor":
             _, predictions, predictor_notes = _first_batches(data, summary, progress)

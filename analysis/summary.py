@@ -156,6 +156,7 @@ def settings(runs: pd.DataFrame) -> pd.DataFrame:
             "seed": _number(config_value(runs, names.PARAM_SEED, names.TAG_SEED), "Int64"),
         }
     )
+    frame["cell"] = runs[f"tags.{names.TAG_CELL}"] if f"tags.{names.TAG_CELL}" in runs.columns else None
     frame = pd.concat([frame, _filter_columns(runs)], axis=1)
     frame["prompts"] = _number(config_value(runs, names.PARAM_PROMPTS), "Int64")
     frame["samples"] = _number(config_value(runs, names.PARAM_SAMPLES), "Int64")
@@ -243,3 +244,37 @@ def summarize(data: RunData) -> pd.DataFrame:
     chosen = metric_stats(data, names.RV_CHOSEN_STD_MEAN)
     frame["rv_chosen_min"], frame["rv_chosen_max"] = chosen["min"], chosen["peak"]
     return frame.reset_index()
+
+
+def use_reevaluation(summary: pd.DataFrame, evaluations: RunData | None) -> tuple[pd.DataFrame, str | None]:
+    """``summary`` with the peak success of every run whose best checkpoint was re-evaluated (`orch eval --sweep S
+    --best`: the finished runs of sweep ``S.eval``, each tagged with the cell it evaluates) replaced by that
+    evaluation's success, ``peak_step`` by the checkpoint's step and ``peak_source`` saying which; and a note for
+    the report (None when nothing was re-evaluated). The training-time maximum stays as ``validation_peak``."""
+    import pandas as pd
+
+    summary = summary.copy()
+    summary["validation_peak"] = summary["peak_success"]
+    summary["peak_source"] = "validation"
+    column = f"tags.{names.TAG_EVAL_SOURCE_CELL}"
+    if evaluations is None or evaluations.runs.empty or column not in evaluations.runs.columns:
+        return summary, None
+    runs = evaluations.runs[evaluations.runs["status"] == "FINISHED"].set_index("run_id")
+    success = metric_stats(evaluations, names.EVAL_SUCCESS)["last"].reindex(runs.index)
+    episodes = config_value(runs.reset_index(), names.PARAM_EVAL_EPISODES).to_numpy()
+    found = pd.DataFrame({"cell": runs[column], "success": success * 100.0, "step": runs.get(f"tags.{names.TAG_EVAL_STEP}"),
+                          "episodes": episodes}, index=runs.index).dropna(subset=["cell", "success"])
+    found = found.drop_duplicates("cell", keep="last").set_index("cell")
+    hit = summary["cell"].isin(found.index)
+    if not hit.any():
+        return summary, None
+    cells = summary.loc[hit, "cell"]
+    summary.loc[hit, "peak_success"] = cells.map(found["success"]).to_numpy()
+    summary.loc[hit, "peak_step"] = pd.array(pd.to_numeric(cells.map(found["step"])).to_numpy(), dtype="Int64")
+    summary.loc[hit, "peak_source"] = [f"best checkpoint (step {found.at[c, 'step']}) re-evaluated on "
+                                       f"{found.at[c, 'episodes']} episodes" for c in cells]
+    episodes = ", ".join(sorted({str(e) for e in found.loc[cells, "episodes"]}))
+    note = (f"Peak success of {int(hit.sum())} of {len(summary)} runs is the re-evaluation of each run's best "
+            f"checkpoint on {episodes} validation episodes (`orch eval --sweep ... --best`; step per run in the "
+            "runs table), not the maximum of its training-time validation.")
+    return summary, note

@@ -83,7 +83,7 @@ def _fail(message: str, code: int = 2) -> None:
 
 @app.command("eval")
 def eval_command(
-    source: Annotated[str, typer.Argument(help="An MLflow run id, a checkpoint folder (torch or veRL) or a Hugging Face folder.")],
+    source: Annotated[str | None, typer.Argument(help="An MLflow run id, a checkpoint folder (torch or veRL) or a Hugging Face folder (or --sweep).")] = None,
     task: Annotated[str | None, typer.Option("--task", help="The task to play (default: the run's; needed for a Hugging Face folder).")] = None,
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Validation seeds (problems), disjoint from training.")] = 16,
     samples: Annotated[int, typer.Option("--samples", min=1, help="Samples per problem (n of pass@k).")] = 1,
@@ -92,16 +92,35 @@ def eval_command(
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
     experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment of the evaluation run.")] = "orch-eval",
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).")] = None,
+    sweep: Annotated[str | None, typer.Option("--sweep", help="Evaluate every finished cell of this stored sweep, as the cells of sweep NAME.eval (instead of SOURCE).")] = None,
+    best: Annotated[bool, typer.Option("--best", help="With --sweep: each cell's best checkpoint (peak validation success); else its latest.")] = False,
+    cluster: Annotated[str, typer.Option("--cluster", help="With --sweep: executor of the evaluation cells: local | slurm | debug.")] = "local",
+    wait: Annotated[bool, typer.Option("--wait", help="With --sweep: block until every evaluation cell has ended, showing progress.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --sweep: print the evaluation cells; write nothing.")] = False,
+    store_url: Annotated[str | None, typer.Option("--store", help="With --sweep: store URL (default: $ORCH_STORE, else sqlite:///.orch/orch.db here).")] = None,
 ) -> None:
     """Evaluate a trained policy on validation seeds into a new MLflow run linked to its source: success, mean
-    reward, pass@k, reply length, format validity, turns, and the trajectories as a rollout batch."""
+    reward, pass@k, reply length, format validity, turns, and the trajectories as a rollout batch. With `--sweep S
+    --best`: every finished cell of S, as sweep-tracked evaluation cells (sweep S.eval) that `orch report` uses."""
     from orchlib.errors import OrchError
 
+    if (sweep is None) == (source is None):
+        _fail("give either SOURCE or --sweep NAME")
+    if sweep is None and (best or wait or dry_run or store_url):
+        _fail("--best, --wait, --dry-run and --store go with --sweep")
+    if sweep is not None and task is not None:
+        _fail("--task goes with SOURCE: an evaluation cell plays its training cell's task")
     try:
         if pass_k > samples:
             raise OrchError(f"--pass-k {pass_k} needs --samples >= {pass_k} (got {samples})")
         if temperature is not None and temperature <= 0:
             raise OrchError(f"--temperature {temperature}: must be > 0 (a sampling temperature)")
+        if sweep is not None:
+            from orchestrator.evaluation import EvalRequest
+
+            request = EvalRequest("best" if best else "latest", episodes, samples, temperature, pass_k, seed)
+            _evaluate_sweep(sweep, request, cluster, wait, dry_run, tracking_uri, store_url)
+            return
         from recipes.evaluate import EvalSettings, evaluate, load_source
         from recipes.tracking import RunTracker, check_tracking_uri, default_tracking_uri
 
@@ -127,6 +146,31 @@ def eval_command(
     for key, value in sorted(metrics.items()):
         typer.echo(f"{key}: {value:.4f}")
     typer.echo(f"MLflow run {tracker.run_id} (experiment {experiment})")
+
+
+def _evaluate_sweep(name: str, request, cluster: str, wait: bool, dry_run: bool, tracking_uri: str | None,
+                    store_url: str | None) -> None:
+    """`orch eval --sweep`: plan the evaluation cells of stored sweep `name` and submit the missing ones."""
+    from orchestrator.engine import submit_plan
+    from orchestrator.evaluation import plan_evaluation
+    from orchestrator.executors import get_executor
+    from orchestrator.sweep_cli import _open_store, _wait
+    from orchestrator.views import print_plan, print_submit
+
+    executor = get_executor(cluster)
+    store = _open_store(store_url)
+    plan = plan_evaluation(store, name, request)
+    if dry_run:
+        print_plan(plan, 0)
+        return
+    plan.check_submittable()
+    executor.check_available()
+    report = submit_plan(plan, store, cluster, tracking_uri=tracking_uri)
+    print_submit(report)
+    for note in plan.notes:
+        typer.echo(f"note: {note}")
+    if wait:
+        _wait(store, plan.name)
 
 
 @app.command("export")

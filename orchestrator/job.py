@@ -102,12 +102,16 @@ def _run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: in
         with _heartbeat(store, attempt_id, cell_checkpoint_dir(context)):
             cfg = compose_cell_config(context)
             from recipes.backends import run_training
+            from recipes.evaluate import run_evaluation
             from recipes.progress import setup_logging
 
             setup_logging()  # the trainer's step lines go to the job's log (`orch logs`)
 
-            result = run_training(cfg, should_stop=stop, wait_s=WRITER_WAIT_S,
-                                  on_wait=lambda line: print(f"orch: {line}", file=sys.stderr, flush=True))
+            if cfg.evaluation.source is not None:  # an evaluation cell (`orch eval --sweep`): reads a checkpoint
+                result = run_evaluation(cfg, should_stop=stop)
+            else:
+                result = run_training(cfg, should_stop=stop, wait_s=WRITER_WAIT_S,
+                                      on_wait=lambda line: print(f"orch: {line}", file=sys.stderr, flush=True))
     except BaseException as err:
         reason = _failure_reason(err)
         store.job_ended(attempt_id, State.FAILED, reason=reason, exit_code=1)
@@ -172,7 +176,12 @@ def _job_identity() -> tuple[str | None, str | None, str | None]:
 
 def cell_checkpoint_dir(context: JobContext) -> Path:
     """Where a cell's trainer keeps its checkpoints (and its progress file)."""
-    return Path(context.run_dir) / "checkpoints" / context.digest
+    return checkpoint_dir_of(context.run_dir, context.digest)
+
+
+def checkpoint_dir_of(run_dir: str, digest: str) -> Path:
+    """The checkpoint folder of cell `digest` of the sweep whose folder is `run_dir`."""
+    return Path(run_dir) / "checkpoints" / digest
 
 
 def _heartbeat(store: Store, attempt_id: int, progress_dir: Path) -> Any:

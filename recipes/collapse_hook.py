@@ -30,6 +30,7 @@ from recipes.chat import ChatEncoder
 from recipes.collapse import CollapseStatus
 from recipes.diagnostics import CollapseMonitor, TurnEncoder, reward_variance_buckets, scorer
 from recipes.hooks import StepContext, StepHook, register_hook
+from recipes.rollout_stats import VAL_SUCCESS
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class CollapseHook(StepHook):
 
     def mutual_information(self, ctx: StepContext) -> dict[str, float]:
         """The monitor's metrics for this step; raises the alert when it first fires."""
-        success = ctx.validation.get("val/success_rate", ctx.metrics.get("rollout/success_rate"))
+        success = ctx.validation.get(VAL_SUCCESS, ctx.metrics.get("rollout/success_rate"))
         score = ctx.cross_score or scorer(ctx.policy, self.config, ctx.encoder.tokenizer.pad_token_id,
                                           getattr(ctx.encoder, "vision", None))
         metrics = self.monitor.compute(ctx.step, score, turn_encoder(ctx.encoder, ctx.generated), ctx.trajectories,

@@ -245,6 +245,33 @@ class InfraConfig(Section):
     progress: Flag = True
 
 
+EVAL_CHECKPOINTS = ("best", "latest")
+
+
+class EvalSection(Section):
+    """`evaluation.*` in `conf/`: set `source` to make the run an evaluation of a finished training run's checkpoint
+    instead of a training run (`orch eval --sweep S --best`: one evaluation cell per finished cell of S). The rest of
+    the config is the source run's own, so the evaluation plays its task under its chat protocol and settings."""
+
+    source: str | None = None  # the source run's checkpoint folder (trainer.checkpoint_dir); None: train
+    checkpoint: Annotated[str, one_of(EVAL_CHECKPOINTS)] = "best"  # best: best/ (peak validation success)
+    episodes: Count = 512  # validation seeds (problems), disjoint from training
+    samples: Count = 1  # samples per problem (n of pass@k)
+    temperature: Temperature | None = None  # None: trainer.val_temperature
+    pass_k: Count = 1
+    seed: Annotated[int, integer(0)] = 0
+
+
+class ControlSection(Section):
+    """`control.*` in `conf/`: planted effects for the controls of the MI diagnostics (docs/diagnostics.md#controls).
+    Off by default; a control run is a run of its own (the section is part of its identity when set)."""
+
+    # From this step on (0: never) every rollout reply is generated from the batch's first chat instead of its own,
+    # while the trajectories keep their real, distinct prompts: a planted template collapse (replies cannot depend
+    # on their input) that the MI proxies must see. Validation keeps the real inputs.
+    blind_from_step: Cadence = 0
+
+
 def _backend_names() -> list[str]:
     from recipes.backends import backend_names
 
@@ -269,6 +296,8 @@ class TrainConfig(Section):
     filter: FilterSection
     trainer: TrainerConfig
     diagnostics: DiagnosticsConfig
+    evaluation: EvalSection = EvalSection()
+    control: ControlSection = ControlSection()
     infra: InfraConfig = InfraConfig()
 
     @model_validator(mode="after")
@@ -282,6 +311,11 @@ class TrainConfig(Section):
                  "per prompt and needs >= 2 (one sample is its own group mean: every advantage 0); use algorithm=ppo")
         _require(self.diagnostics.grad_every == 0 or self.trainer.samples_per_prompt >= 2, "diagnostics.grad_every",
                  "the gradient split buckets prompts by their reward spread and needs trainer.samples_per_prompt >= 2")
+        _require(self.evaluation.pass_k <= self.evaluation.samples, "evaluation.pass_k",
+                 f"pass@{self.evaluation.pass_k} needs evaluation.samples >= {self.evaluation.pass_k} "
+                 f"(got {self.evaluation.samples})")
+        _require(self.control.blind_from_step == 0 or self.backend == "torch", "control.blind_from_step",
+                 "the blinded-input control runs on backend=torch only")
         env = self.task.env_config()  # OrchError naming the environment and the key
         vision_model = self.model.path is not None or self.model.preset.vision is not None
         _require(env.observation == "text" or vision_model, "task.env.observation",
@@ -380,11 +414,23 @@ class TrainConfig(Section):
         """The run's identity: see `config_digest`."""
         return config_digest(self)
 
+    def training_digest(self) -> str:
+        """The identity of the training run this config evaluates (`evaluation.source` set), else its own."""
+        return config_digest(self.model_copy(update={"evaluation": EvalSection()}))
+
+
+# Sections added after cells were first planned: part of a run's identity only when set (not at their defaults).
+OPTIONAL_SECTIONS = ("evaluation", "control")
+
 
 def config_digest(config: TrainConfig) -> str:
     """Stable 16-hex-digit hash of a training config without its `infra` part: a cell's identity. The one
     function that computes it (the sweep planner, the job's check and MLflow tags all call it)."""
-    text = json.dumps(config.model_dump(exclude={"infra"}), sort_keys=True, separators=(",", ":"), default=str)
+    dump = config.model_dump(exclude={"infra"})
+    for name in OPTIONAL_SECTIONS:  # left out while unset: adding them changed no cell planned before
+        if dump[name] == type(getattr(config, name))().model_dump():
+            del dump[name]
+    text = json.dumps(dump, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

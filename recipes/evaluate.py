@@ -25,6 +25,13 @@ from typing import Any
 
 from orchlib.errors import OrchError
 
+EVAL_SUFFIX = ".eval"  # `orch eval --sweep S`: the evaluation cells of sweep S form sweep S.eval
+
+
+def eval_sweep_name(name: str) -> str:
+    """The evaluation sweep (and MLflow experiment) of training sweep `name`."""
+    return f"{name}{EVAL_SUFFIX}"
+
 
 @dataclass(frozen=True)
 class EvalSettings:
@@ -126,3 +133,51 @@ def evaluate(policy: Policy, settings: EvalSettings, progress: Any = None) -> tu
         [pass_at_k(len(wins), sum(wins), settings.pass_k) for wins in by_seed.values()]))
     frame = rollout_frame(trajectories, sampler.generated, np.ones(len(trajectories), dtype=bool), policy.step)
     return metrics, frame
+
+
+def evaluation_checkpoint(cfg: Any) -> Path:
+    """The checkpoint an evaluation config names (`evaluation.source`, `evaluation.checkpoint`): the newest complete
+    one in the source's `best/` folder, or its latest. `OrchError` (one line) when there is none."""
+    from recipes.checkpoint import BEST_DIR, latest_checkpoint
+
+    source = Path(cfg.evaluation.source)
+    folder = source / BEST_DIR if cfg.evaluation.checkpoint == "best" else source
+    found = latest_checkpoint(folder) if folder.is_dir() else None
+    if found is None:
+        why = ("no best/ checkpoint in it (the torch trainer keeps one when it validates: trainer.val_every > 0; "
+               "the verl backend keeps none yet)" if cfg.evaluation.checkpoint == "best" else "no complete checkpoint")
+        raise OrchError(f"config key evaluation.source {str(source)!r}: {why}")
+    return found
+
+
+def run_evaluation(cfg: Any, should_stop: Any = None) -> Any:
+    """An evaluation cell (`evaluation.source` set; `orch eval --sweep S --best`): evaluate the source's checkpoint
+    under this config (the source run's own, plus `evaluation.*`) into the cell's MLflow run, at the checkpoint's
+    step, tagged with its source; the trajectories as its rollout batch. Returns a `TrainResult` (finished, 1 step).
+    A stop request before it starts returns `preempted`; once playing, it runs to its end (minutes at most)."""
+    from recipes.backends import TrainResult
+    from recipes.export import load_trained
+    from recipes.tracking import tracked_run
+
+    if should_stop is not None and should_stop():
+        return TrainResult("preempted", 0, str(cfg.infra.mlflow.run_id or ""), "stop requested before evaluating")
+    checkpoint = evaluation_checkpoint(cfg)
+    _, folder, model, state = load_trained(checkpoint)
+    step = int(state.get("step", 0))
+    policy = Policy(cfg, folder, model.eval(), str(checkpoint), state.get("mlflow_run_id"), step)
+    ev = cfg.evaluation
+    settings = EvalSettings(episodes=ev.episodes, samples=ev.samples, temperature=ev.temperature, pass_k=ev.pass_k,
+                            seed=ev.seed)
+
+    def play(tracker: Any) -> Any:
+        tracker.set_tags({"orch.eval.source": str(checkpoint), "orch.eval.source_run": policy.source_run or "",
+                          "orch.eval.step": str(step), "orch.eval.checkpoint": ev.checkpoint,
+                          "orch.eval.source_cell": cfg.training_digest()})
+        tracker.log_run_config(cfg, Path(ev.source))
+        metrics, frame = evaluate(policy, settings)
+        tracker.log_metrics(metrics, step=step)
+        tracker.log_frame(frame, "rollouts", f"step_{step:04d}.parquet")
+        return TrainResult("finished", 1, tracker.run_id,
+                           f"evaluated the {ev.checkpoint} checkpoint (step {step}) on {ev.episodes} problems")
+
+    return tracked_run(cfg.infra, None, None, play)

@@ -12,6 +12,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from recipes.rollout_stats import VAL_SUCCESS
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -53,8 +55,8 @@ class TrainProgress:
             f"  kept {metrics.get('rollout/kept_ratio', 1.0):.2f}"
             f"  step {metrics.get('timing_s/step', float('nan')):.1f}s"
         )
-        if "val/success_rate" in metrics:
-            figures += f"  val {metrics['val/success_rate']:.2f}"
+        if VAL_SUCCESS in metrics:
+            figures += f"  val {metrics[VAL_SUCCESS]:.2f}"
         self._progress.update(self._task, completed=step, figures=figures)
 
     def __exit__(self, *exc: Any) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+VAL_SUCCESS = "val/success_rate"  # validation success rate in [0, 1]: the paper's headline number
+
 
 def rollout_metrics(trajectories: list[Any], generated: dict[str, list[int]], cap: int) -> dict[str, float]:
     """Reward, success, format and length statistics of the (unfiltered) batch."""
@@ -62,7 +64,7 @@ def validation_metrics(trajectories: list[Any], generated: dict[str, list[int]])
     """Validation: success rate, mean return, format validity, reply length (tokens), turns per episode."""
     turns = [turn for t in trajectories for turn in t.turns]
     return {
-        "val/success_rate": float(np.mean([t.success for t in trajectories])),
+        VAL_SUCCESS: float(np.mean([t.success for t in trajectories])),
         "val/reward_mean": float(np.mean([t.episode_return for t in trajectories])),
         "val/format_validity": float(np.mean([turn.format_valid for turn in turns])),
         "val/response_length": float(np.mean(

@@ -215,3 +215,25 @@ class Sampler:
                 (layer.keys[index : index + 1, :, start:end].clone(), layer.values[index : index + 1, :, start:end].clone())
                 for layer in cache.layers
             ])
+
+
+
+class BlindSampler:
+    """CONTROL (`control.blind_from_step`): a sampler whose replies cannot depend on their own input. Every reply
+    of a batch is generated from the batch's first chat history (and its frames), then handed back to its own
+    episode, so the trajectories keep their real, distinct prompts while what the policy wrote ignores them: a
+    planted template collapse, which the MI proxies (cross-scoring each reply against every real prompt) must see
+    and entropy need not."""
+
+    def __init__(self, inner: Sampler) -> None:
+        self.inner = inner
+        self.generated = inner.generated
+
+    @property
+    def takes_images(self) -> bool:
+        return self.inner.takes_images
+
+    def __call__(self, histories: Sequence[Sequence[Mapping[str, str]]],
+                 frames: Sequence[Sequence[Any]] | None = None) -> list[str]:
+        blind = [histories[0]] * len(histories)
+        return self.inner(blind, [frames[0]] * len(frames) if frames is not None else None)

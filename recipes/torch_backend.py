@@ -52,6 +52,7 @@ from recipes.backends import TrainResult, register_backend
 from recipes.batch import TrainBatch, build_batch
 from recipes.chat import ChatEncoder
 from recipes.checkpoint import (
+    BEST_DIR,
     latest_checkpoint,
     load_checkpoint,
     remove_scratch,
@@ -62,8 +63,8 @@ from recipes.config import TrainConfig
 from recipes.hooks import StepContext, StepHook, build_hooks
 from recipes.models import count_parameters, load_critic, load_policy, load_tokenizer
 from recipes.progress import ProgressFile, TrainProgress, report, reporting
-from recipes.rollout_stats import rollout_frame, rollout_metrics, validation_metrics
-from recipes.sampler import Sampler
+from recipes.rollout_stats import VAL_SUCCESS, rollout_frame, rollout_metrics, validation_metrics
+from recipes.sampler import BlindSampler, Sampler
 from recipes.seeds import seed_everything, train_prompt_seeds, validation_seeds
 from recipes.tracking import PEAK_MEMORY_METRIC, RunTracker, peak_memory_gb, tracked_run
 from recipes.vision import ImageTokens
@@ -224,13 +225,28 @@ class Run:
     policy_config: Any  # veRL ActorConfig
     empty_steps: int = 0
     validation: dict[str, float] = field(default_factory=dict)  # the latest val/* metrics (hooks read them)
+    best: dict[str, float] = field(default_factory=dict)  # {"step", "success"} of the best validation so far
 
     def checkpoint(self, step: int) -> None:
         save_checkpoint(self.checkpoint_dir, step, {
             **self.models.state_dict(), "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
-            "empty_steps": self.empty_steps, "validation": self.validation, "mlflow_run_id": self.tracker.run_id,
-            "config": yaml.safe_dump(self.cfg.to_tree(), sort_keys=False),
+            "empty_steps": self.empty_steps, "validation": self.validation, "best": self.best,
+            "mlflow_run_id": self.tracker.run_id, "config": yaml.safe_dump(self.cfg.to_tree(), sort_keys=False),
         })
+
+    def keep_if_best(self, step: int) -> None:
+        """After a validation at `step` (>= 1): if its success beats every earlier one of the run, keep the policy as
+        `<checkpoint_dir>/best/step_N` (weights and config only; the one kept there), where `orch eval --best` and
+        `orch export` find it: the paper reports each run's peak validation success."""
+        success = self.validation.get(VAL_SUCCESS)
+        if success is None or success <= self.best.get("success", -math.inf):
+            return
+        save_checkpoint(self.checkpoint_dir / BEST_DIR, step, {
+            "policy": self.models.policy.state_dict(), "validation": self.validation,
+            "mlflow_run_id": self.tracker.run_id, "config": yaml.safe_dump(self.cfg.to_tree(), sort_keys=False),
+        }, keep=1)
+        self.best = {"step": step, "success": success}
+        self.tracker.set_tags({"orch.best_step": str(step), "orch.best_success": f"{success:.6g}"})
 
     def restore(self, resumed: dict[str, Any]) -> int:
         """Continue from a checkpoint; returns its step."""
@@ -239,6 +255,7 @@ class Run:
             hook.load_state_dict(resumed["hooks"].get(name, {}))
         restore_rng_states(resumed["rng"])
         self.empty_steps, self.validation = resumed["empty_steps"], resumed["validation"]
+        self.best = resumed.get("best", {})  # checkpoints from before the best was kept carry none
         last = self.tracker.last_logged_step("timing_s/step")
         replayed = max(0, last - resumed["step"]) if last is not None else 0
         # One point per resume, at the checkpoint's step: how many steps the run does twice (at most
@@ -322,6 +339,8 @@ def _train(
             if outcome.failure:  # logged for diagnosis, never checkpointed
                 status, reason = "failed", outcome.failure
                 break
+            if VAL_SUCCESS in outcome.metrics:
+                run.keep_if_best(step)
             stop_reason = outcome.stop_reason or (
                 f"the filter kept no group for {run.empty_steps} consecutive steps (trainer.max_empty_steps); "
                 "the batch has no reward variance left" if run.empty_steps >= trainer.max_empty_steps else None)
@@ -354,6 +373,8 @@ def train_step(run: Run, step: int) -> StepOutcome:
     # 1 rollout: G prompts x K samples through the batched sampler, and the whole batch as tensors (built once)
     sampler = Sampler(models.policy, models.encoder, trainer.max_response_tokens, trainer.temperature,
                       trainer.max_context_tokens)
+    if cfg.control.blind_from_step and step >= cfg.control.blind_from_step:
+        sampler = BlindSampler(sampler)  # CONTROL: a planted template collapse (recipes.sampler.BlindSampler)
     with timed(metrics, "gen"):
         trajectories, gen_metrics = collect_rollouts(cfg, sampler, step)
     metrics.update(gen_metrics)

@@ -31,6 +31,9 @@ def train_command(
     arguments = [*(overrides or []), *ctx.args]
     try:
         cfg = compose_train_config(arguments)
+        if cfg.evaluation.source is not None:
+            raise OrchError("config key evaluation.source: set, but `orch train` trains; evaluate a checkpoint with "
+                            "`orch eval SOURCE`, or every finished cell of a sweep with `orch eval --sweep S --best`")
     except OrchError as err:
         typer.echo(f"orch: error: {err}", err=True)
         raise typer.Exit(2) from None

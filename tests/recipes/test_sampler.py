@@ -56,3 +56,39 @@ def test_sampling_follows_the_softmax_at_the_temperature() -> None:
     for temperature in (1.0, 0.5):
         counts = torch.bincount(sample(logits, temperature)[:, 0], minlength=4).float() / len(logits)
         assert torch.allclose(counts, torch.softmax(logits[0] / temperature, dim=-1), atol=0.01)
+
+
+def test_the_blind_sampler_generates_every_reply_from_the_first_chat_and_keeps_the_episodes_order() -> None:
+    """`control.blind_from_step` (docs/diagnostics.md#controls): replies cannot depend on their own input."""
+    from recipes.sampler import BlindSampler
+
+    class Echo:  # stands in for the real sampler: replies name the chat they were generated from
+        takes_images = False
+        generated: dict = {}
+
+        def __init__(self) -> None:
+            self.seen = []
+
+        def __call__(self, histories, frames=None):
+            self.seen.append((histories, frames))
+            return [f"{history[-1]['content']}#{index}" for index, history in enumerate(histories)]
+
+    inner = Echo()
+    blind = BlindSampler(inner)
+    chats = [[{"role": "user", "content": name}] for name in ("a", "b", "c")]
+    assert blind(chats) == ["a#0", "a#1", "a#2"]  # every reply from the first chat, one per episode, in order
+    assert blind(chats, [["fa"], ["fb"], ["fc"]]) == ["a#0", "a#1", "a#2"]
+    assert inner.seen[-1][1] == [["fa"], ["fa"], ["fa"]]  # its frames too
+    assert blind.generated is inner.generated and blind.takes_images is False
+
+
+def test_the_blind_control_is_refused_off_the_torch_backend() -> None:
+    from orchlib.errors import OrchError
+    from recipes.config import compose_train_config
+
+    with pytest.raises(OrchError, match="config key control.blind_from_step: the blinded-input control runs on "
+                                        "backend=torch only"):
+        compose_train_config(["trainer=test", "backend=verl", "control.blind_from_step=2"])
+    plain = compose_train_config(["trainer=test"])
+    assert plain.digest() == compose_train_config(["trainer=test", "control.blind_from_step=0"]).digest()
+    assert plain.digest() != compose_train_config(["trainer=test", "control.blind_from_step=2"]).digest()

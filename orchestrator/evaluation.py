@@ -1,0 +1,92 @@
+"""Evaluation cells of a trained sweep (`orch eval --sweep S --best`): re-evaluate each finished cell's best (or
+latest) checkpoint on more validation episodes, as the cells of a sweep of their own, `S.eval`.
+
+An evaluation cell is its training cell's config plus `evaluation.*` (`recipes.config.EvalSection`: the source
+checkpoint folder, which checkpoint, episodes, samples, temperature, pass@k, seed), so it has an identity of its
+own (the digest includes the evaluation section; a training cell's leaves it out) and goes through the same store,
+executors, `orch status`, `orch resume` and `orch cancel` as any cell. Its MLflow runs go to experiment `S.eval`:
+the report and tables of `S` never count them as training runs, and `orch report` reads them as the re-evaluated
+peak of their source cells (tag `orch.eval.source_cell`).
+
+    plan = plan_evaluation(store, "table4", EvalRequest(episodes=512))
+    submit_plan(plan, store, "slurm")
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.job import checkpoint_dir_of
+from orchestrator.plan import Plan, PlannedCell, _varied_keys
+from orchestrator.resolve import ConfigResolver
+from orchestrator.resources import Resources
+from orchestrator.spec import load_sweep
+from orchestrator.states import DONE
+from orchestrator.store import Store
+from orchlib.errors import OrchError
+from recipes.evaluate import EVAL_SUFFIX, eval_sweep_name
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What to evaluate of each finished cell, and how (the `evaluation.*` keys of its evaluation cell)."""
+
+    checkpoint: str = "best"
+    episodes: int = 512
+    samples: int = 1
+    temperature: float | None = None
+    pass_k: int = 1
+    seed: int = 0
+
+    def settings(self) -> dict[str, Any]:
+        found = {"evaluation.checkpoint": self.checkpoint, "evaluation.episodes": self.episodes,
+                 "evaluation.samples": self.samples, "evaluation.pass_k": self.pass_k, "evaluation.seed": self.seed}
+        if self.temperature is not None:
+            found["evaluation.temperature"] = self.temperature
+        return found
+
+
+def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: ConfigResolver | None = None) -> Plan:
+    """The evaluation sweep of every finished (or stopped) torch-backend cell of stored sweep `name`. `OrchError`
+    (one line) when the sweep is unknown, is itself an evaluation sweep, its file is gone, `conf/` changed its
+    cells since, or no cell can be evaluated yet."""
+    if name.endswith(EVAL_SUFFIX):
+        raise OrchError(f"sweep {name} is an evaluation sweep: give the training sweep, {name[:-len(EVAL_SUFFIX)]}")
+    sweep = store.require_sweep(name)
+    definition = load_sweep(sweep.spec_path, profile=sweep.profile, sets=json.loads(sweep.sets_json or "[]"))
+    definition.spec = definition.spec.model_copy(update={"name": eval_sweep_name(name)})
+    rows = store.cell_rows(sweep.id)
+    done = [row for row in rows if row.state in DONE]
+    if not done:
+        counts = ", ".join(f"{state} {count}" for state, count in sorted(store.counts(sweep.id).items()))
+        raise OrchError(f"sweep {name}: no finished cell to evaluate yet ({counts or 'no cells'})")
+    resolver = resolver or ConfigResolver()
+    cells: list[PlannedCell] = []
+    skipped = [row for row in done if row.backend != "torch"]
+    for row in done:
+        if row.backend != "torch":
+            continue
+        settings = {**json.loads(row.settings_json),
+                    "evaluation.source": str(checkpoint_dir_of(sweep.run_dir, row.digest)), **request.settings()}
+        resolved = resolver.resolve(settings)
+        trained = resolved.config.training_digest()
+        if trained != row.digest:
+            raise OrchError(f"sweep {name}: cell {row.digest} now resolves to {trained} (conf/ changed since "
+                            "it was planned); evaluate it with `orch eval SOURCE` instead")
+        cells.append(PlannedCell(index=len(cells), digest=resolved.digest, axis=row.axis, settings=resolved.settings,
+                                 overrides=resolved.overrides,
+                                 resources=Resources.model_validate_json(row.resources_json)))
+    resolver.flush()
+    if not cells:
+        raise OrchError(f"sweep {name}: its {len(done)} finished cell(s) ran on the verl backend, which keeps no "
+                        "best checkpoint yet; evaluate one with `orch eval SOURCE --task T`")
+    plan = Plan(definition=definition, cells=cells, varied=_varied_keys(cells))
+    if skipped:
+        plan.notes.append(f"{len(skipped)} finished verl-backend cell(s) left out: the verl backend keeps no best "
+                          "checkpoint yet")
+    if len(done) < len(rows):
+        plan.notes.append(f"{len(rows) - len(done)} cell(s) of {name} have not finished: run this again once they "
+                          "have (only the missing evaluations are submitted)")
+    return plan
