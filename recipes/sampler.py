@@ -219,15 +219,17 @@ class Sampler:
 
 
 class BlindSampler:
-    """CONTROL (`control.blind_from_step`): a sampler whose replies cannot depend on their own input. Every reply
-    of a batch is generated from the batch's first chat history (and its frames), then handed back to its own
-    episode, so the trajectories keep their real, distinct prompts while what the policy wrote ignores them: a
-    planted template collapse, which the MI proxies (cross-scoring each reply against every real prompt) must see
-    and entropy need not."""
+    """CONTROL (`control.blind_from_step`): a sampler whose replies cannot depend on their input. Every reply, at
+    every turn, is generated from one fixed chat -- the first chat history (and frames) it is asked about, the
+    step's first episode's first turn -- then handed back to its own episode, so the trajectories keep their real,
+    distinct prompts while what the policy wrote ignores them: a planted template collapse, which the MI proxies
+    (cross-scoring each reply against every real prompt) must see and entropy need not. (Blinding each turn to the
+    batch's first chat *of that turn* would not do: a reply would still carry its turn's position.)"""
 
     def __init__(self, inner: Sampler) -> None:
         self.inner = inner
         self.generated = inner.generated
+        self.fixed: tuple[Sequence[Mapping[str, str]], Sequence[Any] | None] | None = None
 
     @property
     def takes_images(self) -> bool:
@@ -235,5 +237,7 @@ class BlindSampler:
 
     def __call__(self, histories: Sequence[Sequence[Mapping[str, str]]],
                  frames: Sequence[Sequence[Any]] | None = None) -> list[str]:
-        blind = [histories[0]] * len(histories)
-        return self.inner(blind, [frames[0]] * len(frames) if frames is not None else None)
+        if self.fixed is None:
+            self.fixed = (histories[0], frames[0] if frames is not None else None)
+        history, shown = self.fixed
+        return self.inner([history] * len(histories), [shown] * len(histories) if frames is not None else None)

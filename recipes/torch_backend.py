@@ -205,9 +205,35 @@ def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> Trai
             log.info("removed %s: a checkpoint a previous writer left half-written", name)
     latest = latest_checkpoint(checkpoint_dir) if checkpoint_dir and infra.resume == "auto" else None
     resumed = load_checkpoint(latest) if latest else None
+    if resumed is not None:
+        check_resumable(cfg, resumed, latest)
     return tracked_run(infra, resumed["mlflow_run_id"] if resumed else None, checkpoint_dir, lambda tracker: train(
         cfg, tracker, checkpoint_dir or Path("checkpoints") / tracker.run_id, resumed,
         lambda: should_stop() or tracker.store_down))
+
+
+# What a checkpoint's weights are shaped by: a resume under other values of these cannot load them.
+RESUME_MUST_MATCH = (("model", "name"), ("model", "path"), ("model", "preset"), ("algorithm", "name"))
+
+
+def check_resumable(cfg: TrainConfig, resumed: dict[str, Any], folder: Path) -> None:
+    """OrchError (one line, before anything is written) when the checkpoint in `folder` was written under another
+    model or algorithm than `cfg` (its weights or its critic would not fit); other changes (steps, learning rate)
+    resume as asked."""
+    saved = yaml.safe_load(resumed.get("config") or "{}") or {}
+    tree = cfg.to_tree()
+    for section, key in RESUME_MUST_MATCH:
+        before, now = (saved.get(section) or {}).get(key), tree[section].get(key)
+        if before == now:
+            continue
+        name = f"{section}.{key}"
+        if isinstance(before, dict) and isinstance(now, dict):  # name the first differing sub-key, not the dicts
+            sub = next(k for k in [*before, *now] if before.get(k) != now.get(k))
+            name, before, now = f"{name}.{sub}", before.get(sub), now.get(sub)
+        raise OrchError(
+            f"config key trainer.checkpoint_dir {str(folder.parent)!r}: its checkpoint {folder.name} was written with "
+            f"{name}={before!r}, this run has {now!r}; resume with the same {name}, or use another "
+            "trainer.checkpoint_dir (or trainer.resume=never to start over there)")
 
 
 @dataclass

@@ -76,9 +76,11 @@ def test_the_blind_sampler_generates_every_reply_from_the_first_chat_and_keeps_t
     inner = Echo()
     blind = BlindSampler(inner)
     chats = [[{"role": "user", "content": name}] for name in ("a", "b", "c")]
-    assert blind(chats) == ["a#0", "a#1", "a#2"]  # every reply from the first chat, one per episode, in order
-    assert blind(chats, [["fa"], ["fb"], ["fc"]]) == ["a#0", "a#1", "a#2"]
+    assert blind(chats, [["fa"], ["fb"], ["fc"]]) == ["a#0", "a#1", "a#2"]  # all from the first chat, in order
     assert inner.seen[-1][1] == [["fa"], ["fa"], ["fa"]]  # its frames too
+    later = [[*chat, {"role": "assistant", "content": "x"}, {"role": "user", "content": f"{chat[0]['content']}2"}]
+             for chat in chats[1:]]
+    assert blind(later, [["f"], ["f"]]) == ["a#0", "a#1"]  # later turns: still that one first chat, not turn 2's
     assert blind.generated is inner.generated and blind.takes_images is False
 
 

@@ -85,3 +85,23 @@ def test_searchqa_trains_end_to_end(train_overrides) -> None:
     uri = next(o.split("=", 1)[1] for o in train_overrides if o.startswith("mlflow.tracking_uri="))
     run = MlflowClient(uri).get_run(run_id)
     assert run.data.tags["task"] == "searchqa" and "val/success_rate" in run.data.metrics
+
+
+def test_resuming_a_checkpoint_of_another_model_exits_2_with_one_line(train_overrides) -> None:
+    """A checkpoint folder reused by a run of another model: one line naming the key, and the first run's MLflow
+    run is left as it was (it was a traceback of size mismatches, and the old run marked FAILED)."""
+    from mlflow import MlflowClient
+
+    runner = CliRunner()
+    first = runner.invoke(app, ["train", *train_overrides, "trainer.total_steps=1", "trainer.val_every=0"])
+    assert first.exit_code == 0, first.output
+    uri = next(o.split("=", 1)[1] for o in train_overrides if o.startswith("mlflow.tracking_uri="))
+    (before,) = MlflowClient(uri).search_runs(
+        [e.experiment_id for e in MlflowClient(uri).search_experiments()], order_by=["attributes.start_time DESC"],
+        max_results=1)
+    bigger = runner.invoke(app, ["train", *train_overrides, "model.preset.hidden_size=64", "trainer.val_every=0"])
+    lines = [line for line in bigger.output.splitlines() if line.startswith("orch:")]  # not the cache's progress
+    assert bigger.exit_code == 2 and len(lines) == 1, bigger.output
+    assert "config key trainer.checkpoint_dir" in lines[0] and "model.preset.hidden_size=32, this run has 64" in \
+        lines[0], lines[0]
+    assert MlflowClient(uri).get_run(before.info.run_id).info.status == "FINISHED"
