@@ -12,8 +12,10 @@ import random
 import numpy as np
 import torch
 
-TRAIN_SEED_LIMIT = 1 << 30
-VALIDATION_SEED_BASE = 1 << 30
+from envs.split import EVAL_SEED_BASE
+
+TRAIN_SEED_LIMIT = EVAL_SEED_BASE
+VALIDATION_SEED_BASE = EVAL_SEED_BASE  # records of a finite set: envs.split holds out 10% for these
 HELDOUT_SEED_BASE = (1 << 30) + (1 << 29)
 
 

@@ -15,6 +15,7 @@ from envs.deepcoder.generated import shipped_problems
 from envs.deepcoder.problem import CodeProblem, extract_code, output_matches
 from envs.deepcoder.sandbox import EXECUTIONS, Limits, Sandbox, open_sandbox
 from envs.registry import register_env
+from envs.split import record_index
 from orchlib.commands import command_words
 from orchlib.errors import OrchError
 
@@ -24,7 +25,7 @@ class DeepCoderConfig(EnvConfig):
     max_actions_per_turn: int = Field(1, ge=1, description="Programs read from one reply.")
     max_actions: int = Field(1, ge=1, description="Programs per episode.")
     data_path: str | None = Field(
-        None, description="Problems file (.json/.jsonl/.parquet); problem = record[seed % N]. None: the shipped set."
+        None, description="Problems file (.json/.jsonl/.parquet); problem: a training record; evaluation seeds play the held-out 10% (envs.split). None: the shipped set."
     )
     data_format: Literal["auto", "primeintellect", "taco", "livecodebench"] = Field(
         "auto", description="Schema of data_path's records; auto: from the first record's keys."
@@ -97,7 +98,7 @@ class DeepCoderEnv(Env):
     def _reset(self, rng: random.Random, options: dict[str, Any]) -> None:
         reject_options(self, options, ())
         problems = self._problems()
-        self.problem = problems[self.seed % len(problems)]
+        self.problem = problems[record_index(self.seed, len(problems))]
         self.verdicts = None
 
     def tests(self) -> tuple[tuple[Any, Any], ...]:

@@ -14,6 +14,7 @@ from envs.metamathqa.dataset import load_problems
 from envs.metamathqa.problem import MathProblem
 from envs.metamathqa.wordproblems import generate_problem
 from envs.registry import register_env
+from envs.split import record_index
 
 
 class MetaMathQAConfig(EnvConfig):
@@ -22,7 +23,7 @@ class MetaMathQAConfig(EnvConfig):
     max_actions: int = Field(3, ge=1, description="Attempts per episode.")
     data_path: str | None = Field(
         None,
-        description="MetaMathQA file (.json/.jsonl/.parquet); problem = record[seed % N]. None: generated.",
+        description="MetaMathQA file (.json/.jsonl/.parquet); problem: a training record; evaluation seeds play the held-out 10% (envs.split). None: generated.",
     )
 
 
@@ -54,7 +55,7 @@ class MetaMathQAEnv(Env):
             self.problem = generate_problem(rng)
         else:
             problems = load_problems(self.config.data_path)
-            self.problem = problems[self.seed % len(problems)]
+            self.problem = problems[record_index(self.seed, len(problems))]
         self.last_correct = None
 
     def _step(self, action: str) -> tuple[float, bool, dict[str, Any]]:

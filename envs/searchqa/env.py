@@ -16,6 +16,7 @@ from envs.searchqa.answers import exact_match, f1_score
 from envs.searchqa.corpus import Corpus, Passage
 from envs.searchqa.dataset import Question, QuestionSet, load_questions, parse_records
 from envs.searchqa.encyclopedia import generate_records
+from envs.split import record_index
 
 _ACTION = re.compile(r"(search|finish)\[(.*)\]", re.IGNORECASE | re.DOTALL)
 
@@ -45,7 +46,7 @@ class SearchQAConfig(EnvConfig):
         "or every paragraph of the data set (one passage per title).",
     )
     data_path: str | None = Field(
-        None, description="HotpotQA file (.json list or .jsonl); question = record[seed % N]. None: generated."
+        None, description="HotpotQA file (.json list or .jsonl); question: a training record; evaluation seeds play the held-out 10% (envs.split). None: generated."
     )
 
 
@@ -84,7 +85,7 @@ class SearchQAEnv(Env):
     def _reset(self, rng: random.Random, options: dict[str, Any]) -> None:
         reject_options(self, options, ())
         questions = self._questions()
-        self.question = questions.questions[self.seed % len(questions.questions)]
+        self.question = questions.questions[record_index(self.seed, len(questions.questions))]
         self.corpus = questions.shared_corpus if self.config.corpus == "all" else self.question.corpus
         self.queries, self.results, self.note = [], [], ""
 

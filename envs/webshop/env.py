@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from envs.base import DataSource, Env, EnvConfig, reject_options
 from envs.registry import register_env
+from envs.split import record_index
 from envs.webshop.catalog import NO_BUDGET, Goal, Product, generate_catalog
 from envs.webshop.data import load_webshop
 from envs.webshop.reward import fuzzy_match, score_purchase
@@ -136,7 +137,7 @@ class WebShopEnv(Env):
     def _reset(self, rng: random.Random, options: dict[str, Any]) -> None:
         reject_options(self, options, ())
         self.shop = shop_for(self.config)
-        self.goal = self.shop.goals[self.seed % len(self.shop.goals)]
+        self.goal = self.shop.goals[record_index(self.seed, len(self.shop.goals))]
         self.view = View()
         self.bought = None
 

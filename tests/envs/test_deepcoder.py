@@ -22,6 +22,7 @@ from envs.deepcoder.generated import SHIPPED_SIZE, TEMPLATES, generate_problem, 
 from envs.deepcoder.problem import CodeProblem, extract_code, output_matches
 from envs.deepcoder.sandbox import open_sandbox
 from envs.protocol import format_response, parse_response
+from envs.split import record_index
 from orchestrator.cli import app
 from orchlib.errors import OrchError
 
@@ -330,7 +331,7 @@ def test_cli_show_and_the_refusal_in_play(tmp_path, monkeypatch):
 
 
 def shown_problem(seed: int) -> str:
-    return shipped_problems()[seed].prompt.split("\n")[0]
+    return shipped_problems()[record_index(seed, len(shipped_problems()))].prompt.split("\n")[0]
 
 
 @pytest.mark.parametrize(("python", "message"), [
