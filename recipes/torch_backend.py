@@ -344,15 +344,21 @@ def _train(
         tracker.log_metrics(metrics, step=0)
 
     status, reason, step = "finished", f"completed {trainer.total_steps} steps", start_step
+    clock = TimeLimit(cfg.infra.time_limit)
     with TrainProgress(trainer.total_steps, start_step, enabled=cfg.infra.progress) as progress:
         for step in range(start_step + 1, trainer.total_steps + 1):
-            if should_stop():
+            overrun = clock.would_overrun()
+            if should_stop() or overrun:
                 step -= 1
-                status, reason = "preempted", f"stop requested; checkpoint at step {step}"
+                status = "preempted"
+                reason = (f"{overrun}; checkpoint at step {step}" if overrun
+                          else f"stop requested; checkpoint at step {step}")
                 run.checkpoint(step)
                 break
             report(step=step)
+            started = time.monotonic()
             outcome = train_step(run, step)
+            clock.took(time.monotonic() - started)
             report(done=step, phase="logging", success=outcome.metrics.get("rollout/success_rate"))
             tracker.log_metrics(outcome.metrics, step=step)
             if outcome.tags:
@@ -371,11 +377,43 @@ def _train(
                 f"the filter kept no group for {run.empty_steps} consecutive steps (trainer.max_empty_steps); "
                 "the batch has no reward variance left" if run.empty_steps >= trainer.max_empty_steps else None)
             if (trainer.save_every and step % trainer.save_every == 0) or step == trainer.total_steps or stop_reason:
+                started = time.monotonic()
                 run.checkpoint(step)
+                clock.took(0.0, checkpoint=time.monotonic() - started)
             if stop_reason:
                 status, reason = "stopped", stop_reason
                 break
     return TrainResult(status=status, steps_done=step, mlflow_run_id=tracker.run_id, reason=reason)
+
+
+class TimeLimit:
+    """`trainer.time_limit`: whether the next step (as long as the longest so far) and a checkpoint (as long as the
+    longest so far; 5 s before the first) would end past the limit, counted from this object's creation."""
+
+    MARGIN = 1.5  # the next step may be this much longer than the longest so far
+    FIRST_CHECKPOINT_S = 5.0  # what a checkpoint is assumed to take before one was timed
+
+    def __init__(self, limit_s: float | None) -> None:
+        self.deadline = None if limit_s is None else time.monotonic() + limit_s
+        self.limit_s = limit_s
+        self.step_s = 0.0
+        self.checkpoint_s: float | None = None
+
+    def took(self, step_s: float, checkpoint: float | None = None) -> None:
+        self.step_s = max(self.step_s, step_s)
+        if checkpoint is not None:
+            self.checkpoint_s = max(self.checkpoint_s or 0.0, checkpoint)
+
+    def would_overrun(self) -> str | None:
+        """The reason to stop now, or None."""
+        if self.deadline is None or self.step_s == 0.0:  # no limit, or no step measured yet
+            return None
+        left = self.deadline - time.monotonic()
+        checkpoint = self.FIRST_CHECKPOINT_S if self.checkpoint_s is None else self.checkpoint_s
+        if left >= self.step_s * self.MARGIN + checkpoint:
+            return None
+        return (f"time limit: {left:.0f} s of trainer.time_limit={self.limit_s:g} left, a step takes up to "
+                f"{self.step_s:.0f} s")
 
 
 @dataclass

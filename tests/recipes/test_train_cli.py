@@ -105,3 +105,22 @@ def test_resuming_a_checkpoint_of_another_model_exits_2_with_one_line(train_over
     assert "config key trainer.checkpoint_dir" in lines[0] and "model.preset.hidden_size=32, this run has 64" in \
         lines[0], lines[0]
     assert MlflowClient(uri).get_run(before.info.run_id).info.status == "FINISHED"
+
+
+def test_a_run_with_a_time_limit_checkpoints_and_stops_before_it(train_overrides, tmp_path) -> None:
+    """`trainer.time_limit` (issue 26 item 2, NeMo-RL's idea): before a step that would overrun the limit (the
+    longest step so far x 1.5 plus a checkpoint), the run checkpoints and stops as on a stop signal."""
+    import re
+
+    from recipes.backends import run_training
+    from recipes.config import compose_train_config
+
+    cfg = compose_train_config([*train_overrides, "algorithm=grpo", "task=countdown", "filter=none",
+                                "trainer.total_steps=100000", "trainer.val_every=0", "trainer.save_every=0",
+                                "trainer.dump_every=0", "trainer.time_limit=15"])
+    result = run_training(cfg)
+    assert result.status == "preempted" and result.reason.startswith("time limit: "), result.reason
+    left = float(re.match(r"time limit: (-?\d+) s of trainer.time_limit=15 left", result.reason).group(1))
+    assert left >= 0, result.reason  # it stopped with time to spare, not after the limit
+    assert 1 <= result.steps_done < 100000
+    assert latest_checkpoint(tmp_path / "checkpoints").name == f"step_{result.steps_done:06d}"
