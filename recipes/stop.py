@@ -20,6 +20,11 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 
 
+class StopRequested(Exception):  # noqa: N818 (a request, not an error)
+    """Raised by a phase that polls the stop request inside itself (the warm start, between optimiser steps) once it
+    has kept what it can; the trainer turns it into status `preempted`. The message says what was kept."""
+
+
 class StopRequest:
     """A flag set by the stop signals while the context is open (the previous handlers come back on exit)."""
 

@@ -66,6 +66,7 @@ from recipes.progress import ProgressFile, TrainProgress, report, reporting
 from recipes.rollout_stats import VAL_SUCCESS, rollout_frame, rollout_metrics, validation_metrics
 from recipes.sampler import BlindSampler, Sampler
 from recipes.seeds import seed_everything, train_prompt_seeds, validation_seeds
+from recipes.stop import StopRequested
 from recipes.tracking import PEAK_MEMORY_METRIC, RunTracker, peak_memory_gb, tracked_run
 from recipes.vision import ImageTokens
 from recipes.warmstart import model_folder
@@ -294,13 +295,14 @@ class Run:
         return int(resumed["step"])
 
 
-def setup(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path) -> tuple[Run, dict[str, float]]:
+def setup(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
+          should_stop: Callable[[], bool] | None = None) -> tuple[Run, dict[str, float]]:
     """Models (the warm start is trained once per input hash and cached), hooks, update settings; params and tags
     on the MLflow run. Returns the run and its setup figures (step 0 metrics of a fresh run)."""
     seed_everything(cfg.seed)
     started = time.perf_counter()
     algorithm = get_algorithm(cfg.algorithm.name)
-    folder, warm_start = model_folder(cfg)
+    folder, warm_start = model_folder(cfg, should_stop)  # StopRequested: stopped in the warm start (kept per epoch)
     models = Models(cfg, folder, algorithm.uses_critic)
     trainer = cfg.trainer
     settings = UpdateSettings(
@@ -331,7 +333,11 @@ def _train(
     should_stop: Callable[[], bool],
 ) -> TrainResult:
     report(phase="warm start" if cfg.model.warm_start.enabled else "setup")
-    run, metrics = setup(cfg, tracker, checkpoint_dir)
+    try:
+        run, metrics = setup(cfg, tracker, checkpoint_dir, should_stop)
+    except StopRequested as stop:  # the warm start kept its completed epochs; the next attempt resumes there
+        done = int(resumed["step"]) if resumed is not None else 0
+        return TrainResult("preempted", done, tracker.run_id, f"{stop}; its completed epochs are kept")
     trainer = cfg.trainer
     if resumed is not None:
         start_step = run.restore(resumed)

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,18 +33,21 @@ import torch
 
 from recipes.actor import model_mask
 from recipes.batch import build_batch, micro_batches
-from recipes.cache import cache_root, cached_folder
+from recipes.cache import cache_root, cached_folder, input_hash
 from recipes.chat import ChatEncoder
+from recipes.checkpoint import restore_rng_states, rng_states
 from recipes.mi import retrieval_excess, retrieval_p_value
 from recipes.models import base_model_folder, load_policy, load_tokenizer, text_sha
 from recipes.sampler import Sampler
 from recipes.seeds import heldout_seeds, seed_everything
+from recipes.stop import StopRequested
 from recipes.vision import ImageTokens
 
 if TYPE_CHECKING:
     from recipes.config import ModelConfig, TrainConfig
 
 log = logging.getLogger(__name__)
+PARTIAL_FILE = "epoch.pt"  # the state after the last completed epoch of an interrupted warm start
 REPORT_FILE = "warm_start.json"
 WARM_START_FORMAT = 4  # bump when the procedure changes (4: reading means 4x chance at p < 0.001, patience 3)
 # Reading its input, the early stop: held-out first-turn retrieval accuracy at least this many times chance ...
@@ -111,13 +117,17 @@ def evaluation_rank(figures: dict[str, float], target_validity: float) -> tuple[
 
 
 def supervised_epoch(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any, batch_size: int, grad_clip: float
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any, batch_size: int, grad_clip: float,
+    should_stop: Callable[[], bool] | None = None,
 ) -> float:
     """One shuffled pass of next-token cross-entropy on the loss-masked tokens (token mean per optimiser step of
-    `batch_size` chats, one unpadded chat per forward pass); returns the mean loss."""
+    `batch_size` chats, one unpadded chat per forward pass); returns the mean loss. `should_stop` is polled before
+    every optimiser step: `StopRequested` when it says so (the epoch's work is dropped)."""
     losses = []
     shuffled = batch.select(torch.randperm(len(batch)).numpy())
     for start in range(0, len(shuffled), batch_size):
+        if should_stop is not None and should_stop():
+            raise StopRequested("stop requested during the warm start")
         step_batch = shuffled.select(list(range(start, min(start + batch_size, len(shuffled)))))
         tokens = step_batch.loss_mask[:, 1:].sum()
         optimizer.zero_grad(set_to_none=True)
@@ -138,10 +148,16 @@ def supervised_epoch(
 def train_warm_start(
     base_folder: Path, task: str, env_config: dict[str, Any], demos: list[list[dict[str, str]]],
     settings: dict[str, Any], device: str, out: Path, frames: list[list[Any]] | None = None,
+    should_stop: Callable[[], bool] | None = None, partial: Path | None = None,
 ) -> dict[str, Any]:
     """SFT `base_folder` on `demos` (with `frames`: the frames of their image placeholders, for a vision-language
     model) until the held-out replies are well-formed and read their input (or stop improving); save the best
-    evaluated epoch's weights to `out`."""
+    evaluated epoch's weights to `out`.
+
+    With `partial` (a folder of its own), the state after every epoch is kept there (model, optimiser, evaluations,
+    the best weights, RNG) and a later call resumes after the last kept epoch; `should_stop` is polled between
+    optimiser steps and before each evaluation, and raises `StopRequested` (the interrupted epoch is redone on
+    resume), so a warm start preempted again and again still finishes."""
     seed_everything(0)
     started = time.perf_counter()
     tokenizer = load_tokenizer(base_folder)
@@ -155,11 +171,24 @@ def train_warm_start(
     best: dict[str, Any] | None = None  # the best evaluation so far (evaluation_rank) and the weights it scored
     best_state: dict[str, torch.Tensor] = {}
     stalled = 0  # well-formed evaluations since the best one
-    for epoch in range(1, settings["epochs"] + 1):
+    first = 1
+    if partial is not None and (partial / PARTIAL_FILE).is_file():
+        kept = torch.load(partial / PARTIAL_FILE, map_location=device, weights_only=False)
+        model.load_state_dict(kept["model"])
+        optimizer.load_state_dict(kept["optimizer"])
+        history, best, best_state, stalled = kept["history"], kept["best"], kept["best_state"], kept["stalled"]
+        restore_rng_states(kept["rng"])
+        first = kept["epoch"] + 1
+        log.info("warm start %s: resumes after epoch %d (a stop interrupted it)", task, kept["epoch"])
+    for epoch in range(first, settings["epochs"] + 1):
         epoch_start = time.perf_counter()
-        loss = supervised_epoch(model, optimizer, batch, settings["batch_size"], grad_clip=1.0)
+        loss = supervised_epoch(model, optimizer, batch, settings["batch_size"], grad_clip=1.0,
+                                should_stop=should_stop)
         if epoch % settings["eval_every"] and epoch != settings["epochs"]:
+            _keep_epoch(partial, epoch, model, optimizer, history, best, best_state, stalled)
             continue
+        if should_stop is not None and should_stop():
+            raise StopRequested("stop requested during the warm start")
         eval_start = time.perf_counter()
         sampler = Sampler(model, encoder, settings["max_response_tokens"], settings["eval_temperature"], 1 << 20)
         figures = heldout_figures(sampler, task, env_config, seeds)
@@ -177,6 +206,7 @@ def train_warm_start(
             stalled += 1
         if well_formed and (reads_its_input(figures) or stalled >= RETRIEVAL_PATIENCE):
             break
+        _keep_epoch(partial, epoch, model, optimizer, history, best, best_state, stalled)
     if best is not history[-1]:
         log.info("warm start %s: keeps epoch %d, its best held-out evaluation (validity %.3f, first-turn retrieval "
                  "%.3f, chance %.3f), not the last (epoch %d)", task, best["epoch"], best["format_validity"],
@@ -199,10 +229,25 @@ def train_warm_start(
     return report
 
 
+def _keep_epoch(partial: Path | None, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                history: list, best: dict | None, best_state: dict, stalled: int) -> None:
+    """The warm start's state after `epoch`, written atomically into `partial` (nothing without one)."""
+    if partial is None:
+        return
+    partial.mkdir(parents=True, exist_ok=True)
+    scratch = partial / f".{PARTIAL_FILE}.tmp-{os.getpid()}"
+    torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "history": history,
+                "best": best, "best_state": best_state, "stalled": stalled, "rng": rng_states()}, scratch)
+    os.replace(scratch, partial / PARTIAL_FILE)
+
+
 def warm_start_folder(
-    model_cfg: ModelConfig, base_folder: Path, task: str, env_config: dict[str, Any], device: str
+    model_cfg: ModelConfig, base_folder: Path, task: str, env_config: dict[str, Any], device: str,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """The cached warm-started model folder for (base model, task, env config, settings) and its report."""
+    """The cached warm-started model folder for (base model, task, env config, settings) and its report. Building
+    it polls `should_stop` and keeps its epochs beside the cache entry (`<hash>.partial`), so a stopped build
+    resumes there; the partial state goes once the folder is complete."""
     from envs import demonstration_trajectories
 
     settings = model_cfg.warm_start.model_dump(exclude={"enabled"})
@@ -217,17 +262,22 @@ def warm_start_folder(
         "settings": settings,
         "format": WARM_START_FORMAT,
     }
+    root = cache_root(model_cfg.cache_dir)
+    partial = root / "warm-start" / f"{input_hash(inputs)}.partial"
     folder = cached_folder(
         "warm-start", inputs,
-        lambda out: train_warm_start(base_folder, task, env_config, demos, settings, device, out, frames),
-        cache_root(model_cfg.cache_dir),
+        lambda out: train_warm_start(base_folder, task, env_config, demos, settings, device, out, frames,
+                                     should_stop, partial),
+        root,
     )
+    shutil.rmtree(partial, ignore_errors=True)
     return folder, json.loads((folder / REPORT_FILE).read_text())
 
 
-def model_folder(cfg: TrainConfig) -> tuple[Path, dict[str, Any]]:
-    """The folder the policy starts from (warm-started when enabled) and the warm start's report."""
+def model_folder(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> tuple[Path, dict[str, Any]]:
+    """The folder the policy starts from (warm-started when enabled) and the warm start's report; a stop requested
+    while the warm start trains raises `StopRequested` (see `warm_start_folder`)."""
     base = base_model_folder(cfg.model)
     if not cfg.model.warm_start.enabled:
         return base, {}
-    return warm_start_folder(cfg.model, base, cfg.task.name, cfg.task.env, cfg.trainer.device)
+    return warm_start_folder(cfg.model, base, cfg.task.name, cfg.task.env, cfg.trainer.device, should_stop)

@@ -124,3 +124,34 @@ def test_a_run_with_a_time_limit_checkpoints_and_stops_before_it(train_overrides
     assert left >= 0, result.reason  # it stopped with time to spare, not after the limit
     assert 1 <= result.steps_done < 100000
     assert latest_checkpoint(tmp_path / "checkpoints").name == f"step_{result.steps_done:06d}"
+
+
+def test_a_stop_in_the_warm_start_ends_within_seconds_and_the_next_run_resumes_its_epochs(train_overrides,
+                                                                                         tmp_path) -> None:
+    """Issue 26 item 2: SIGTERM while the warm start trains ends the run within seconds (it is read between
+    optimiser steps), exit 75, the completed epochs kept; the next run resumes the warm start after them."""
+    overrides = [o for o in train_overrides if not o.startswith(("trainer=", "model.warm_start."))]
+    cache = tmp_path / "own-cache"  # this test's own warm start, never a cached one
+    command = [sys.executable, "-m", "orchestrator.cli", "train", "trainer=test", *overrides, "task=countdown",
+               "algorithm=grpo", "filter=none", "model.warm_start.enabled=true", "model.warm_start.demos=256",
+               "model.warm_start.epochs=6", "model.warm_start.eval_episodes=2", "model.warm_start.batch_size=2",
+               "model.warm_start.max_response_tokens=16", f"model.cache_dir={cache}", "trainer.total_steps=1",
+               "trainer.val_every=0"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    deadline = time.monotonic() + 600
+    for line in process.stderr:
+        if "warm start countdown epoch 1:" in line:
+            signalled = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            break
+        assert time.monotonic() < deadline, "the warm start did not finish its first epoch"
+    rest = process.stderr.read()
+    assert process.wait(timeout=300) == REQUEUE_EXIT_CODE, rest[-2000:]
+    assert time.monotonic() - signalled < 30, "the stop took longer than 30 s"  # measured: a few seconds
+    assert "received SIGTERM" in rest and "Traceback" not in rest, rest[-2000:]
+    kept = list(cache.glob("warm-start/*.partial/epoch.pt"))
+    assert len(kept) == 1
+    again = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(), timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "warm start countdown: resumes after epoch" in again.stderr
+    assert not list(cache.glob("warm-start/*.partial"))  # gone once the warm start is complete

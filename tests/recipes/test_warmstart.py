@@ -108,3 +108,47 @@ def test_the_best_evaluated_epoch_is_kept_when_training_goes_past_it(micro_folde
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
     assert all(torch.equal(saved[name], snapshots[0][name]) for name in snapshots[0])
     assert not all(torch.equal(saved[name], snapshots[-1][name]) for name in snapshots[-1])  # training moved on
+
+
+def test_a_stopped_warm_start_keeps_its_epochs_and_resumes_to_the_same_weights(micro_folder, tmp_path,
+                                                                                monkeypatch) -> None:
+    """Issue 26 item 2: a stop is read between optimiser steps (StopRequested), the completed epochs stay in the
+    partial folder, and the resumed warm start ends with the weights and report an uninterrupted one has (the
+    scripted evaluations reach 5x chance at epoch 4: the weights kept are trained after the resume)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from envs import demonstrations
+    from recipes.stop import StopRequested
+
+    retrievals = iter(())
+
+    def scripted(*args):
+        return {"format_validity": 1.0, "success": 0.0, "mean_return": 0.0, "retrieval_chance": 0.1,
+                "first_turn_samples": 32, "first_turn_retrieval": next(retrievals)}
+
+    monkeypatch.setattr(warmstart, "heldout_figures", scripted)
+    cfg = compose_train_config([*MICRO, "task=countdown", *SETTINGS, "model.warm_start.epochs=10",
+                                "model.warm_start.lr=0.01"])
+    settings = cfg.model.warm_start.model_dump(exclude={"enabled"})
+    demos = demonstrations("countdown", 4, seed=0, env_config=cfg.task.env)
+    args = (micro_folder, "countdown", dict(cfg.task.env), demos, settings, "cpu")
+
+    retrievals = iter([0.11, 0.12, 0.13, 0.5])
+    straight = warmstart.train_warm_start(*args, tmp_path / "straight")
+
+    polls_per_epoch = -(-len(demos) // settings["batch_size"]) + 1  # each optimiser step, then before the evaluation
+    polls = iter(range(1000))
+    partial = tmp_path / "partial"
+    retrievals = iter([0.11, 0.12])
+    with pytest.raises(StopRequested, match="stop requested during the warm start"):  # at epoch 3's first step
+        warmstart.train_warm_start(*args, tmp_path / "first", should_stop=lambda: next(polls) >= 2 * polls_per_epoch,
+                                   partial=partial)
+    assert torch.load(partial / warmstart.PARTIAL_FILE, weights_only=False)["epoch"] == 2
+    retrievals = iter([0.13, 0.5])
+    resumed = warmstart.train_warm_start(*args, tmp_path / "second", partial=partial)
+    assert [e["epoch"] for e in resumed["history"]] == [e["epoch"] for e in straight["history"]] == [1, 2, 3, 4]
+    assert (resumed["epoch"], resumed["epochs"]) == (straight["epoch"], straight["epochs"]) == (4, 4)
+    one = AutoModelForCausalLM.from_pretrained(tmp_path / "straight").state_dict()
+    two = AutoModelForCausalLM.from_pretrained(tmp_path / "second").state_dict()
+    assert all(torch.equal(one[name], two[name]) for name in one)
