@@ -69,15 +69,27 @@ if not header:
     sys.exit(0)
 if header != b"SQLite format 3\\x00":
     sys.exit("PATH is not an SQLite database")
-uri = f"file:{quote(path)}?mode=ro" + ("" if in_use else "&immutable=1")
-try:
-    connection = sqlite3.connect(uri, uri=True)
+def tables(immutable):
+    uri = f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else "")
+    connection = sqlite3.connect(uri, uri=True, timeout=10)
     try:
-        print(json.dumps([row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]))
+        return [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     finally:
         connection.close()
+try:
+    found = tables(not in_use)
+except sqlite3.DatabaseError as first:
+    if in_use:
+        sys.exit(f"cannot read PATH as an SQLite database ({first})")
+    # An immutable look takes no lock: a writer creating the file at this moment (many processes opening a new
+    # store at once) shows it half-written. Look again as an ordinary reader, which waits for that writer.
+    try:
+        found = tables(False)
+    except sqlite3.Error as err:
+        sys.exit(f"cannot read PATH as an SQLite database ({err})")
 except sqlite3.Error as err:
     sys.exit(f"cannot read PATH as an SQLite database ({err})")
+print(json.dumps(found))
 """
 
 
