@@ -211,9 +211,12 @@ def _correlations(data: RunData, summary: pd.DataFrame, n_boot: int) -> Section:
 
 
 def _early_warning(data: RunData, summary: pd.DataFrame) -> Section:
+    from analysis.controls import control_lines
     from analysis.early_warning import early_warning
 
     section = Section("Early warning: did MI fall before success?")
+    for line in control_lines(summary["task"].dropna().unique()):  # has the instrument been seen to move here?
+        section.note(line)
     leads = early_warning(data)
     if leads.empty:
         section.note(f"no run logged {names.MI_ZSCORE_EMA} or {names.VAL_SUCCESS}")

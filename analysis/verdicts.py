@@ -104,3 +104,31 @@ def judge(published: float, kind: str, measured: tuple[float, float, float], n: 
     if where == wanted:
         return REPRODUCED, f"the measured interval [{lo:.3g}, {hi:.3g}] has the published sign ({published:+g})"
     return NOT_REPRODUCED, f"the measured interval [{lo:.3g}, {hi:.3g}] has the opposite sign to {published:+g}"
+
+
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval (95% by default) of a rate of `hits` in `n` trials ((0, 1) when `n` is 0)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+SHOWN, NOT_SHOWN = "shown to move", "not shown to move"
+
+
+def control_verdict(detected: int, planted: int, false_alarms: int, negative: int) -> tuple[str, str]:
+    """(verdict, reason) of the MI instrument's controls on one task (docs/diagnostics.md#controls): *shown to
+    move* when the early warning's detection rate under a planted collapse lies above its false-alarm rate with
+    nothing planted (Wilson intervals apart), with at least :data:`MIN_SEEDS` runs in each arm; else *not shown*."""
+    if planted < MIN_SEEDS or negative < MIN_SEEDS:
+        return NOT_SHOWN, f"{planted} planted and {negative} negative control run(s): at least {MIN_SEEDS} each"
+    hit_lo, hit_hi = wilson(detected, planted)
+    fa_lo, fa_hi = wilson(false_alarms, negative)
+    rates = (f"planted collapse detected in {detected}/{planted} runs (95% {hit_lo:.0%}-{hit_hi:.0%}), false alarms "
+             f"in {false_alarms}/{negative} (95% {fa_lo:.0%}-{fa_hi:.0%})")
+    if hit_lo > fa_hi:
+        return SHOWN, rates
+    return NOT_SHOWN, rates + ": the intervals overlap"

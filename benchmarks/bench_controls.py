@@ -6,16 +6,17 @@ The runs are those of `tests/recipes/test_controls.py` (same overrides; CI runs 
 a small FrozenLake warm start, 6 steps of 8 prompts x 2 samples, MI at every step on 16 samples, a learning rate of
 1e-6; the planted run generates every reply from one fixed chat from step 3 on (`control.blind_from_step=3`).
 
-    python benchmarks/bench_controls.py [--seeds 10] [--first-seed 0] [--steps 6]
+    python benchmarks/bench_controls.py [--seeds 10] [--first-seed 0] [--steps 6] [--task frozenlake] [--record]
 
 Prints one line per run and the two rates with Wilson 95% intervals. Each run takes about 30 s on 2 idle cores.
+`--record` writes the task's rates into `analysis/controls.yaml`, where `orch report` reads whether the MI proxies
+have been shown to move on the task (`analysis.controls`).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import os
 import tempfile
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
+from analysis.verdicts import wilson
 from recipes.backends import run_training
 from recipes.config import compose_train_config
 
@@ -41,19 +43,9 @@ ALERT, BLIND_FROM, CHANCE, CONTROL, RETRIEVAL = (_SETTINGS.ALERT, _SETTINGS.BLIN
                                                  _SETTINGS.CONTROL, _SETTINGS.RETRIEVAL)
 
 
-def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a rate of `hits` in `n`."""
-    if n == 0:
-        return 0.0, 1.0
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def one(seed: int, blind_from: int, steps: int, folder: Path) -> dict:
+def one(seed: int, blind_from: int, steps: int, folder: Path, task: str) -> dict:
     uri = f"sqlite:///{folder / 'mlflow.db'}"
-    overrides = [*CONTROL, f"seed={seed}", f"trainer.total_steps={steps}", f"control.blind_from_step={blind_from}",
+    overrides = [*CONTROL, f"task={task}", f"seed={seed}", f"trainer.total_steps={steps}", f"control.blind_from_step={blind_from}",
                  f"mlflow.tracking_uri={uri}", f"trainer.checkpoint_dir={folder / f'ck-{seed}-{blind_from}'}",
                  "trainer.progress=false"]
     started = time.perf_counter()
@@ -74,23 +66,51 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--task", default="frozenlake")
+    parser.add_argument("--record", action="store_true", help="write the rates into analysis/controls.yaml")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="orch-controls-") as scratch:
         os.chdir(scratch)
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for blind_from in (0, BLIND_FROM):
-                row = one(seed, blind_from, args.steps, Path(scratch))
+                row = one(seed, blind_from, args.steps, Path(scratch), args.task)
                 rows.append(row)
                 print(f"seed {seed:3d}  {'planted ' if row['planted'] else 'negative'}  alert at step "
                       f"{row['fired'] if row['fired'] is not None else '-':>2}  retrieval excess over chance: steps "
                       f"1-{BLIND_FROM - 1} {row['before']:+.3f}, steps {BLIND_FROM}-{args.steps} {row['after']:+.3f}"
                       f"  ({row['seconds']:.0f} s)", flush=True)
+    counts = {}
     for planted, what in ((False, "false alarms (nothing planted)"), (True, "detections (collapse planted)")):
         group = [row for row in rows if row["planted"] == planted]
         hits = sum(row["fired"] is not None for row in group)
+        counts[planted] = (hits, len(group))
         low, high = wilson(hits, len(group))
         print(f"{what}: {hits}/{len(group)} = {hits / len(group):.0%} (Wilson 95%: {low:.0%}-{high:.0%})")
+    if args.record:
+        record(args, counts)
+
+
+def record(args: argparse.Namespace, counts: dict[bool, tuple[int, int]]) -> None:
+    """Write this task's rates into analysis/controls.yaml (the other tasks' entries stay)."""
+    import datetime
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "analysis" / "controls.yaml"
+    text = path.read_text()
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    entries = yaml.safe_load(text) or {}
+    entries[args.task] = {
+        "detected": counts[True][0], "planted": counts[True][1], "false_alarms": counts[False][0],
+        "negative": counts[False][1],
+        "setting": (f"tiny model after a small warm start, {args.steps} steps of 8 prompts x 2 samples, MI at every "
+                    f"step on 16 samples, learning rate 1e-6, collapse planted from step {BLIND_FROM}"),
+        "source": (f"python benchmarks/bench_controls.py --task {args.task} --seeds {args.seeds} --first-seed "
+                   f"{args.first_seed}, {datetime.date.today().isoformat()}"),
+    }
+    path.write_text(header + yaml.safe_dump(entries, sort_keys=True, width=200))
+    print(f"recorded in {path}")
 
 
 if __name__ == "__main__":
