@@ -88,3 +88,14 @@ def sweep_file(workdir: Path):
         return path
 
     return write
+
+
+MICRO = {  # sweep settings of the smallest Qwen2 that exercises every code path, no warm start (as the trainer's tests)
+    "trainer": "test",
+    "model.preset.hidden_size": 32,
+    "model.preset.num_hidden_layers": 1,
+    "model.preset.num_attention_heads": 2,
+    "model.preset.num_key_value_heads": 1,
+    "model.preset.intermediate_size": 64,
+    "model.warm_start.enabled": False,
+}

@@ -19,22 +19,13 @@ from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
 from orchestrator.store import Store
 from recipes.checkpoint import BEST_DIR
+from tests.orchestrator.conftest import MICRO
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("recipes.torch_backend") is None, reason="no torch backend"),
 ]
 
-MICRO = {  # the micro model of tests/orchestrator/test_sweep_e2e.py: no warm start, validation every step
-    "trainer": "test",
-    "model.preset.hidden_size": 32,
-    "model.preset.num_hidden_layers": 1,
-    "model.preset.num_attention_heads": 2,
-    "model.preset.num_key_value_heads": 1,
-    "model.preset.intermediate_size": 64,
-    "model.warm_start.enabled": False,
-    "trainer.val_size": 4,
-}
 
 
 def history(tracking: str, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -42,7 +33,7 @@ def history(tracking: str, run_id: str, key: str) -> list[tuple[int, float]]:
 
 
 def test_best_checkpoints_are_kept_reevaluated_as_a_sweep_and_reported(workdir: Path, tracking: str) -> None:
-    spec = {"name": "evs", "backend": "torch", "base": {**MICRO, "trainer.total_steps": 3},
+    spec = {"name": "evs", "backend": "torch", "base": {**MICRO, "trainer.val_size": 4, "trainer.total_steps": 3},
             "grid": {"task": ["frozenlake", "countdown"]}, "seeds": [1]}
     path = workdir / "evs.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))

@@ -18,6 +18,7 @@ from orchestrator.engine import submit_plan, wait
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
 from orchestrator.store import Store
+from tests.orchestrator.conftest import MICRO
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,15 +26,6 @@ pytestmark = [
                        reason="the torch trainer backend (recipes/torch_backend.py) is not there yet"),
 ]
 
-MICRO = {  # the smallest Qwen2 that exercises every code path, no warm start (as the trainer's own tests)
-    "trainer": "test",
-    "model.preset.hidden_size": 32,
-    "model.preset.num_hidden_layers": 1,
-    "model.preset.num_attention_heads": 2,
-    "model.preset.num_key_value_heads": 1,
-    "model.preset.intermediate_size": 64,
-    "model.warm_start.enabled": False,
-}
 COMPARED = ("rollout/reward_mean", "rollout/kept_groups", "response_length/mean", "val/reward_mean")
 
 
