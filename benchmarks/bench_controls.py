@@ -104,7 +104,7 @@ def record(args: argparse.Namespace, counts: dict[bool, tuple[int, int]]) -> Non
     entries[args.task] = {
         "detected": counts[True][0], "planted": counts[True][1], "false_alarms": counts[False][0],
         "negative": counts[False][1],
-        "setting": (f"tiny model after a small warm start, {args.steps} steps of 8 prompts x 2 samples, MI at every "
+        "setting": (f"tiny model after its warm start, {args.steps} steps of 8 prompts x 2 samples, MI at every "
                     f"step on 16 samples, learning rate 1e-6, collapse planted from step {BLIND_FROM}"),
         "source": (f"python benchmarks/bench_controls.py --task {args.task} --seeds {args.seeds} --first-seed "
                    f"{args.first_seed}, {datetime.date.today().isoformat()}"),
