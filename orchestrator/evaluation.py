@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.job import checkpoint_dir_of
-from orchestrator.plan import Plan, PlannedCell, _varied_keys
+from orchestrator.plan import Plan, PlannedCell, varied_keys
 from orchestrator.resolve import ConfigResolver
 from orchestrator.resources import Resources
 from orchestrator.spec import load_sweep
@@ -82,7 +82,7 @@ def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: Con
     if not cells:
         raise OrchError(f"sweep {name}: its {len(done)} finished cell(s) ran on the verl backend, which keeps no "
                         "best checkpoint yet; evaluate one with `orch eval SOURCE --task T`")
-    plan = Plan(definition=definition, cells=cells, varied=_varied_keys(cells))
+    plan = Plan(definition=definition, cells=cells, varied=varied_keys(cells))
     if skipped:
         plan.notes.append(f"{len(skipped)} finished verl-backend cell(s) left out: the verl backend keeps no best "
                           "checkpoint yet")

@@ -153,7 +153,7 @@ def build_plan(definition: SweepDefinition, resolver: ConfigResolver | None = No
         if data is not None and data.key is not None and data.uses_builtin(task.env):
             builtin_data[task.name] = (data, builtin_data.get(task.name, (data, 0))[1] + 1)
     resolver.flush()
-    plan = Plan(definition=definition, cells=cells, varied=_varied_keys(cells), builtin_data=builtin_data)
+    plan = Plan(definition=definition, cells=cells, varied=varied_keys(cells), builtin_data=builtin_data)
     if merged:
         forced = ", ".join(sorted(definition.forced))
         plan.notes.append(
@@ -162,7 +162,7 @@ def build_plan(definition: SweepDefinition, resolver: ConfigResolver | None = No
     return plan
 
 
-def _varied_keys(cells: list[PlannedCell]) -> list[str]:
+def varied_keys(cells: list[PlannedCell]) -> list[str]:
     """Keys whose value differs between cells, in first-seen order; `axis` first when there are several rows."""
     values: dict[str, set[tuple]] = {}
     counts: dict[str, int] = {}
