@@ -64,7 +64,7 @@ def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: Con
         raise OrchError(f"sweep {name}: no finished cell to evaluate yet ({counts or 'no cells'})")
     resolver = resolver or ConfigResolver()
     cells: list[PlannedCell] = []
-    skipped = [row for row in done if row.backend != "torch"]
+    skipped = [row for row in done if row.backend != "torch"]  # only the torch trainer keeps a best checkpoint
     for row in done:
         if row.backend != "torch":
             continue
@@ -79,13 +79,14 @@ def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: Con
                                  overrides=resolved.overrides,
                                  resources=Resources.model_validate_json(row.resources_json)))
     resolver.flush()
+    others = ", ".join(sorted({row.backend for row in skipped}))
     if not cells:
-        raise OrchError(f"sweep {name}: its {len(done)} finished cell(s) ran on the verl backend, which keeps no "
-                        "best checkpoint yet; evaluate one with `orch eval SOURCE --task T`")
+        raise OrchError(f"sweep {name}: its {len(done)} finished cell(s) ran on backend {others}, which keeps no "
+                        "best checkpoint (only the torch backend does); evaluate one with `orch eval SOURCE --task T`")
     plan = Plan(definition=definition, cells=cells, varied=varied_keys(cells))
     if skipped:
-        plan.notes.append(f"{len(skipped)} finished verl-backend cell(s) left out: the verl backend keeps no best "
-                          "checkpoint yet")
+        plan.notes.append(f"{len(skipped)} finished cell(s) of backend {others} left out: only the torch backend "
+                          "keeps a best checkpoint")
     if len(done) < len(rows):
         plan.notes.append(f"{len(rows) - len(done)} cell(s) of {name} have not finished: run this again once they "
                           "have (only the missing evaluations are submitted)")
