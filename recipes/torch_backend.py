@@ -332,6 +332,7 @@ def _train(
     cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path, resumed: dict[str, Any] | None,
     should_stop: Callable[[], bool],
 ) -> TrainResult:
+    clock = TimeLimit(cfg.infra.time_limit)  # counted from here: the warm start and setup count too
     report(phase="warm start" if cfg.model.warm_start.enabled else "setup")
     try:
         run, metrics = setup(cfg, tracker, checkpoint_dir, should_stop)
@@ -350,7 +351,6 @@ def _train(
         tracker.log_metrics(metrics, step=0)
 
     status, reason, step = "finished", f"completed {trainer.total_steps} steps", start_step
-    clock = TimeLimit(cfg.infra.time_limit)
     with TrainProgress(trainer.total_steps, start_step, enabled=cfg.infra.progress) as progress:
         for step in range(start_step + 1, trainer.total_steps + 1):
             overrun = clock.would_overrun()
