@@ -419,7 +419,7 @@ class TimeLimit:
         if left >= self.step_s * self.MARGIN + checkpoint:
             return None
         return (f"time limit: {left:.0f} s of trainer.time_limit={self.limit_s:g} left, a step takes up to "
-                f"{self.step_s:.0f} s")
+                f"{self.step_s:.1f} s")
 
 
 @dataclass
