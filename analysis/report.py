@@ -399,9 +399,8 @@ def build_report(
 def reevaluations(sweeps, tracking_uri: str | None):
     """The runs of the evaluation sweeps of `sweeps` (`orch eval --sweep S --best`: sweep S.eval), or None when
     none has any."""
-    import pandas as pd
 
-    from analysis.mlflow_store import RunData, RunQuery, load_runs
+    from analysis.mlflow_store import RunQuery, load_runs
     from recipes.evaluate import eval_sweep_name
 
     parts = []
@@ -414,6 +413,15 @@ def reevaluations(sweeps, tracking_uri: str | None):
             parts.append(data)
     if not parts:
         return None
+    return joined(parts)
+
+
+def joined(parts):
+    """Several sweeps' `RunData` as one (the first one's tracking URI and reader)."""
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData
+
     if len(parts) == 1:
         return parts[0]
     return RunData(runs=pd.concat([part.runs for part in parts], ignore_index=True),
@@ -426,9 +434,8 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
     """`orch report --paper`: every item of the paper map (`analysis.paper`), each from the runs of its sweeps in
     the tracking store (several sweeps' runs together, e.g. the entropy and KL sweeps); an item none of whose
     sweeps has run says so in one line."""
-    import pandas as pd
 
-    from analysis.mlflow_store import RunData, RunQuery, load_runs
+    from analysis.mlflow_store import RunQuery, load_runs
     from analysis.paper import ITEMS, paper_sweeps
     from analysis.paper_report import metric_gaps, paper_sections
     from analysis.summary import summarize, use_reevaluation
@@ -454,10 +461,7 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
             section.note(f"No cell of {', '.join(f'sweeps/{s}.yaml' for s in item.sweeps)} has run yet.")
             sections.append(section)
             continue
-        data = parts[0] if len(parts) == 1 else RunData(
-            runs=pd.concat([part.runs for part in parts], ignore_index=True),
-            metrics=pd.concat([part.metrics for part in parts], ignore_index=True),
-            tracking_uri=parts[0].tracking_uri, reader=parts[0].reader)
+        data = joined(parts)
         summary, reevaluated = use_reevaluation(summarize(data), reevaluations(item.sweeps, uri))
         if reevaluated and reevaluated not in notes:
             notes.append(reevaluated)
