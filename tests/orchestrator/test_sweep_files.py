@@ -36,8 +36,9 @@ EXPECTED_CELLS = {
     "length.yaml": 8 * 3,
     "gradient.yaml": 3,
     "repro_tiny.yaml": 2 * 3,
+    "repro_long.yaml": 2 * 2 * 5,
 }
-TORCH_SWEEPS = {"demo.yaml", "repro_tiny.yaml"}  # laptop sweeps: the torch backend as written, no cpu profile needed
+TORCH_SWEEPS = {"demo.yaml", "repro_tiny.yaml", "repro_long.yaml"}  # laptop sweeps: the torch backend as written, no cpu profile needed
 
 
 def test_every_required_sweep_file_is_shipped() -> None:
