@@ -5,7 +5,8 @@
       2. compose its config with `recipes.config.compose_train_config` (the cell's overrides + per-cell infra keys:
          MLflow run, checkpoint folder), and check it still hashes to the cell's identity
       3. run the backend with `should_stop` wired to SIGUSR2 (SLURM's warning before the time limit) and SIGTERM
-         (preemption, scancel): the trainer checkpoints at the next step boundary and returns `preempted`
+         (preemption, scancel): the trainer stops its current work, checkpoints its last completed step and
+         returns `preempted`
       4. report the outcome; on `preempted` ask the executor to requeue this job: the next attempt resumes from the
          checkpoint into the same MLflow run. A heartbeat thread reports liveness meanwhile.
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from recipes.batch import TrainBatch, micro_batches
+from recipes.stop import poll
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ def batched_forward(fn: Any, model: torch.nn.Module, batch: TrainBatch, micro_ba
     out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
     for start, micro in zip(range(0, len(batch), micro_batch_size), micro_batches(batch, micro_batch_size),
                             strict=True):
+        poll()  # scoring leaves the model as it was: a stop may end it between micro-batches (recipes.stop)
         result = fn(model, micro)
         out[start : start + len(micro), : result.shape[1]] = result
     return out

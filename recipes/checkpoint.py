@@ -1,7 +1,7 @@
 """Checkpoints of a training run, and the requeue contract with the orchestrator.
 
 On SIGUSR2 or SIGTERM (SLURM's pre-emption / time-limit warning; `recipes.stop.StopRequest`) the trainer stops: it
-saves a checkpoint at the next step boundary and the process exits with `REQUEUE_EXIT_CODE`, which the orchestrator reads
+ends its current work (`recipes.stop`), saves a checkpoint at its last completed step and the process exits with `REQUEUE_EXIT_CODE`, which the orchestrator reads
 as "requeue me". The next attempt finds the checkpoint in `trainer.checkpoint_dir` and continues the same MLflow
 run from the step after it.
 

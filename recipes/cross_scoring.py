@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from recipes.stop import poll
+
 if TYPE_CHECKING:
     import torch
 
@@ -78,6 +80,7 @@ def _score_naive(model, prompts: Sequence[TokenIds], samples: Sequence[TokenIds]
     pairs = [(i, j) for j in range(len(prompts)) for i in range(len(samples))]
     tokens = 0
     for start in range(0, len(pairs), batch_size):
+        poll()  # a stop may end the diagnostics between forwards (recipes.stop)
         chunk = pairs[start : start + batch_size]
         rows = [list(prompts[j]) + list(samples[i]) for i, j in chunk]
         tokens += sum(len(row) for row in rows)
@@ -192,6 +195,7 @@ def _score_on_cache(model, cache, first_logprobs, samples: Sequence[TokenIds], o
     device, length = first_logprobs.device, cache.get_seq_length()
     sums, tokens = np.zeros(len(samples)), 0
     for start in range(0, len(order), batch_size):
+        poll()
         chunk = order[start : start + batch_size]
         chunk_sums = first_logprobs[torch.as_tensor([samples[i][0] for i in chunk], device=device)].double()
         width = max(len(samples[i]) for i in chunk) - 1  # inputs z[:-1] predict z[1:]

@@ -28,6 +28,7 @@ import torch
 
 from orchlib.errors import OrchError
 from recipes.chat import ChatEncoder
+from recipes.stop import poll
 
 LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, each (1, heads, tokens, head_dim)
 
@@ -172,6 +173,7 @@ class Sampler:
         device = next(self.model.parameters()).device
         prefilled, first_logits, last_position = {}, {}, {}
         for key in {tuple(context) for context in contexts}:  # identical contexts (a prompt's samples) once
+            poll()  # a stop ends the rollout here or between tokens (recipes.stop)
             prefilled[key], first_logits[key], last_position[key] = self._prefill(list(key))
         width = max(len(context) for context in contexts)
         cache, bias = self._batch_cache(contexts, prefilled, width)
@@ -182,6 +184,7 @@ class Sampler:
         running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # rows still inside their reply
         banned = list(self.encoder.vision.vision_ids) if self.encoder.vision is not None else []
         for offset in range(self.max_new_tokens):
+            poll()
             if banned:  # a vision-language policy never writes image tokens (they stand for frames)
                 logits[:, banned] = float("-inf")
             token = sample(logits, self.temperature)  # (batch, 1)

@@ -1,10 +1,16 @@
 """The one stop signal of a training run: SIGUSR2 (SLURM's warning before the time limit), SIGTERM (preemption,
-`scancel`, `orch cancel`) or SIGINT (Ctrl-C) asks the trainer to checkpoint and stop at the next step boundary. A
-second SIGINT stops at once, without a checkpoint (`KeyboardInterrupt`; `orch train` says so in one line).
+`scancel`, `orch cancel`) or SIGINT (Ctrl-C) asks the trainer to stop its current work, checkpoint its last completed
+step and exit. A second SIGINT stops at once, without a checkpoint (`KeyboardInterrupt`; `orch train` says so in one
+line).
 
     with StopRequest() as stop:
-        result = backend(cfg, should_stop=stop)     # polled between steps
+        result = backend(cfg, should_stop=stop)     # polled between steps, and inside phases (below)
     stop.signal_name                                # "SIGUSR2", "SIGTERM" or None
+
+Inside a step, the phases that leave the model as it was (rollout, scoring, diagnostics, validation) run inside
+`interruptible(should_stop)`; their loops call `poll()` between decoded tokens and micro-batches, which raises
+`StopRequested` once a stop is asked for, so the phase ends within a fraction of a second and the trainer discards
+the unfinished step. The update is the one phase that changes the model: it runs to its end (seconds on a CPU model).
 
 `orch train` and the sweep job both use it. Handlers can only be installed in the main thread; elsewhere (a debug
 executor running cells in a thread) the signals keep their handlers and `stop()` stays false.
@@ -15,6 +21,9 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
@@ -22,7 +31,30 @@ STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 
 class StopRequested(Exception):  # noqa: N818 (a request, not an error)
     """Raised by a phase that polls the stop request inside itself (the warm start, between optimiser steps) once it
-    has kept what it can; the trainer turns it into status `preempted`. The message says what was kept."""
+    has kept what it can, or by `poll()`; the trainer turns it into status `preempted`. The message says what was
+    kept; `phase` names the phase it interrupted, where the trainer knows it."""
+
+    phase: str | None = None
+
+
+_ARMED: ContextVar[Callable[[], bool] | None] = ContextVar("orch_stop_poll", default=None)
+
+
+@contextmanager
+def interruptible(should_stop: Callable[[], bool] | None) -> Iterator[None]:
+    """While the block runs, `poll()` raises `StopRequested` once `should_stop()` is true (None: never)."""
+    token = _ARMED.set(should_stop)
+    try:
+        yield
+    finally:
+        _ARMED.reset(token)
+
+
+def poll() -> None:
+    """Raise `StopRequested` if a stop was asked for inside an `interruptible` block (a no-op elsewhere)."""
+    should_stop = _ARMED.get()
+    if should_stop is not None and should_stop():
+        raise StopRequested("stop requested")
 
 
 class StopRequest:
@@ -45,7 +77,8 @@ class StopRequest:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
         again = " (Ctrl-C again: stop at once, without a checkpoint)" if number == signal.SIGINT else ""
-        print(f"orch: received {name}: the trainer will checkpoint and stop at the next step{again}",
+        print(f"orch: received {name}: the trainer will stop its current work, checkpoint its last completed step "
+              f"and exit{again}",
               file=sys.stderr, flush=True)
         self.request(name)
 

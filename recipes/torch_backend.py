@@ -15,6 +15,10 @@
                6 validate     every `val_every` steps on held-out seeds at temperature 0.5
                7 log, dump the rollout batch, checkpoint; stop on request at this boundary
 
+A stop asked for inside a step (`recipes.stop`) ends steps 1-4 or 6 between decoded tokens or micro-batches: during
+1-4 the step is dropped (the model is still the previous step's; hook states are rewound) and the checkpoint is the
+previous step's; during 6 the step is kept and its validation runs first on resume. Step 5 runs to its end.
+
 Every metric is named where it is computed. Timings: `timing_s/<phase>`. Image observations (a vision-language
 policy, `model=tiny_vl` or a Qwen2.5-VL folder) travel as frames beside the chats: the sampler, the batch
 (`TrainBatch.images`) and the hooks feed them to the model (`recipes.vision`).
@@ -22,6 +26,7 @@ policy, `model=tiny_vl` or a Qwen2.5-VL folder) travel as frames beside the chat
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -62,11 +67,11 @@ from recipes.checkpoint import (
 from recipes.config import TrainConfig
 from recipes.hooks import StepContext, StepHook, build_hooks
 from recipes.models import count_parameters, load_critic, load_policy, load_tokenizer
-from recipes.progress import ProgressFile, TrainProgress, report, reporting
+from recipes.progress import PHASES, ProgressFile, TrainProgress, report, reporting
 from recipes.rollout_stats import VAL_SUCCESS, rollout_frame, rollout_metrics, validation_metrics
 from recipes.sampler import BlindSampler, Sampler
 from recipes.seeds import seed_everything, train_prompt_seeds, validation_seeds
-from recipes.stop import StopRequested
+from recipes.stop import StopRequested, interruptible
 from recipes.tracking import PEAK_MEMORY_METRIC, RunTracker, peak_memory_gb, tracked_run
 from recipes.vision import ImageTokens
 from recipes.warmstart import model_folder
@@ -80,7 +85,11 @@ def timed(metrics: dict[str, float], name: str) -> Iterator[None]:
     """Add the wall time of the block to `metrics["timing_s/<name>"]` (and show the phase in the progress file)."""
     report(phase=name)
     start = time.perf_counter()
-    yield
+    try:
+        yield
+    except StopRequested as stop:  # name the phase a stop interrupted (the innermost one)
+        stop.phase = stop.phase or name
+        raise
     metrics[f"timing_s/{name}"] = metrics.get(f"timing_s/{name}", 0.0) + time.perf_counter() - start
 
 
@@ -254,12 +263,26 @@ class Run:
     validation: dict[str, float] = field(default_factory=dict)  # the latest val/* metrics (hooks read them)
     best: dict[str, float] = field(default_factory=dict)  # {"step", "success"} of the best validation so far
 
-    def checkpoint(self, step: int) -> None:
+    def checkpoint(self, step: int, validation_pending: bool = False) -> None:
+        """Save everything a resume needs at `step`; `validation_pending`: a stop interrupted step `step`'s
+        validation, which the resume runs first."""
         save_checkpoint(self.checkpoint_dir, step, {
             **self.models.state_dict(), "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
             "empty_steps": self.empty_steps, "validation": self.validation, "best": self.best,
+            "validation_pending": validation_pending,
             "mlflow_run_id": self.tracker.run_id, "config": yaml.safe_dump(self.cfg.to_tree(), sort_keys=False),
         })
+
+    def counters(self) -> dict[str, Any]:
+        """A copy of what a step changes besides the model (hook states, the empty-step count): a step a stop
+        interrupts before its update is undone with `rewind` (the model is as it was)."""
+        return copy.deepcopy({"hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
+                              "empty_steps": self.empty_steps})
+
+    def rewind(self, counters: dict[str, Any]) -> None:
+        for name, hook in self.hooks.items():
+            hook.load_state_dict(counters["hooks"][name])
+        self.empty_steps = counters["empty_steps"]
 
     def keep_if_best(self, step: int) -> None:
         """After a validation at `step` (>= 1): if its success beats every earlier one of the run, keep the policy as
@@ -340,15 +363,23 @@ def _train(
         done = int(resumed["step"]) if resumed is not None else 0
         return TrainResult("preempted", done, tracker.run_id, f"{stop}; its completed epochs are kept")
     trainer = cfg.trainer
-    if resumed is not None:
-        start_step = run.restore(resumed)
-    else:
-        start_step = 0
-        if trainer.val_every:
-            with timed(metrics, "val"):
-                run.validation = validate(cfg, run.models.policy, run.models.encoder, 0)
-            metrics.update(run.validation)
-        tracker.log_metrics(metrics, step=0)
+    try:
+        with interruptible(should_stop):
+            if resumed is not None:
+                start_step = run.restore(resumed)
+                if resumed.get("validation_pending"):  # a stop interrupted this step's validation: run it now
+                    validate_step(run, start_step, {})
+            else:
+                start_step = 0
+                if trainer.val_every:
+                    with timed(metrics, "val"):
+                        run.validation = validate(cfg, run.models.policy, run.models.encoder, 0)
+                    metrics.update(run.validation)
+                tracker.log_metrics(metrics, step=0)
+    except StopRequested:
+        done = int(resumed["step"]) if resumed is not None else 0
+        return TrainResult("preempted", done, tracker.run_id, f"stop requested during the validation at step {done}; "
+                           + ("its checkpoint is kept" if resumed is not None else "nothing to keep"))
 
     status, reason, step = "finished", f"completed {trainer.total_steps} steps", start_step
     with TrainProgress(trainer.total_steps, start_step, enabled=cfg.infra.progress) as progress:
@@ -362,8 +393,17 @@ def _train(
                 run.checkpoint(step)
                 break
             report(step=step)
-            started = time.monotonic()
-            outcome = train_step(run, step)
+            started, before = time.monotonic(), run.counters()
+            try:
+                outcome = train_step(run, step, should_stop)
+            except StopRequested as stop:  # before the update: the model is still step-1's; the step is dropped
+                run.rewind(before)
+                step -= 1
+                status = "preempted"
+                phase = PHASES.get(stop.phase or "gen", stop.phase)
+                reason = f"stop requested during the {phase} of step {step + 1}; checkpoint at step {step}"
+                run.checkpoint(step)
+                break
             clock.took(time.monotonic() - started)
             report(done=step, phase="logging", success=outcome.metrics.get("rollout/success_rate"))
             tracker.log_metrics(outcome.metrics, step=step)
@@ -376,6 +416,11 @@ def _train(
                          outcome.metrics["timing_s/step"])
             if outcome.failure:  # logged for diagnosis, never checkpointed
                 status, reason = "failed", outcome.failure
+                break
+            if outcome.validation_pending:  # the update is done; the validation runs first on resume
+                status = "preempted"
+                reason = f"stop requested during the validation of step {step}; checkpoint at step {step}"
+                run.checkpoint(step, validation_pending=True)
                 break
             if VAL_SUCCESS in outcome.metrics:
                 run.keep_if_best(step)
@@ -431,14 +476,62 @@ class StepOutcome:
     tags: dict[str, str]
     stop_reason: str | None = None
     failure: str | None = None
+    validation_pending: bool = False  # a stop interrupted the validation after the update
 
 
-def train_step(run: Run, step: int) -> StepOutcome:
-    """One training step (see the module docstring); returns its metrics."""
+def train_step(run: Run, step: int, should_stop: Callable[[], bool] | None = None) -> StepOutcome:
+    """One training step (see the module docstring); returns its metrics. A stop (`should_stop`) before the update
+    raises `StopRequested` out of the rollout, scoring or diagnostics; one during the validation ends it and says
+    so (`validation_pending`)."""
     cfg, models, trainer = run.cfg, run.models, run.cfg.trainer
     seed_everything(cfg.seed, step)
     metrics: dict[str, float] = {}
     step_start = time.perf_counter()
+    with interruptible(should_stop):
+        context = rollout_and_score(run, step, metrics)
+    batch = context.batch
+
+    failure = None
+    if batch is not None:  # 5 update: critic, then actor, over mini-batches of the kept trajectories
+        if models.critic is not None:
+            with timed(metrics, "update_critic"):
+                metrics.update(update_critic(models.critic, models.critic_optimizer, batch,
+                                             cfg.algorithm.cliprange_value, run.settings))
+        with timed(metrics, "update_actor"):
+            metrics.update(update_actor(models.policy, models.policy_optimizer, batch, run.policy_config,
+                                        run.settings))
+        if not math.isfinite(metrics["actor/pg_loss"]):
+            failure = f"non-finite policy loss at step {step}"
+
+    # 6 validation on held-out seeds
+    pending = False
+    if trainer.val_every and step % trainer.val_every == 0 and failure is None:
+        try:
+            with interruptible(should_stop):
+                validate_step(run, step, metrics, log_now=False)
+        except StopRequested:
+            pending = True
+    metrics[PEAK_MEMORY_METRIC] = peak_memory_gb(trainer.device)
+    metrics["timing_s/step"] = time.perf_counter() - step_start
+    metrics["timing_s/diagnostics_share"] = metrics["timing_s/diagnostics"] / metrics["timing_s/step"]
+    return StepOutcome(metrics, context.tags, context.stop_reason, failure, pending)
+
+
+def validate_step(run: Run, step: int, metrics: dict[str, float], log_now: bool = True) -> None:
+    """Validate the policy at `step` into `run.validation` and `metrics`; `log_now`: log them at `step` and keep
+    the policy if it is the best so far (a validation a stop interrupted, run on resume)."""
+    with timed(metrics, "val"):
+        run.validation = validate(run.cfg, run.models.policy, run.models.encoder, step)
+    metrics.update(run.validation)
+    if log_now:
+        run.tracker.log_metrics(metrics, step=step)
+        run.keep_if_best(step)
+
+
+def rollout_and_score(run: Run, step: int, metrics: dict[str, float]) -> StepContext:
+    """Steps 1-4 of a training step, which leave the model as it was: the rollout, the diagnostics, the filter and
+    the scoring of the kept rows (`context.batch`, None when the filter kept nothing)."""
+    cfg, models, trainer = run.cfg, run.models, run.cfg.trainer
 
     # 1 rollout: G prompts x K samples through the batched sampler, and the whole batch as tensors (built once)
     sampler = Sampler(models.policy, models.encoder, trainer.max_response_tokens, trainer.temperature,
@@ -476,7 +569,6 @@ def train_step(run: Run, step: int) -> StepOutcome:
         run.tracker.log_frame(rollout_frame(trajectories, sampler.generated, keep, step), "rollouts",
                               f"step_{step:04d}.parquet")
 
-    failure = None
     if not keep.any():
         run.empty_steps += 1
         metrics["rollout/empty_steps"] = float(run.empty_steps)
@@ -497,27 +589,7 @@ def train_step(run: Run, step: int) -> StepOutcome:
         with timed(metrics, "diagnostics"):
             for hook in run.hooks.values():
                 metrics.update(hook.on_batch(context))
-
-        # 5 update: critic, then actor, over mini-batches of the kept trajectories
-        if models.critic is not None:
-            with timed(metrics, "update_critic"):
-                metrics.update(update_critic(models.critic, models.critic_optimizer, batch,
-                                             cfg.algorithm.cliprange_value, run.settings))
-        with timed(metrics, "update_actor"):
-            metrics.update(update_actor(models.policy, models.policy_optimizer, batch, run.policy_config,
-                                        run.settings))
-        if not math.isfinite(metrics["actor/pg_loss"]):
-            failure = f"non-finite policy loss at step {step}"
-
-    # 6 validation on held-out seeds
-    if trainer.val_every and step % trainer.val_every == 0 and failure is None:
-        with timed(metrics, "val"):
-            run.validation = validate(cfg, models.policy, models.encoder, step)
-        metrics.update(run.validation)
-    metrics[PEAK_MEMORY_METRIC] = peak_memory_gb(trainer.device)
-    metrics["timing_s/step"] = time.perf_counter() - step_start
-    metrics["timing_s/diagnostics_share"] = metrics["timing_s/diagnostics"] / metrics["timing_s/step"]
-    return StepOutcome(metrics, context.tags, context.stop_reason, failure)
+    return context
 
 
 def score_batch(run: Run, batch: TrainBatch, metrics: dict[str, float] | None = None,

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
+import recipes.diagnostics
 import recipes.filtering
 from orchlib.errors import OrchError
-from recipes import hooks
+from recipes import hooks, torch_backend
 from recipes.backends import run_training
 from recipes.checkpoint import latest_checkpoint
 from recipes.config import compose_train_config
@@ -162,12 +163,34 @@ def test_resume_equals_an_uninterrupted_run(train_overrides, tmp_path) -> None:
         assert np.allclose([v for _, v in got[key]], [v for _, v in expected[key]], rtol=1e-5, atol=1e-6), key
 
 
-def test_stop_request_checkpoints_and_resume_finishes(train_overrides, tmp_path) -> None:
+class StopAt:
+    """A `should_stop` that turns true once step `step` has entered `phase` (a timed phase name, or "logging" after
+    the step), read from the trainer's progress reports: the stop lands inside the phase by events, not by time.
+    `polls_after` counts the polls after it turned true."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, step: int, phase: str) -> None:
+        self.target, self.step, self.fired, self.polls_after = (step, phase), 0, False, 0
+        real = torch_backend.report
+
+        def spy(**fields) -> None:
+            self.step = fields.get("step", self.step)
+            if fields.get("phase") is not None and (self.step, fields["phase"]) == self.target:
+                self.fired = True
+            real(**fields)
+
+        monkeypatch.setattr(torch_backend, "report", spy)
+
+    def __call__(self) -> bool:
+        self.polls_after += self.fired
+        return self.fired
+
+
+def test_stop_request_checkpoints_and_resume_finishes(train_overrides, tmp_path, monkeypatch) -> None:
     overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=3",
                  "trainer.save_every=0", "trainer.val_every=0"]
-    calls = iter([False, True])
-    preempted = run_training(compose_train_config(overrides), should_stop=lambda: next(calls))
+    preempted = run_training(compose_train_config(overrides), should_stop=StopAt(monkeypatch, 1, "logging"))
     assert (preempted.status, preempted.steps_done) == ("preempted", 1)
+    assert preempted.reason == "stop requested; checkpoint at step 1"
     assert latest_checkpoint(tmp_path / "checkpoints").name == "step_000001"
     mlflow = client(overrides)
     assert mlflow.get_run(preempted.mlflow_run_id).info.status == "KILLED"
@@ -175,6 +198,36 @@ def test_stop_request_checkpoints_and_resume_finishes(train_overrides, tmp_path)
     assert (resumed.status, resumed.steps_done, resumed.mlflow_run_id) == ("finished", 3, preempted.mlflow_run_id)
     steps = [m.step for m in mlflow.get_metric_history(resumed.mlflow_run_id, "actor/pg_loss")]
     assert steps == [1, 2, 3]
+
+
+# (phase the stop lands in, at step 2 of 3) -> (steps kept, the reason's phase): a stop before the update drops the
+# step (the model is still step 1's); the update runs to its end and the validation after it is what stops.
+@pytest.mark.parametrize(("phase", "kept", "said"), [
+    ("gen", 1, "the rollout"), ("diagnostics", 1, "the diagnostics"), ("old_log_prob", 1, "the scoring"),
+    ("update_actor", 2, "the validation"), ("val", 2, "the validation"),
+])
+def test_a_stop_inside_a_phase_ends_it_and_the_resume_equals_an_uninterrupted_run(
+        train_overrides, tmp_path, monkeypatch, phase, kept, said) -> None:
+    monkeypatch.setattr(recipes.diagnostics, "raw_reasoning", lambda response: response or None)  # a micro model's
+    base = [*train_overrides, "algorithm=ppo", "task=countdown", "filter=none", "trainer.val_every=1",  # replies
+            "trainer.save_every=0", "trainer.total_steps=3", "hooks=[collapse]", "diagnostics.num_samples=4",
+            "diagnostics.batch_size=4", "diagnostics.mi_every=1"]
+    straight = run_training(compose_train_config([*base, f"trainer.checkpoint_dir={tmp_path / 'straight'}"]))
+    split = [*base, f"trainer.checkpoint_dir={tmp_path / 'split'}"]
+    stop = StopAt(monkeypatch, 2, phase)
+    stopped = run_training(compose_train_config(split), should_stop=stop)
+    assert (stopped.status, stopped.steps_done) == ("preempted", kept)
+    assert stopped.reason.startswith(f"stop requested during {said} of step 2; checkpoint at step {kept}")
+    assert stop.polls_after == 1  # the first poll inside the phase ended it (the loop polls between steps too)
+    assert latest_checkpoint(tmp_path / "split").name == f"step_{kept:06d}"
+    resumed = run_training(compose_train_config(split))
+    assert (resumed.status, resumed.steps_done, resumed.mlflow_run_id) == ("finished", 3, stopped.mlflow_run_id)
+    mlflow = client(base)
+    expected, got = history(mlflow, straight.mlflow_run_id), history(mlflow, resumed.mlflow_run_id)
+    assert got.keys() == expected.keys()
+    for key in expected:  # no step lost or logged twice, the dropped step redone exactly (hook states rewound)
+        assert [s for s, _ in got[key]] == [s for s, _ in expected[key]], key
+        assert np.allclose([v for _, v in got[key]], [v for _, v in expected[key]], rtol=1e-5, atol=1e-6), key
 
 
 def test_a_non_finite_loss_fails_the_run_without_a_checkpoint(train_overrides, tmp_path, monkeypatch) -> None:
