@@ -7,8 +7,12 @@ a small FrozenLake warm start, 6 steps of 8 prompts x 2 samples, MI at every ste
 1e-6; the planted run generates every reply from one fixed chat from step 3 on (`control.blind_from_step=3`).
 
     python benchmarks/bench_controls.py [--seeds 10] [--first-seed 0] [--steps 6] [--task frozenlake] [--record]
+    python benchmarks/bench_controls.py --entropy [--seeds 5]    # the entropy-collapse control instead
 
-Prints one line per run and the two rates with Wilson 95% intervals. Each run takes about 30 s on 2 idle cores.
+Prints one line per run and the two rates with Wilson 95% intervals. With `--entropy`, the entropy-collapse arm of
+the test (a negative entropy coefficient) per seed: how far entropy fell, the retrieval excess over chance and the
+MI estimate's ratio to its first steps', and in how many seeds the dissociation held (entropy below half its first
+step's, retrieval above chance beyond the test's tolerance, MI at least half). Each run takes about 30 s on 2 idle cores.
 `--record` writes the task's rates into `analysis/controls.yaml`, where `orch report` reads whether the MI proxies
 have been shown to move on the task (`analysis.controls`).
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import tempfile
 import time
@@ -41,24 +46,45 @@ def _test_settings():
 _SETTINGS = _test_settings()
 ALERT, BLIND_FROM, CHANCE, CONTROL, RETRIEVAL = (_SETTINGS.ALERT, _SETTINGS.BLIND_FROM, _SETTINGS.CHANCE,
                                                  _SETTINGS.CONTROL, _SETTINGS.RETRIEVAL)
+ENTROPY, MI, SAMPLES = _SETTINGS.ENTROPY, _SETTINGS.MI, _SETTINGS.SAMPLES
 
 
-def one(seed: int, blind_from: int, steps: int, folder: Path, task: str) -> dict:
+def control(seed: int, blind_from: int, steps: int, folder: Path, task: str,
+            extra: tuple[str, ...] = ()) -> tuple[dict[str, dict[int, float]], float]:
+    """One control run's metric histories and its wall seconds."""
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     overrides = [*CONTROL, f"task={task}", f"seed={seed}", f"trainer.total_steps={steps}", f"control.blind_from_step={blind_from}",
-                 f"mlflow.tracking_uri={uri}", f"trainer.checkpoint_dir={folder / f'ck-{seed}-{blind_from}'}",
-                 "trainer.progress=false"]
+                 f"mlflow.tracking_uri={uri}", f"trainer.checkpoint_dir={folder / f'ck-{seed}-{blind_from}-{len(extra)}'}",
+                 "trainer.progress=false", *extra]
     started = time.perf_counter()
     result = run_training(compose_train_config(overrides))
     client = MlflowClient(uri)
-    seen = {key: {m.step: m.value for m in client.get_metric_history(result.mlflow_run_id, key)}
-            for key in (RETRIEVAL, CHANCE, ALERT)}
+    return ({key: {m.step: m.value for m in client.get_metric_history(result.mlflow_run_id, key)}
+             for key in (RETRIEVAL, CHANCE, ALERT, ENTROPY, MI)}, time.perf_counter() - started)
+
+
+def one_entropy(seed: int, steps: int, folder: Path, task: str) -> dict:
+    """The entropy-collapse control at `seed`: the test's three checks, and whether all held."""
+    seen, seconds = control(seed, 0, steps, folder, task, tuple(_SETTINGS.ENTROPY_COLLAPSE))
+    after = range(BLIND_FROM, steps + 1)
+    chance = sum(seen[CHANCE][s] for s in after) / len(after)
+    excess = sum(seen[RETRIEVAL][s] for s in after) / len(after) - chance
+    tolerance = 3 * math.sqrt(chance * (1 - chance) / (len(after) * SAMPLES))
+    fall = sum(seen[ENTROPY][s] for s in (steps - 1, steps)) / 2 / seen[ENTROPY][1]
+    mi_ratio = (sum(seen[MI][s] for s in after) / len(after)) / (sum(seen[MI][s] for s in range(1, BLIND_FROM))
+                                                                 / (BLIND_FROM - 1))
+    return {"seed": seed, "entropy_ratio": fall, "excess": excess, "mi_ratio": mi_ratio, "seconds": seconds,
+            "held": fall < 0.5 and excess > tolerance and mi_ratio > 0.5}
+
+
+def one(seed: int, blind_from: int, steps: int, folder: Path, task: str) -> dict:
+    seen, seconds = control(seed, blind_from, steps, folder, task)
     excess = {step: seen[RETRIEVAL][step] - seen[CHANCE][step] for step in seen[RETRIEVAL]}
     fired = [step for step, value in sorted(seen[ALERT].items()) if value]
     return {"seed": seed, "planted": bool(blind_from), "fired": fired[0] if fired else None,
             "before": sum(excess[s] for s in range(1, BLIND_FROM)) / (BLIND_FROM - 1),
             "after": sum(excess[s] for s in range(BLIND_FROM, steps + 1)) / (steps + 1 - BLIND_FROM),
-            "seconds": time.perf_counter() - started}
+            "seconds": seconds}
 
 
 def main() -> None:
@@ -68,7 +94,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--task", default="frozenlake")
     parser.add_argument("--record", action="store_true", help="write the rates into analysis/controls.yaml")
+    parser.add_argument("--entropy", action="store_true", help="run the entropy-collapse control instead")
     args = parser.parse_args()
+    if args.entropy:
+        return entropy_main(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="orch-controls-") as scratch:
         os.chdir(scratch)
@@ -89,6 +118,20 @@ def main() -> None:
         print(f"{what}: {hits}/{len(group)} = {hits / len(group):.0%} (Wilson 95%: {low:.0%}-{high:.0%})")
     if args.record:
         record(args, counts)
+
+
+def entropy_main(args: argparse.Namespace) -> None:
+    held = 0
+    with tempfile.TemporaryDirectory(prefix="orch-controls-") as scratch:
+        os.chdir(scratch)
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            row = one_entropy(seed, args.steps, Path(scratch), args.task)
+            held += row["held"]
+            print(f"seed {seed:3d}  entropy at the end / step 1 {row['entropy_ratio']:.2f}  retrieval excess over "
+                  f"chance {row['excess']:+.3f}  MI / its first steps' {row['mi_ratio']:.2f}  "
+                  f"{'held' if row['held'] else 'NOT held'}  ({row['seconds']:.0f} s)", flush=True)
+    low, high = wilson(held, args.seeds)
+    print(f"entropy fell, MI did not: {held}/{args.seeds} (Wilson 95%: {low:.0%}-{high:.0%})")
 
 
 def record(args: argparse.Namespace, counts: dict[bool, tuple[int, int]]) -> None:

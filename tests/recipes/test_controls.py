@@ -11,6 +11,11 @@ fails the first check (before the plant the proxies must be well above chance).
 tolerance and its MI estimate. Whether the early warning fires there is noise at this sample size: its false-alarm
 rate over seeds is measured by `benchmarks/bench_controls.py` and stated in docs/diagnostics.md#controls.
 
+*Entropy collapse* (the opposite dissociation, which the paper uses to tell the two collapses apart): the same run
+with a large negative entropy coefficient (the loss rewards certainty) at a learning rate that lets it act: entropy
+must fall by more than half while the MI proxies keep their input dependence (retrieval above chance beyond the
+same tolerance, the MI estimate at least half its first steps').
+
 The policy is the tiny model after its FrozenLake warm start (the demo's: it reads its input, first-turn retrieval
 about 8x chance; docs/training.md), updated at a learning rate of 1e-6 so that the policy itself barely moves: what
 changes at step 3 is the plant alone. The early warning's success guard is off (`success_tolerance` 1): a blinded
@@ -44,12 +49,16 @@ MI, EMA, ENTROPY, ALERT = ("collapse/trajectory/mi_est", "collapse/trajectory/mi
                            "collapse/alert")
 
 
-def control_run(session_dir, tmp_path, monkeypatch, name: str, blind_from: int) -> dict[str, dict[int, float]]:
+ENTROPY_COLLAPSE = ["model.actor_lr=1e-4", "algorithm.entropy_coeff=-1.0"]  # later overrides win
+
+
+def control_run(session_dir, tmp_path, monkeypatch, name: str, blind_from: int,
+                extra: tuple[str, ...] = ()) -> dict[str, dict[int, float]]:
     monkeypatch.setenv("ORCH_CACHE_DIR", str(session_dir / "cache"))
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{session_dir / 'mlflow.db'}"
     cfg = compose_train_config([*CONTROL, f"control.blind_from_step={blind_from}", f"mlflow.tracking_uri={uri}",
-                                f"trainer.checkpoint_dir={tmp_path / name}"])
+                                f"trainer.checkpoint_dir={tmp_path / name}", *extra])
     result = run_training(cfg)
     assert result.status == "finished", result.reason
     client = MlflowClient(uri)
@@ -94,3 +103,15 @@ def test_with_nothing_planted_the_mi_proxies_stay_above_chance(
     assert mean(seen[MI][s] for s in after) > 0.5 * mean(seen[MI][s] for s in range(1, BLIND_FROM)), seen[MI]
     # The alert is not asserted: at 16 samples per set the rule's false-alarm rate is far from zero
     # (benchmarks/bench_controls.py; docs/diagnostics.md#controls), so whether it fires at one seed is noise.
+
+
+@pytest.mark.slow
+def test_an_entropy_collapse_drops_entropy_but_not_the_mi_proxies(session_dir, tmp_path, monkeypatch) -> None:
+    seen = control_run(session_dir, tmp_path, monkeypatch, "entropy", 0, tuple(ENTROPY_COLLAPSE))
+    first, late = range(1, BLIND_FROM), range(STEPS - 1, STEPS + 1)
+    assert mean(seen[ENTROPY][s] for s in late) < 0.5 * seen[ENTROPY][1], seen[ENTROPY]
+    after = range(BLIND_FROM, STEPS + 1)
+    chance = mean(seen[CHANCE][s] for s in after)
+    tolerance = 3 * math.sqrt(chance * (1 - chance) / (len(after) * SAMPLES))
+    assert mean(seen[RETRIEVAL][s] for s in after) > chance + tolerance, (seen[RETRIEVAL], seen[CHANCE])
+    assert mean(seen[MI][s] for s in after) > 0.5 * mean(seen[MI][s] for s in first), seen[MI]
