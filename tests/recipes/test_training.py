@@ -200,6 +200,9 @@ def test_stop_request_checkpoints_and_resume_finishes(train_overrides, tmp_path,
     assert steps == [1, 2, 3]
 
 
+STRAIGHT: dict[str, str] = {}
+
+
 # (phase the stop lands in, at step 2 of 3) -> (steps kept, the reason's phase): a stop before the update drops the
 # step (the model is still step 1's); the update runs to its end and the validation after it is what stops.
 @pytest.mark.parametrize(("phase", "kept", "said"), [
@@ -212,7 +215,9 @@ def test_a_stop_inside_a_phase_ends_it_and_the_resume_equals_an_uninterrupted_ru
     base = [*train_overrides, "algorithm=ppo", "task=countdown", "filter=none", "trainer.val_every=1",  # replies
             "trainer.save_every=0", "trainer.total_steps=3", "hooks=[collapse]", "diagnostics.num_samples=4",
             "diagnostics.batch_size=4", "diagnostics.mi_every=1"]
-    straight = run_training(compose_train_config([*base, f"trainer.checkpoint_dir={tmp_path / 'straight'}"]))
+    if "straight" not in STRAIGHT:  # one uninterrupted run for every phase (the MLflow store is the session's)
+        STRAIGHT["straight"] = run_training(compose_train_config(
+            [*base, f"trainer.checkpoint_dir={tmp_path / 'straight'}"])).mlflow_run_id
     split = [*base, f"trainer.checkpoint_dir={tmp_path / 'split'}"]
     stop = StopAt(monkeypatch, 2, phase)
     stopped = run_training(compose_train_config(split), should_stop=stop)
@@ -223,7 +228,7 @@ def test_a_stop_inside_a_phase_ends_it_and_the_resume_equals_an_uninterrupted_ru
     resumed = run_training(compose_train_config(split))
     assert (resumed.status, resumed.steps_done, resumed.mlflow_run_id) == ("finished", 3, stopped.mlflow_run_id)
     mlflow = client(base)
-    expected, got = history(mlflow, straight.mlflow_run_id), history(mlflow, resumed.mlflow_run_id)
+    expected, got = history(mlflow, STRAIGHT["straight"]), history(mlflow, resumed.mlflow_run_id)
     assert got.keys() == expected.keys()
     for key in expected:  # no step lost or logged twice, the dropped step redone exactly (hook states rewound)
         assert [s for s, _ in got[key]] == [s for s, _ in expected[key]], key
