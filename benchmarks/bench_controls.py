@@ -11,8 +11,8 @@ a small FrozenLake warm start, 6 steps of 8 prompts x 2 samples, MI at every ste
 
 Prints one line per run and the two rates with Wilson 95% intervals. With `--entropy`, the entropy-collapse arm of
 the test (a negative entropy coefficient) per seed: how far entropy fell, the retrieval excess over chance and the
-MI estimate's ratio to its first steps', and in how many seeds the dissociation held (entropy below half its first
-step's, retrieval above chance beyond the test's tolerance, MI at least half). Each run takes about 30 s on 2 idle cores.
+MI estimate's ratio to its first steps', and in how many seeds the dissociation held (the test's three checks: entropy
+below `ENTROPY_LEFT` of its first step's, retrieval above chance beyond the test's tolerance, MI at least half). Each run takes about 30 s on 2 idle cores.
 `--record` writes the task's rates into `analysis/controls.yaml`, where `orch report` reads whether the MI proxies
 have been shown to move on the task (`analysis.controls`).
 """
@@ -74,7 +74,7 @@ def one_entropy(seed: int, steps: int, folder: Path, task: str) -> dict:
     mi_ratio = (sum(seen[MI][s] for s in after) / len(after)) / (sum(seen[MI][s] for s in range(1, BLIND_FROM))
                                                                  / (BLIND_FROM - 1))
     return {"seed": seed, "entropy_ratio": fall, "excess": excess, "mi_ratio": mi_ratio, "seconds": seconds,
-            "held": fall < 0.5 and excess > tolerance and mi_ratio > 0.5}
+            "held": fall < _SETTINGS.ENTROPY_LEFT and excess > tolerance and mi_ratio > 0.5}
 
 
 def one(seed: int, blind_from: int, steps: int, folder: Path, task: str) -> dict:
