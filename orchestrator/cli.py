@@ -87,9 +87,10 @@ def eval_command(
     task: Annotated[str | None, typer.Option("--task", help="The task to play (default: the run's; needed for a Hugging Face folder).")] = None,
     episodes: Annotated[int, typer.Option("--episodes", min=1, help="Validation seeds (problems), disjoint from training.")] = 16,
     samples: Annotated[int, typer.Option("--samples", min=1, help="Samples per problem (n of pass@k).")] = 1,
-    temperature: Annotated[float | None, typer.Option("--temperature", min=0.0, help="Sampling temperature (default: the run's trainer.val_temperature).")] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature", min=0.0, help="Sampling temperature, 0 for greedy (default: the run's trainer.val_temperature).")] = None,
     pass_k: Annotated[int, typer.Option("--pass-k", min=1, help="k of pass@k (<= --samples).")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
+    engine: Annotated[str, typer.Option("--engine", help="Rollout engine: torch (orch's sampler) | vllm (vLLM's offline engine, where vLLM is installed; text tasks).")] = "torch",
     experiment: Annotated[str, typer.Option("--experiment", help="MLflow experiment of the evaluation run.")] = "orch-eval",
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).")] = None,
     sweep: Annotated[str | None, typer.Option("--sweep", help="Evaluate every finished cell of this stored sweep, as the cells of sweep NAME.eval (instead of SOURCE).")] = None,
@@ -110,24 +111,33 @@ def eval_command(
         _fail("--best, --wait, --dry-run and --store go with --sweep")
     if sweep is not None and task is not None:
         _fail("--task goes with SOURCE: an evaluation cell plays its training cell's task")
+    if sweep is not None and engine != "torch":
+        _fail("--engine vllm goes with SOURCE: evaluation cells play on the torch engine")
     try:
         if pass_k > samples:
             raise OrchError(f"--pass-k {pass_k} needs --samples >= {pass_k} (got {samples})")
-        if temperature is not None and temperature <= 0:
-            raise OrchError(f"--temperature {temperature}: must be > 0 (a sampling temperature)")
+        if sweep is not None and temperature == 0:
+            raise OrchError("--temperature 0 (greedy) goes with SOURCE; evaluation cells sample")
         if sweep is not None:
             from orchestrator.evaluation import EvalRequest
 
             request = EvalRequest("best" if best else "latest", episodes, samples, temperature, pass_k, seed)
             _evaluate_sweep(sweep, request, cluster, wait, dry_run, tracking_uri, store_url)
             return
-        from recipes.evaluate import EvalSettings, evaluate, load_source
+        from recipes.evaluate import ENGINES, EvalSettings, evaluate, load_source
         from recipes.tracking import RunTracker, check_tracking_uri, default_tracking_uri
 
+        if engine not in ENGINES:
+            raise OrchError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+        if engine == "vllm":
+            from recipes.vllm_sampler import require_vllm
+
+            require_vllm()
         uri = default_tracking_uri(tracking_uri)
         check_tracking_uri(uri, "--tracking-uri" if tracking_uri else "tracking URI")
         policy = load_source(source, tracking_uri, task)
-        settings = EvalSettings(episodes=episodes, samples=samples, temperature=temperature, pass_k=pass_k, seed=seed)
+        settings = EvalSettings(episodes=episodes, samples=samples, temperature=temperature, pass_k=pass_k, seed=seed,
+                                engine=engine)
         typer.echo(f"evaluating {source} (step {policy.step}) on {policy.cfg.task.name}: {episodes} problems x "
                    f"{samples} samples", err=True)
         metrics, frame = evaluate(policy, settings)
@@ -139,7 +149,7 @@ def eval_command(
     tracker.log_params({"eval.episodes": str(episodes), "eval.samples": str(samples),
                         "eval.temperature": str(temperature if temperature is not None
                                                 else policy.cfg.trainer.val_temperature),
-                        "eval.pass_k": str(pass_k), "eval.seed": str(seed)})
+                        "eval.pass_k": str(pass_k), "eval.seed": str(seed), "eval.engine": engine})
     tracker.log_metrics(metrics, step=policy.step)
     tracker.log_frame(frame, "rollouts", f"step_{policy.step:04d}.parquet")
     tracker.end("FINISHED")

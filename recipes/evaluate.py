@@ -9,8 +9,9 @@ Metrics (`eval/`): success rate, mean episode return, pass@k (`eval/pass_at_K`) 
 "Evaluating Large Language Models Trained on Code": 1 - C(n-c, k) / C(n, k) per problem with c successes among its n
 samples, averaged over problems), reply length in tokens, format validity, turns. The trajectories are logged as a
 rollout batch (`rollouts/step_NNNN.parquet`, N the checkpoint's step), so `orch predict-filter-gain --run` and
-`orch rollouts` read it. Rollouts here run on the torch sampler (HF generate-style, batched); the vLLM path of an
-evaluation on GPUs is not built.
+`orch rollouts` read it. Rollouts run on the torch sampler (`recipes.sampler`, batched, KV reuse across turns), or
+with `engine="vllm"` (`orch eval --engine vllm`) on vLLM's offline engine (`recipes.vllm_sampler`: the same chat
+protocol and contexts, text observations), where vLLM is installed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class EvalSettings:
     temperature: float | None = None  # None: the run's trainer.val_temperature
     pass_k: int = 1
     seed: int = 0
+    engine: str = "torch"  # torch | vllm (recipes.vllm_sampler)
+
+
+ENGINES = ("torch", "vllm")
 
 
 @dataclass
@@ -54,6 +59,7 @@ class Policy:
     source_run: str | None = None
     step: int = 0
     tags: dict[str, str] = field(default_factory=dict)
+    weights_in_folder: bool = False  # `folder` holds the evaluated weights (a Hugging Face source, a merged veRL one)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -83,7 +89,7 @@ def load_source(source: str, tracking_uri: str | None, task: str | None = None) 
             raise OrchError(f"{source}: a Hugging Face folder carries no task: give --task")
         tree, _ = compose_tree(["model=hf", f"model.path={path}", f"task={task}"])
         cfg = TrainConfig.from_tree(resolve_tree(tree))
-        return Policy(cfg, path, load_policy(path, "float32", "cpu").eval(), source)
+        return Policy(cfg, path, load_policy(path, "float32", "cpu").eval(), source, weights_in_folder=True)
     checkpoint = resolve_checkpoint(source, tracking_uri)
     run = source if RUN_ID.match(source) and not path.exists() else None
     if checkpoint.name == "actor":  # veRL: merged into a Hugging Face folder first
@@ -96,7 +102,8 @@ def load_source(source: str, tracking_uri: str | None, task: str | None = None) 
         tree, _ = compose_tree(["model=hf", f"model.path={merged}", f"task={task}"])
         cfg = TrainConfig.from_tree(resolve_tree(tree))
         step = int(checkpoint.parent.name.removeprefix("global_step_"))
-        return Policy(cfg, merged, load_policy(merged, "float32", "cpu").eval(), source, run, step)
+        return Policy(cfg, merged, load_policy(merged, "float32", "cpu").eval(), source, run, step,
+                      weights_in_folder=True)
     cfg, folder, model, state = load_trained(checkpoint)
     if task is not None and task != cfg.task.name:
         cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": task, "env": {}})})
@@ -116,11 +123,17 @@ def evaluate(policy: Policy, settings: EvalSettings, progress: Any = None) -> tu
 
     if settings.samples < settings.pass_k:
         raise OrchError(f"--pass-k {settings.pass_k} needs --samples >= {settings.pass_k} (got {settings.samples})")
+    if settings.engine not in ENGINES:
+        raise OrchError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")
     cfg = policy.cfg
     temperature = settings.temperature if settings.temperature is not None else cfg.trainer.val_temperature
     seed_everything(settings.seed, 0, 2)
-    sampler = Sampler(policy.model, ChatEncoder(load_tokenizer(policy.folder)), cfg.trainer.max_response_tokens,
-                      temperature, cfg.trainer.max_context_tokens)
+    encoder = ChatEncoder(load_tokenizer(policy.folder))
+    if settings.engine == "vllm":
+        sampler = vllm_sampler(policy, encoder, temperature, settings.seed)
+    else:
+        sampler = Sampler(policy.model, encoder, cfg.trainer.max_response_tokens, temperature,
+                          cfg.trainer.max_context_tokens)
     trajectories = play(cfg, sampler, validation_seeds(settings.episodes), settings.samples)
     if progress:
         progress(len(trajectories))
@@ -133,6 +146,27 @@ def evaluate(policy: Policy, settings: EvalSettings, progress: Any = None) -> tu
         [pass_at_k(len(wins), sum(wins), settings.pass_k) for wins in by_seed.values()]))
     frame = rollout_frame(trajectories, sampler.generated, np.ones(len(trajectories), dtype=bool), policy.step)
     return metrics, frame
+
+
+def vllm_sampler(policy: Policy, encoder: Any, temperature: float, seed: int, logprobs: bool = False) -> Any:
+    """A `recipes.vllm_sampler.VllmSampler` over the policy's weights: its folder when that holds them, else a
+    Hugging Face copy written for this evaluation (removed at exit)."""
+    from recipes.models import load_tokenizer
+    from recipes.vllm_sampler import VllmSampler, require_vllm
+
+    require_vllm()  # before writing anything
+    if encoder.vision is not None or policy.cfg.task.env.get("observation") == "image":
+        raise OrchError("--engine vllm plays text observations only; evaluate image tasks with --engine torch")
+    folder = policy.folder
+    if not policy.weights_in_folder:
+        scratch = Path(tempfile.mkdtemp(prefix="orch-eval-vllm-"))
+        atexit.register(shutil.rmtree, scratch, True)
+        folder = scratch / "model"
+        policy.model.save_pretrained(folder, safe_serialization=True)
+        load_tokenizer(policy.folder).save_pretrained(folder)
+    cfg = policy.cfg
+    return VllmSampler(folder, encoder, cfg.trainer.max_response_tokens, temperature, cfg.trainer.max_context_tokens,
+                       seed, logprobs)
 
 
 def evaluation_checkpoint(cfg: Any) -> Path:

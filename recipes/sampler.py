@@ -35,9 +35,18 @@ LayerKV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values, ea
 
 def sample(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """One token per row from softmax(logits / temperature), by the exponential race (Gumbel-max): exact, and
-    several times faster than `torch.multinomial` on CPU. (rows, vocab) -> (rows, 1)."""
+    several times faster than `torch.multinomial` on CPU; temperature 0: the most likely token (greedy, what
+    `orch eval --temperature 0` asks for). (rows, vocab) -> (rows, 1)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
     race = torch.empty_like(logits, dtype=torch.float32).exponential_()
     return (logits.float() / temperature - race.log()).argmax(dim=-1, keepdim=True)
+
+
+def reply_text(encoder: ChatEncoder, ids: list[int]) -> str:
+    """The text of a reply's ids (its end-of-turn token, when it has one, left out): the key of `generated`."""
+    body = ids[:-1] if ids and ids[-1] == encoder.end_of_turn_id else ids
+    return encoder.tokenizer.decode(body, skip_special_tokens=True)
 
 
 class PrefixStore:
@@ -119,8 +128,7 @@ class Sampler:
         return replies
 
     def _reply_text(self, ids: list[int]) -> str:
-        body = ids[:-1] if ids and ids[-1] == self.encoder.end_of_turn_id else ids
-        return self.encoder.tokenizer.decode(body, skip_special_tokens=True)
+        return reply_text(self.encoder, ids)
 
     @torch.no_grad()
     def _prefill(self, context: list[int]) -> tuple[LayerKV, torch.Tensor, int]:

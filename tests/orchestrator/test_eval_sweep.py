@@ -94,6 +94,10 @@ def test_bad_evaluation_requests_exit_2_with_one_line(workdir: Path) -> None:
         (["eval", "--sweep", "s", "--task", "sokoban"], "--task goes with SOURCE"),
         (["eval", "--sweep", "nope", "--best"], "no orch store here"),
         (["eval", "--sweep", "s", "--samples", "1", "--pass-k", "2"], "--pass-k 2 needs --samples >= 2"),
+        (["eval", "--sweep", "s", "--engine", "vllm"], "--engine vllm goes with SOURCE"),
+        (["eval", "--sweep", "s", "--temperature", "0"], "--temperature 0 (greedy) goes with SOURCE"),
+        (["eval", "abc", "--engine", "sglang"], "--engine 'sglang': choose one of torch, vllm"),
+        (["eval", "abc", "--engine", "vllm"], "--engine vllm needs vLLM in this interpreter"),  # .venv has none
     ]
     for args, expected in cases:
         done = runner.invoke(app, args)

@@ -56,6 +56,8 @@ def test_sampling_follows_the_softmax_at_the_temperature() -> None:
     for temperature in (1.0, 0.5):
         counts = torch.bincount(sample(logits, temperature)[:, 0], minlength=4).float() / len(logits)
         assert torch.allclose(counts, torch.softmax(logits[0] / temperature, dim=-1), atol=0.01)
+    rows = torch.randn(64, 11)
+    assert torch.equal(sample(rows, 0.0), rows.argmax(dim=-1, keepdim=True))  # 0: greedy (orch eval --temperature 0)
 
 
 def test_the_blind_sampler_generates_every_reply_from_the_first_chat_and_keeps_the_episodes_order() -> None:

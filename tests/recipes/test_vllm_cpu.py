@@ -6,6 +6,7 @@ not skipped: a missing environment fails."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -49,6 +50,48 @@ def test_grpo_trains_through_vllms_engine_on_cpu_with_the_agent_loop_filter_and_
     history = {key: [m.step for m in client.get_metric_history(run.info.run_id, key)]
                for key in ("actor/pg_loss", "rollout/kept_ratio", names.RETRIEVAL_ACC)}
     assert history == {"actor/pg_loss": [1, 2], "rollout/kept_ratio": [1, 2], names.RETRIEVAL_ACC: [1]}
+
+    # Its checkpoint (veRL's FSDP shards, merged by veRL's merger) evaluates on vLLM's offline engine (issue 28
+    # item 1), through the CLI into a linked MLflow run ...
+    argv = [str(python()), "-m", "orchestrator.cli", "eval", run.info.run_id, "--task", "countdown", "--engine",
+            "vllm", "--episodes", "4", "--samples", "2", "--pass-k", "2", "--tracking-uri", uri]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    (evaluated,) = client.search_runs([client.get_experiment_by_name("orch-eval").experiment_id])
+    assert evaluated.data.params["eval.engine"] == "vllm" and "eval/pass_at_2" in evaluated.data.metrics
+    assert evaluated.data.tags["orch.eval.source_run"] == run.info.run_id
+    # ... and plays the same policy on the same contexts as orch's own sampler: every token vLLM sampled has the
+    # log-probability orch's torch policy gives it, teacher-forced on orch's context (compared by probability, not
+    # by greedy text: a float32 near-tie parts two greedy replies without anything being wrong).
+    script = f"""
+import torch
+from recipes.chat import ChatEncoder
+from recipes.evaluate import load_source, vllm_sampler
+from recipes.models import load_tokenizer
+from recipes.torch_backend import play
+
+policy = load_source({run.info.run_id!r}, {uri!r}, "countdown")
+encoder = ChatEncoder(load_tokenizer(policy.folder))
+sampler = vllm_sampler(policy, encoder, 1.0, 0, logprobs=True)
+worst, tokens = 0.0, 0
+for trajectory in play(policy.cfg, sampler, [2**30 + 7, 2**30 + 8, 2**30 + 9], 2):
+    first = next(i for i, m in enumerate(trajectory.messages) if m["role"] == "assistant")
+    reply = trajectory.messages[first]["content"]
+    context = encoder.encode(trajectory.messages[:first], sampler.generated, add_generation_prompt=True).input_ids
+    ids = sampler.generated[reply]
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([context + ids[:-1]])).logits[0, len(context) - 1 :]
+    ours = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+    theirs = torch.tensor(sampler.logprobs[reply])
+    worst, tokens = max(worst, float((ours - theirs).abs().max())), tokens + len(ids)
+print("ORCH-WORST", worst, tokens, flush=True)
+"""
+    compared = subprocess.run([str(python()), "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=1200, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert compared.returncode == 0, (compared.stdout + compared.stderr)[-4000:]
+    (line,) = [line for line in compared.stdout.splitlines() if line.startswith("ORCH-WORST ")]
+    worst, tokens = line.split()[1:]
+    assert int(tokens) >= 6 and float(worst) < 1e-3, line
 
 
 def test_orchs_write_into_vllm_matches_the_vllm_it_was_written_against() -> None:
