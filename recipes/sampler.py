@@ -43,6 +43,26 @@ def sample(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return (logits.float() / temperature - race.log()).argmax(dim=-1, keepdim=True)
 
 
+def generation_contexts(encoder: ChatEncoder, histories: Sequence[Sequence[Mapping[str, str]]],
+                        generated: Mapping[str, list[int]], max_new_tokens: int, max_context_tokens: int,
+                        frames: Sequence[Sequence[Any]] | None = None) -> list[list[int]]:
+    """The ids each history's next reply is generated after (earlier replies as the exact ids sampled, from
+    `generated`); keyed ids with the frames for a vision-language encoder. OrchError when one plus `max_new_tokens`
+    exceeds `max_context_tokens`."""
+    if frames is not None and encoder.vision is not None:
+        contexts = [encoder.vision.encode(encoder, history, shown, generated, True).input_ids
+                    for history, shown in zip(histories, frames, strict=True)]
+    else:
+        contexts = [encoder.encode(history, generated, add_generation_prompt=True).input_ids for history in histories]
+    longest = max(len(context) for context in contexts) + max_new_tokens
+    if longest > max_context_tokens:
+        raise OrchError(
+            f"a generation context needs {longest} tokens > trainer.max_context_tokens={max_context_tokens}; "
+            "raise it or lower trainer.max_response_tokens"
+        )
+    return contexts
+
+
 def reply_text(encoder: ChatEncoder, ids: list[int]) -> str:
     """The text of a reply's ids (its end-of-turn token, when it has one, left out): the key of `generated`."""
     body = ids[:-1] if ids and ids[-1] == encoder.end_of_turn_id else ids
@@ -107,18 +127,8 @@ class Sampler:
                  frames: Sequence[Sequence[Any]] | None = None) -> list[str]:
         """One reply per chat history; `frames`: per history, the frames of its image placeholders (a
         vision-language model: the contexts are keyed ids, `recipes.vision`)."""
-        if frames is not None and self.encoder.vision is not None:
-            contexts = [self.encoder.vision.encode(self.encoder, history, shown, self.generated, True).input_ids
-                        for history, shown in zip(histories, frames, strict=True)]
-        else:
-            contexts = [self.encoder.encode(history, self.generated, add_generation_prompt=True).input_ids
-                        for history in histories]
-        longest = max(len(context) for context in contexts) + self.max_new_tokens
-        if longest > self.max_context_tokens:
-            raise OrchError(
-                f"a generation context needs {longest} tokens > trainer.max_context_tokens="
-                f"{self.max_context_tokens}; raise it or lower trainer.max_response_tokens"
-            )
+        contexts = generation_contexts(self.encoder, histories, self.generated, self.max_new_tokens,
+                                       self.max_context_tokens, frames)
         replies: list[str] = []
         for start in range(0, len(contexts), self.batch_size):
             for ids in self._generate(contexts[start : start + self.batch_size]):

@@ -20,7 +20,7 @@ from typing import Any
 
 from orchlib.errors import OrchError
 from recipes.chat import ChatEncoder
-from recipes.sampler import reply_text
+from recipes.sampler import generation_contexts, reply_text
 
 
 def require_vllm() -> None:
@@ -80,14 +80,8 @@ class VllmSampler:
 
         if frames is not None:
             raise OrchError("--engine vllm plays text observations only; evaluate image tasks with --engine torch")
-        contexts = [self.encoder.encode(history, self.generated, add_generation_prompt=True).input_ids
-                    for history in histories]
-        longest = max(len(context) for context in contexts) + self.max_new_tokens
-        if longest > self.max_context_tokens:
-            raise OrchError(
-                f"a generation context needs {longest} tokens > trainer.max_context_tokens="
-                f"{self.max_context_tokens}; raise it or lower trainer.max_response_tokens"
-            )
+        contexts = generation_contexts(self.encoder, histories, self.generated, self.max_new_tokens,
+                                       self.max_context_tokens)
         end = self.encoder.end_of_turn_id
         keep = 0 if self.logprobs is not None else None  # 0: the sampled token's own log-prob only
         params = [SamplingParams(temperature=self.temperature, max_tokens=self.max_new_tokens, stop_token_ids=[end],
