@@ -124,15 +124,10 @@ def eval_command(
             request = EvalRequest("best" if best else "latest", episodes, samples, temperature, pass_k, seed)
             _evaluate_sweep(sweep, request, cluster, wait, dry_run, tracking_uri, store_url)
             return
-        from recipes.evaluate import ENGINES, EvalSettings, evaluate, load_source
+        from recipes.evaluate import EvalSettings, check_engine, evaluate, load_source
         from recipes.tracking import RunTracker, check_tracking_uri, default_tracking_uri
 
-        if engine not in ENGINES:
-            raise OrchError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
-        if engine == "vllm":
-            from recipes.vllm_sampler import require_vllm
-
-            require_vllm()
+        check_engine(engine)  # before loading anything
         uri = default_tracking_uri(tracking_uri)
         check_tracking_uri(uri, "--tracking-uri" if tracking_uri else "tracking URI")
         policy = load_source(source, tracking_uri, task)

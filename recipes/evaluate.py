@@ -47,6 +47,16 @@ class EvalSettings:
 ENGINES = ("torch", "vllm")
 
 
+def check_engine(engine: str) -> None:
+    """OrchError (one line) unless `engine` is one of `ENGINES` and, for vllm, vLLM is importable here."""
+    if engine not in ENGINES:
+        raise OrchError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if engine == "vllm":
+        from recipes.vllm_sampler import require_vllm
+
+        require_vllm()
+
+
 @dataclass
 class Policy:
     """What an evaluation runs: the config it plays under, the model folder its tokenizer comes from, the model,
@@ -123,8 +133,7 @@ def evaluate(policy: Policy, settings: EvalSettings, progress: Any = None) -> tu
 
     if settings.samples < settings.pass_k:
         raise OrchError(f"--pass-k {settings.pass_k} needs --samples >= {settings.pass_k} (got {settings.samples})")
-    if settings.engine not in ENGINES:
-        raise OrchError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")
+    check_engine(settings.engine)
     cfg = policy.cfg
     temperature = settings.temperature if settings.temperature is not None else cfg.trainer.val_temperature
     seed_everything(settings.seed, 0, 2)
@@ -152,11 +161,10 @@ def vllm_sampler(policy: Policy, encoder: Any, temperature: float, seed: int, lo
     """A `recipes.vllm_sampler.VllmSampler` over the policy's weights: its folder when that holds them, else a
     Hugging Face copy written for this evaluation (removed at exit)."""
     from recipes.models import load_tokenizer
-    from recipes.vllm_sampler import VllmSampler, require_vllm
+    from recipes.vllm_sampler import TEXT_ONLY, VllmSampler
 
-    require_vllm()  # before writing anything
     if encoder.vision is not None or policy.cfg.task.env.get("observation") == "image":
-        raise OrchError("--engine vllm plays text observations only; evaluate image tasks with --engine torch")
+        raise OrchError(TEXT_ONLY)  # before writing anything
     folder = policy.folder
     if not policy.weights_in_folder:
         scratch = Path(tempfile.mkdtemp(prefix="orch-eval-vllm-"))

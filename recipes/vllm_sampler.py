@@ -22,6 +22,8 @@ from orchlib.errors import OrchError
 from recipes.chat import ChatEncoder
 from recipes.sampler import generation_contexts, reply_text
 
+TEXT_ONLY = "--engine vllm plays text observations only; evaluate image tasks with --engine torch"
+
 
 def require_vllm() -> None:
     """OrchError (one line) unless this interpreter can import vLLM."""
@@ -79,7 +81,7 @@ class VllmSampler:
         from vllm.inputs import TokensPrompt
 
         if frames is not None:
-            raise OrchError("--engine vllm plays text observations only; evaluate image tasks with --engine torch")
+            raise OrchError(TEXT_ONLY)
         contexts = generation_contexts(self.encoder, histories, self.generated, self.max_new_tokens,
                                        self.max_context_tokens)
         end = self.encoder.end_of_turn_id
