@@ -17,7 +17,7 @@ import click
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from orchlib.errors import OrchError, validation_error
+from orchlib.errors import OrchError, fault_line, validation_error
 
 
 class OneLineErrors(TyperGroup):
@@ -39,6 +39,12 @@ class OneLineErrors(TyperGroup):
             sys.exit(err.exit_code)
         except click.Abort:
             click.echo("orch: aborted", err=True)
+            sys.exit(1)
+        except Exception as err:  # a fault of the machine (a full disk) is one line in every command
+            line = fault_line(err)
+            if line is None:
+                raise
+            click.echo(f"orch: error: {line}", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 

@@ -23,10 +23,23 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)  # what a full disk or an exhaus
 def fault_line(err: BaseException) -> str | None:
     """One line for a fault of the machine that the user can act on, or None for anything else. A full disk:
     ``disk full: No space left on device while writing ...: /path`` (`orch train` and the job print it instead of
-    a traceback; the cell's reason in `orch status` is this line)."""
-    if isinstance(err, OSError) and err.errno in DISK_FULL_ERRNOS:
-        where = f": {err.filename}" if err.filename else ""
-        return f"disk full: {err.strerror or 'No space left on device'}{where}; free some space, then resume"
+    a traceback; the cell's reason in `orch status` is this line), also when a database (orch's store, MLflow's)
+    found its disk full, wherever in the exception's chain (SQLAlchemy wraps SQLite's error)."""
+    import sqlite3
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            where = f": {exc.filename}" if exc.filename else ""
+            return f"disk full: {exc.strerror or 'No space left on device'}{where}; free some space, then resume"
+        if isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
+            return f"disk full: a database could not be written ({exc}); free some space, then resume"
+        todo += [exc.__cause__, exc.__context__, getattr(exc, "orig", None)]
     return None
 
 

@@ -128,3 +128,42 @@ def test_a_checkpoint_folder_without_room_for_one_checkpoint_is_refused_before_a
                                             r"one checkpoint needs about"):
             run_training(cfg)
         assert list(folder.iterdir()) == []
+
+
+def test_a_database_that_finds_its_disk_full_is_one_line_in_every_command(tmp_path, monkeypatch) -> None:
+    """A store or MLflow database whose disk fills while a command runs (`orch sweep --wait` reconciling, here
+    SQLAlchemy's real error from SQLite on a full tmpfs): one line, exit 1, no traceback (it was a 40-line
+    traceback from `orch resume --wait` when this machine's disk filled under a long sweep)."""
+    import sqlalchemy
+    from typer.testing import CliRunner
+
+    import orchestrator.sweep_cli
+    from orchestrator.cli import app
+    from orchlib.errors import fault_line
+
+    with tmpfs(tmp_path / "small", 256 * 1024) as folder:
+        engine = sqlalchemy.create_engine(f"sqlite:///{folder / 'store.db'}")
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text("CREATE TABLE t (x TEXT)"))
+        with contextlib.suppress(OSError), open(folder / "fill", "wb") as fill:  # the rest of the disk
+            while True:
+                fill.write(b"\0" * 65536)
+                fill.flush()
+        with pytest.raises(sqlalchemy.exc.OperationalError) as caught, engine.begin() as connection:
+            for _ in range(1000):
+                connection.execute(sqlalchemy.text("INSERT INTO t VALUES (:x)"), {"x": "x" * 4096})
+        engine.dispose()
+    full = caught.value
+    assert fault_line(full) == ("disk full: a database could not be written (database or disk is full); free some "
+                                "space, then resume")
+    wrapped = RuntimeError("reconcile failed")
+    wrapped.__cause__ = full
+    assert fault_line(wrapped) == fault_line(full)  # found down the chain
+    assert fault_line(RuntimeError("something else")) is None
+
+    def fails(*args, **kwargs):
+        raise full
+
+    monkeypatch.setattr(orchestrator.sweep_cli, "_open_store", fails)
+    done = CliRunner().invoke(app, ["status", "any"])
+    assert done.exit_code == 1 and done.output.strip() == f"orch: error: {fault_line(full)}", done.output
