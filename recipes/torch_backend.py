@@ -372,9 +372,7 @@ def _train(
             else:
                 start_step = 0
                 if trainer.val_every:
-                    with timed(metrics, "val"):
-                        run.validation = validate(cfg, run.models.policy, run.models.encoder, 0)
-                    metrics.update(run.validation)
+                    validate_step(run, 0, metrics, log_now=False)
                 tracker.log_metrics(metrics, step=0)
     except StopRequested:
         done = int(resumed["step"]) if resumed is not None else 0

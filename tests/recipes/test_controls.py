@@ -72,6 +72,22 @@ def mean(values) -> float:
     return sum(values) / len(values)
 
 
+def retrieval_and_bound(seen: dict[str, dict[int, float]], steps: range) -> tuple[float, float]:
+    """(mean retrieval accuracy over `steps`, chance plus 3 binomial standard deviations, pooled over len(steps) x
+    SAMPLES draws: a false failure at true chance is about 1 in 1000)."""
+    chance = mean(seen[CHANCE][s] for s in steps)
+    return mean(seen[RETRIEVAL][s] for s in steps), chance + 3 * math.sqrt(chance * (1 - chance) / (len(steps) * SAMPLES))
+
+
+def entropy_collapse_checks(seen: dict[str, dict[int, float]], steps: int = STEPS) -> dict[str, bool]:
+    """The entropy-collapse control's three checks (this test's, and `bench_controls.py --entropy`'s per seed)."""
+    first, after, late = range(1, BLIND_FROM), range(BLIND_FROM, steps + 1), range(steps - 1, steps + 1)
+    retrieval, bound = retrieval_and_bound(seen, after)
+    return {"entropy fell": mean(seen[ENTROPY][s] for s in late) < ENTROPY_LEFT * seen[ENTROPY][1],
+            "retrieval above chance": retrieval > bound,
+            "MI held": mean(seen[MI][s] for s in after) > 0.5 * mean(seen[MI][s] for s in first)}
+
+
 @pytest.mark.slow
 def test_a_planted_collapse_drops_the_mi_proxies_to_chance_but_not_entropy_and_fires_the_warning(
         session_dir, tmp_path, monkeypatch) -> None:
@@ -79,11 +95,10 @@ def test_a_planted_collapse_drops_the_mi_proxies_to_chance_but_not_entropy_and_f
     before, after = range(1, BLIND_FROM), range(BLIND_FROM, STEPS + 1)
     # the proxies saw the input dependence while it was there ...
     assert mean(seen[RETRIEVAL][s] for s in before) > mean(seen[CHANCE][s] for s in before) + 0.1, seen
-    # ... and see it gone: retrieval over the planted steps at chance within 3 binomial standard deviations (pooled:
-    # len(after) x SAMPLES draws; a false failure at true chance is about 1 in 1000), MI near zero
-    chance = mean(seen[CHANCE][s] for s in after)
-    tolerance = 3 * math.sqrt(chance * (1 - chance) / (len(after) * SAMPLES))
-    assert mean(seen[RETRIEVAL][s] for s in after) <= chance + tolerance, (seen[RETRIEVAL], seen[CHANCE])
+    # ... and see it gone: retrieval over the planted steps at chance within 3 binomial standard deviations, MI near
+    # zero
+    retrieval, bound = retrieval_and_bound(seen, after)
+    assert retrieval <= bound, (seen[RETRIEVAL], seen[CHANCE])
     assert max(seen[MI][s] for s in after) < 0.25 * mean(seen[MI][s] for s in before), seen[MI]
     assert seen[EMA][STEPS] < 0.5 * max(seen[EMA].values()), seen[EMA]
     # entropy does not see it
@@ -98,9 +113,8 @@ def test_with_nothing_planted_the_mi_proxies_stay_above_chance(
         session_dir, tmp_path, monkeypatch) -> None:
     seen = control_run(session_dir, tmp_path, monkeypatch, "negative", 0)
     after = range(BLIND_FROM, STEPS + 1)
-    chance = mean(seen[CHANCE][s] for s in after)
-    tolerance = 3 * math.sqrt(chance * (1 - chance) / (len(after) * SAMPLES))
-    assert mean(seen[RETRIEVAL][s] for s in after) > chance + tolerance, (seen[RETRIEVAL], seen[CHANCE])
+    retrieval, bound = retrieval_and_bound(seen, after)
+    assert retrieval > bound, (seen[RETRIEVAL], seen[CHANCE])
     assert mean(seen[MI][s] for s in after) > 0.5 * mean(seen[MI][s] for s in range(1, BLIND_FROM)), seen[MI]
     # The alert is not asserted: at 16 samples per set the rule's false-alarm rate is far from zero
     # (benchmarks/bench_controls.py; docs/diagnostics.md#controls), so whether it fires at one seed is noise.
@@ -109,10 +123,5 @@ def test_with_nothing_planted_the_mi_proxies_stay_above_chance(
 @pytest.mark.slow
 def test_an_entropy_collapse_drops_entropy_but_not_the_mi_proxies(session_dir, tmp_path, monkeypatch) -> None:
     seen = control_run(session_dir, tmp_path, monkeypatch, "entropy", 0, tuple(ENTROPY_COLLAPSE))
-    first, late = range(1, BLIND_FROM), range(STEPS - 1, STEPS + 1)
-    assert mean(seen[ENTROPY][s] for s in late) < ENTROPY_LEFT * seen[ENTROPY][1], seen[ENTROPY]
-    after = range(BLIND_FROM, STEPS + 1)
-    chance = mean(seen[CHANCE][s] for s in after)
-    tolerance = 3 * math.sqrt(chance * (1 - chance) / (len(after) * SAMPLES))
-    assert mean(seen[RETRIEVAL][s] for s in after) > chance + tolerance, (seen[RETRIEVAL], seen[CHANCE])
-    assert mean(seen[MI][s] for s in after) > 0.5 * mean(seen[MI][s] for s in first), seen[MI]
+    checks = entropy_collapse_checks(seen)
+    assert all(checks.values()), (checks, seen[ENTROPY], seen[RETRIEVAL], seen[CHANCE], seen[MI])
