@@ -21,7 +21,7 @@ These feed :func:`recipes.mi.mi_proxies`. Two methods compute the same matrices:
 
 Both methods score each distinct sample once (:func:`distinct_rows`): identical samples get identical rows.
 
-Both run under ``torch.inference_mode`` with the model in eval mode and restore its training flag afterwards.
+Both run under ``torch.inference_mode`` (``torch.no_grad`` for FSDP-sharded models) with the model in eval mode and restore its training flag afterwards.
 """
 
 from __future__ import annotations
@@ -235,6 +235,7 @@ def cross_score(
     method: str = "prefix",
     batch_size: int = 16,
     pad_id: int = 0,
+    inference_mode: bool = True,
 ) -> CrossScores:
     """Score every sample under every prompt column with a Hugging Face causal LM.
 
@@ -245,6 +246,8 @@ def cross_score(
         method: ``prefix`` (key/value reuse, default) or ``naive`` (the reference N x M full forwards).
         batch_size: sequences per forward pass.
         pad_id: id used for padding (never scored).
+        inference_mode: run under ``torch.inference_mode`` (else ``torch.no_grad``: FSDP2-sharded models, whose
+            hooks refuse inference tensors).
     """
     import torch
 
@@ -260,7 +263,7 @@ def cross_score(
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode() if inference_mode else torch.no_grad():
             L_sum, tokens = SCORING_METHODS[method](model, prompts, distinct, batch_size, pad_id)
     finally:
         model.train(was_training)

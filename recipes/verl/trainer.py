@@ -44,7 +44,7 @@ from recipes.verl.agent_loop import train_config
 
 log = logging.getLogger("orch.verl")
 STATE_FILE = "orch_state.json"
-SCORE_ROWS = 256  # (prompt, sample) pairs per actor-worker call when cross-scoring
+SCORE_ROWS = 256  # (prompt, sample) pairs per actor-worker call when cross-scoring naively
 
 
 class Stop(Exception):  # noqa: N818  (a control-flow signal, not an error)
@@ -315,21 +315,32 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def cross_score(self, prompts: list[list[int]], samples: list[list[int]]) -> Any:
         """`recipes.cross_scoring.CrossScores` of every sample under every prompt column, teacher-forced under the
-        current policy through the actor workers' `compute_log_prob` (the fit loop's own old-log-prob path). Each
-        (prompt, sample) pair of distinct token sequences is one row: the reference N x M method, no prefix reuse (see
-        docs/verl.md); identical prompts or samples are scored once and their columns or rows copied."""
+        current policy in the actor workers. `diagnostics.method=prefix` (the default): the workers'
+        `orch_cross_score` (recipes.verl.workers), each prompt encoded once and the samples scored on its cache, the
+        distinct prompts split in blocks over the actor's ranks. `naive`: the reference N x M method through the fit
+        loop's own old-log-prob path (`score_pairs`), each (prompt, sample) pair of distinct token sequences one row.
+        Either way identical prompts or samples are scored once and their columns or rows copied."""
         from recipes.cross_scoring import CrossScores, distinct_rows
 
         distinct_prompts, prompt_of = distinct_rows(prompts)
         distinct_samples, sample_of = distinct_rows(samples)
-        pairs = [(prompt, sample) for sample in distinct_samples for prompt in distinct_prompts]
-        sums: list[float] = []
-        for start in range(0, len(pairs), SCORE_ROWS):
-            sums += [float(np.sum(values)) for values in self.score_pairs(pairs[start:start + SCORE_ROWS])]
-        L_sum = np.array(sums, dtype=np.float64).reshape(len(distinct_samples), len(distinct_prompts))
+        if self.cfg.diagnostics.method == "prefix":
+            order = sorted(range(len(distinct_prompts)), key=lambda j: distinct_prompts[j])  # neighbours share prefixes
+            pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+            blocks = self.actor_rollout_wg.orch_cross_score([distinct_prompts[j] for j in order], distinct_samples,
+                                                            self.cfg.diagnostics.batch_size, pad_id)
+            L_sum = np.empty((len(distinct_samples), len(distinct_prompts)))
+            L_sum[:, order] = np.concatenate([block for block, _ in blocks], axis=1)
+            tokens = sum(fed for _, fed in blocks)
+        else:
+            pairs = [(prompt, sample) for sample in distinct_samples for prompt in distinct_prompts]
+            sums: list[float] = []
+            for start in range(0, len(pairs), SCORE_ROWS):
+                sums += [float(np.sum(values)) for values in self.score_pairs(pairs[start:start + SCORE_ROWS])]
+            L_sum = np.array(sums, dtype=np.float64).reshape(len(distinct_samples), len(distinct_prompts))
+            tokens = sum(len(prompt) + len(sample) for prompt, sample in pairs)
         L_sum = L_sum[sample_of][:, prompt_of]
         lengths = np.array([len(sample) for sample in samples], dtype=np.float64)[:, None]
-        tokens = sum(len(prompt) + len(sample) for prompt, sample in pairs)
         return CrossScores(L=L_sum / lengths, L_sum=L_sum, tokens_processed=tokens)
 
     def score_pairs(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:

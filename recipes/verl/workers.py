@@ -1,5 +1,16 @@
-"""orch's actor worker on veRL: veRL's `ActorRolloutRefWorker` (verl/workers/engine_workers.py) plus one worker
-method, `orch_gradient_norms`, for the gradient split of the `collapse` diagnostics (`diagnostics.grad_every`).
+"""orch's actor worker on veRL: veRL's `ActorRolloutRefWorker` (verl/workers/engine_workers.py) plus two worker
+methods for the `collapse` diagnostics: `orch_cross_score`, the MI proxies' cross-scoring with prefix reuse, and
+`orch_gradient_norms`, the gradient split (`diagnostics.grad_every`).
+
+**Cross-scoring** (`orch_cross_score`): veRL's `compute_log_prob` scores whole sequences, so scoring N prompt
+columns x M samples through it feeds every prompt M times. The worker method instead runs
+`recipes.cross_scoring.cross_score` with `method="prefix"` (each prompt encoded once, the samples on its key/value
+cache) on the actor's own FSDP module, in the engine's eval mode (parameters loaded if offloaded). Every rank gets
+the whole job (`Dispatch.ONE_TO_ALL`) and scores its own contiguous block of the (sorted, distinct) prompts,
+`prompt_block`; the driver joins the blocks' columns in rank order. FSDP gathers each layer's parameters with a
+collective call at every forward, so every rank must run the same number of forwards: the blocks are padded to one
+length with one-token filler prompts, and each prompt costs the same forwards on every rank (one for the prompt,
+then one per batch of the same samples).
 
 The split needs gradients that are never applied, computed where the actor's parameters live (its FSDP workers,
 possibly on several GPUs and nodes): no public worker call does that (`update_actor` always steps the optimizer), so
@@ -20,6 +31,7 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
@@ -29,6 +41,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import no_padding_2_padding
 
 from recipes.actor import ActorLossTerms, actor_loss_terms
+from recipes.cross_scoring import cross_score
 from recipes.tracking import peak_memory_gb
 
 PARTS = ("task", "reg")
@@ -102,8 +115,41 @@ def gradient_norms(worker: Any, config: Any, data: TensorDict) -> dict[str, floa
     return norms
 
 
+def prompt_block(prompts: list[list[int]], rank: int, world: int) -> tuple[list[list[int]], int]:
+    """Rank `rank`'s contiguous block of `prompts` (distinct) out of `world` equal blocks, and how many of them are
+    real: the block is padded to the common length ceil(len / world) with distinct one-token prompts that are not
+    among `prompts`, so that every rank runs as many forwards (see the module docstring)."""
+    size = -(-len(prompts) // world)
+    block = [list(prompt) for prompt in prompts[rank * size:(rank + 1) * size]]
+    taken = {tuple(prompt) for prompt in prompts}
+    fillers = ([token] for token in range(len(taken) + size + 1) if (token,) not in taken)
+    return block + [next(fillers) for _ in range(size - len(block))], len(block)
+
+
+def block_scores(module: Any, prompts: list[list[int]], samples: list[list[int]], rank: int, world: int,
+                 batch_size: int, pad_id: int) -> tuple[np.ndarray, int]:
+    """L_sum (M, this rank's real prompts) of every sample under this rank's block of prompts (`prompt_block`),
+    prefix reuse on `module`, and the tokens fed (fillers included)."""
+    block, real = prompt_block(prompts, rank, world)
+    scores = cross_score(module, block, samples, method="prefix", batch_size=batch_size, pad_id=pad_id,
+                         inference_mode=False)  # FSDP2's hooks refuse inference tensors
+    return scores.L_sum[:, :real], scores.tokens_processed
+
+
 class OrchActorRolloutRefWorker(ActorRolloutRefWorker):
-    """veRL's actor/rollout/reference worker with the gradient-split method (see the module docstring)."""
+    """veRL's actor/rollout/reference worker with orch's diagnostics methods (see the module docstring)."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def orch_cross_score(self, prompts: list[list[int]], samples: list[list[int]], batch_size: int,
+                         pad_id: int) -> tuple[np.ndarray, int]:
+        """This rank's columns of the cross-scoring: (L_sum of its real prompts, tokens fed); `prompts` distinct and
+        sorted (neighbours share prefixes), every rank given all of them."""
+        import torch.distributed as dist
+
+        engine = self.actor.engine
+        with engine.eval_mode():
+            return block_scores(engine.module, prompts, samples, dist.get_rank(), dist.get_world_size(), batch_size,
+                                pad_id)
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def orch_gradient_norms(self, data: TensorDict) -> TensorDict | None:

@@ -288,9 +288,11 @@ def test_an_empty_filter_skips_the_update_and_counts_towards_the_stop() -> None:
     assert trainer.pending_stop is not None and trainer.pending_stop.status == "stopped"
 
 
-def test_cross_scoring_through_the_workers_scores_each_distinct_pair_once_and_maps_rows_and_columns_back() -> None:
-    """The MI diagnostics' scoring on veRL: repeated prompts and samples are sent once, and every (sample, column)
-    cell gets the score of its own pair (a stand-in for the actor workers scores a pair by its token ids)."""
+def test_naive_cross_scoring_through_the_workers_scores_each_distinct_pair_once_and_maps_rows_and_columns_back(
+        ) -> None:
+    """The MI diagnostics' reference scoring on veRL (`diagnostics.method=naive`): repeated prompts and samples are
+    sent once, and every (sample, column) cell gets the score of its own pair (a stand-in for the actor workers
+    scores a pair by its token ids)."""
     from recipes.verl.trainer import OrchPPOTrainer
 
     sent: list[tuple[list[int], list[int]]] = []
@@ -299,7 +301,7 @@ def test_cross_scoring_through_the_workers_scores_each_distinct_pair_once_and_ma
         sent.extend(pairs)
         return [[0.01 * sum(prompt) + token for token in sample] for prompt, sample in pairs]
 
-    trainer = SimpleNamespace(score_pairs=score_pairs)
+    trainer = SimpleNamespace(score_pairs=score_pairs, cfg=SimpleNamespace(diagnostics=SimpleNamespace(method="naive")))
     prompts = [[1, 2], [3], [1, 2], [4, 5, 6]]
     samples = [[7], [8, 9], [7], [10]]
     scores = OrchPPOTrainer.cross_score(trainer, prompts, samples)
@@ -307,6 +309,84 @@ def test_cross_scoring_through_the_workers_scores_each_distinct_pair_once_and_ma
     expected = np.array([[sum(0.01 * sum(p) + t for t in z) for p in prompts] for z in samples])
     np.testing.assert_allclose(scores.L_sum, expected)
     np.testing.assert_allclose(scores.L, expected / np.array([[len(z)] for z in samples]))
+
+
+def micro_lm() -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                        num_key_value_heads=2, intermediate_size=64, attn_implementation="sdpa"))
+
+
+def scoring_job() -> tuple[list[list[int]], list[list[int]]]:
+    """Six prompts (five distinct: one repeated, one extending another) and six samples (one repeated, one a single
+    token)."""
+    prompts = [[5, 6, 7, 8], [5, 6, 7, 8, 9, 10], [11, 12], [5, 6, 7, 8], [13, 14, 15], [16, 17, 18, 19, 20, 21, 22]]
+    samples = [[30, 31, 32], [33], [34, 35, 36, 37, 38], [30, 31, 32], [2, 3], [1, 2, 3, 4, 5, 6, 7]]
+    return prompts, samples
+
+
+def test_prefix_cross_scoring_through_the_workers_equals_the_naive_scores_over_any_number_of_ranks() -> None:
+    """`diagnostics.method=prefix` on veRL: the driver sends the sorted distinct prompts to every rank, each scores
+    its block (`recipes.verl.workers.block_scores`, here run rank by rank in this process on a plain model) and the
+    columns come back in place: equal to the reference N x M scores, whatever the rank count (3 ranks: blocks of 2, 2
+    and 1 + a filler; 7: more ranks than prompts, two blocks all filler)."""
+    from recipes.cross_scoring import cross_score
+    from recipes.verl.trainer import OrchPPOTrainer
+    from recipes.verl.workers import block_scores, prompt_block
+
+    model = micro_lm()
+    prompts, samples = scoring_job()
+    reference = cross_score(model, prompts, samples, method="naive")
+    for world in (1, 3, 7):
+        calls = []
+
+        def orch_cross_score(sorted_prompts, distinct_samples, batch_size, pad_id, world=world, calls=calls):
+            calls.append(sorted_prompts)
+            return [block_scores(model, sorted_prompts, distinct_samples, rank, world, batch_size, pad_id)
+                    for rank in range(world)]
+
+        trainer = SimpleNamespace(
+            actor_rollout_wg=SimpleNamespace(orch_cross_score=orch_cross_score), tokenizer=SimpleNamespace(pad_token_id=0),
+            cfg=SimpleNamespace(diagnostics=SimpleNamespace(method="prefix", batch_size=2)))
+        scores = OrchPPOTrainer.cross_score(trainer, prompts, samples)
+        assert calls == [sorted(list(p) for p in {tuple(p) for p in prompts})]  # distinct, sorted, one call
+        np.testing.assert_allclose(scores.L_sum, reference.L_sum, atol=1e-4)
+        np.testing.assert_allclose(scores.L, reference.L, atol=1e-4)
+        blocks = [prompt_block(calls[0], rank, world) for rank in range(world)]
+        assert len({len(block) for block, _ in blocks}) == 1  # every rank runs as many forwards
+        assert sum(real for _, real in blocks) == 5 and all(len(p) == 1 for b, r in blocks for p in b[r:])
+
+
+def test_prefix_cross_scoring_runs_on_fsdp2_shards_in_lockstep_and_equals_the_naive_scores(tmp_path: Path) -> None:
+    """The worker method's scoring for real on an FSDP2-sharded model over gloo ranks whose prompt blocks hold
+    different prompts (the job's five distinct prompts over three ranks: blocks of 2, 2 and 1 + a filler;
+    tests/recipes/fsdp_scoring_rank.py is one rank): no rank waits forever on another's parameter gather, and
+    the joined columns equal the unsharded naive scores."""
+    import subprocess
+    import sys
+
+    from recipes.cross_scoring import cross_score
+
+    model = micro_lm()
+    model.save_pretrained(tmp_path / "model")
+    prompts, samples = scoring_job()
+    distinct = sorted(list(p) for p in {tuple(p) for p in prompts})
+    (tmp_path / "job.json").write_text(json.dumps({"prompts": distinct, "samples": samples}))
+    reference = cross_score(model, distinct, samples, method="naive").L_sum
+    script = Path(__file__).with_name("fsdp_scoring_rank.py")
+    for world in (3,):  # more ranks than cores: the filler's rank must still keep step
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        ranks = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "model"), str(tmp_path / "job.json"),
+                                   str(rank), str(world), str(port), str(tmp_path / f"{world}-{rank}.json")])
+                 for rank in range(world)]
+        assert [rank.wait(timeout=300) for rank in ranks] == [0] * world
+        joined = np.concatenate([np.array(json.loads((tmp_path / f"{world}-{rank}.json").read_text()))
+                                 for rank in range(world)], axis=1)
+        np.testing.assert_allclose(joined, reference, atol=1e-4)
 
 
 # --- the Ray cluster -------------------------------------------------------------------------------------------
