@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from orchestrator.job import checkpoint_dir_of
@@ -48,10 +49,24 @@ class EvalRequest:
         return found
 
 
+def _has_checkpoint(source: Path, which: str) -> bool:
+    """Whether a cell's checkpoint folder holds a complete checkpoint of the kind asked for (`best` or `latest`)."""
+    from recipes.checkpoint import BEST_DIR
+    from recipes.export import resolve_checkpoint
+
+    folder = source / BEST_DIR if which == "best" else source
+    try:
+        resolve_checkpoint(str(folder))
+    except OrchError:
+        return False
+    return True
+
+
 def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: ConfigResolver | None = None) -> Plan:
-    """The evaluation sweep of every finished (or stopped) torch-backend cell of stored sweep `name`. `OrchError`
-    (one line) when the sweep is unknown, is itself an evaluation sweep, its file is gone, `conf/` changed its
-    cells since, or no cell can be evaluated yet."""
+    """The evaluation sweep of every finished (or stopped) cell of stored sweep `name` that kept the checkpoint asked
+    for (both trainers keep a best one when they validate: torch `best/step_N`, veRL `best/global_step_N/actor`).
+    `OrchError` (one line) when the sweep is unknown, is itself an evaluation sweep, its file is gone, `conf/`
+    changed its cells since, or no cell can be evaluated yet."""
     if name.endswith(EVAL_SUFFIX):
         raise OrchError(f"sweep {name} is an evaluation sweep: give the training sweep, {name[:-len(EVAL_SUFFIX)]}")
     sweep = store.require_sweep(name)
@@ -62,14 +77,17 @@ def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: Con
     if not done:
         counts = ", ".join(f"{state} {count}" for state, count in sorted(store.counts(sweep.id).items()))
         raise OrchError(f"sweep {name}: no finished cell to evaluate yet ({counts or 'no cells'})")
+    sources = {row.digest: checkpoint_dir_of(sweep.run_dir, row.digest) for row in done}
+    kept = [row for row in done if _has_checkpoint(sources[row.digest], request.checkpoint)]
+    if not kept:
+        raise OrchError(f"sweep {name}: none of its {len(done)} finished cell(s) kept a {request.checkpoint} "
+                        f"checkpoint (in {sweep.run_dir}/checkpoints/<cell>); the trainers keep a best one when they "
+                        "validate (trainer.val_every > 0)")
     resolver = resolver or ConfigResolver()
     cells: list[PlannedCell] = []
-    skipped = [row for row in done if row.backend != "torch"]  # only the torch trainer keeps a best checkpoint
-    for row in done:
-        if row.backend != "torch":
-            continue
-        settings = {**json.loads(row.settings_json),
-                    "evaluation.source": str(checkpoint_dir_of(sweep.run_dir, row.digest)), **request.settings()}
+    for row in kept:
+        settings = {**json.loads(row.settings_json), "evaluation.source": str(sources[row.digest]),
+                    **request.settings()}
         resolved = resolver.resolve(settings)
         trained = resolved.config.training_digest()
         if trained != row.digest:
@@ -79,14 +97,10 @@ def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: Con
                                  overrides=resolved.overrides,
                                  resources=Resources.model_validate_json(row.resources_json)))
     resolver.flush()
-    others = ", ".join(sorted({row.backend for row in skipped}))
-    if not cells:
-        raise OrchError(f"sweep {name}: its {len(done)} finished cell(s) ran on backend {others}, which keeps no "
-                        "best checkpoint (only the torch backend does); evaluate one with `orch eval SOURCE --task T`")
     plan = Plan(definition=definition, cells=cells, varied=varied_keys(cells))
-    if skipped:
-        plan.notes.append(f"{len(skipped)} finished cell(s) of backend {others} left out: only the torch backend "
-                          "keeps a best checkpoint")
+    if len(kept) < len(done):
+        plan.notes.append(f"{len(done) - len(kept)} finished cell(s) left out: they kept no {request.checkpoint} "
+                          "checkpoint (trainer.val_every=0, or trained before their backend kept one)")
     if len(done) < len(rows):
         plan.notes.append(f"{len(rows) - len(done)} cell(s) of {name} have not finished: run this again once they "
                           "have (only the missing evaluations are submitted)")

@@ -86,7 +86,7 @@ def load_source(source: str, tracking_uri: str | None, task: str | None = None) 
     by veRL's model merger first) under its run's config, or a Hugging Face folder under the default config with
     `task`. OrchError (one line) for a source that is none of these."""
     from recipes.config import TrainConfig, compose_tree, resolve_tree
-    from recipes.export import RUN_ID, export_hf, load_trained, resolve_checkpoint
+    from recipes.export import RUN_ID, load_trained, resolve_checkpoint
     from recipes.hf_folder import hf_folder_problems
     from recipes.models import load_policy
 
@@ -103,17 +103,12 @@ def load_source(source: str, tracking_uri: str | None, task: str | None = None) 
     checkpoint = resolve_checkpoint(source, tracking_uri)
     run = source if RUN_ID.match(source) and not path.exists() else None
     if checkpoint.name == "actor":  # veRL: merged into a Hugging Face folder first
-        scratch = Path(tempfile.mkdtemp(prefix="orch-eval-merged-"))
-        atexit.register(shutil.rmtree, scratch, True)  # the merged copy lives as long as this evaluation
-        merged = scratch / "model"
-        export_hf(checkpoint, merged)
         if task is None:
             raise OrchError(f"{source}: give --task for a veRL checkpoint")
+        merged, model, step, state_run = merged_verl_policy(checkpoint)
         tree, _ = compose_tree(["model=hf", f"model.path={merged}", f"task={task}"])
         cfg = TrainConfig.from_tree(resolve_tree(tree))
-        step = int(checkpoint.parent.name.removeprefix("global_step_"))
-        return Policy(cfg, merged, load_policy(merged, "float32", "cpu").eval(), source, run, step,
-                      weights_in_folder=True)
+        return Policy(cfg, merged, model, source, run or state_run, step, weights_in_folder=True)
     cfg, folder, model, state = load_trained(checkpoint)
     if task is not None and task != cfg.task.name:
         cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={"name": task, "env": {}})})
@@ -179,17 +174,39 @@ def vllm_sampler(policy: Policy, encoder: Any, temperature: float, seed: int, lo
 
 def evaluation_checkpoint(cfg: Any) -> Path:
     """The checkpoint an evaluation config names (`evaluation.source`, `evaluation.checkpoint`): the newest complete
-    one in the source's `best/` folder, or its latest. `OrchError` (one line) when there is none."""
-    from recipes.checkpoint import BEST_DIR, latest_checkpoint
+    one in the source's `best/` folder, or its latest; a torch-backend `step_N` folder or a veRL actor folder
+    (`global_step_N/actor`). `OrchError` (one line) when there is none."""
+    from recipes.checkpoint import BEST_DIR
+    from recipes.export import resolve_checkpoint
 
     source = Path(cfg.evaluation.source)
     folder = source / BEST_DIR if cfg.evaluation.checkpoint == "best" else source
-    found = latest_checkpoint(folder) if folder.is_dir() else None
-    if found is None:
-        why = ("no best/ checkpoint in it (the torch trainer keeps one when it validates: trainer.val_every > 0; "
-               "the verl backend keeps none yet)" if cfg.evaluation.checkpoint == "best" else "no complete checkpoint")
-        raise OrchError(f"config key evaluation.source {str(source)!r}: {why}")
-    return found
+    try:
+        return resolve_checkpoint(str(folder))
+    except OrchError:
+        why = ("no best/ checkpoint in it (the trainers keep one when they validate: trainer.val_every > 0)"
+               if cfg.evaluation.checkpoint == "best" else "no complete checkpoint")
+        raise OrchError(f"config key evaluation.source {str(source)!r}: {why}") from None
+
+
+def merged_verl_policy(actor: Path) -> tuple[Path, Any, int, str | None]:
+    """A veRL actor checkpoint (`global_step_N/actor`) merged by veRL's model merger into a scratch Hugging Face
+    folder that lives as long as this process: (folder, its policy, N, the MLflow run id orch's state beside the actor
+    names, if any)."""
+    import json
+
+    from recipes.checkpoint import VERL_STATE_FILE
+    from recipes.export import export_hf
+    from recipes.models import load_policy
+
+    scratch = Path(tempfile.mkdtemp(prefix="orch-eval-merged-"))
+    atexit.register(shutil.rmtree, scratch, True)
+    merged = scratch / "model"
+    export_hf(actor, merged)
+    state_file = actor.parent / VERL_STATE_FILE
+    run = json.loads(state_file.read_text()).get("mlflow_run_id") if state_file.is_file() else None
+    step = int(actor.parent.name.removeprefix("global_step_"))
+    return merged, load_policy(merged, "float32", "cpu").eval(), step, run
 
 
 def run_evaluation(cfg: Any, should_stop: Any = None) -> Any:
@@ -204,9 +221,13 @@ def run_evaluation(cfg: Any, should_stop: Any = None) -> Any:
     if should_stop is not None and should_stop():
         return TrainResult("preempted", 0, str(cfg.infra.mlflow.run_id or ""), "stop requested before evaluating")
     checkpoint = evaluation_checkpoint(cfg)
-    _, folder, model, state = load_trained(checkpoint)
-    step = int(state.get("step", 0))
-    policy = Policy(cfg, folder, model.eval(), str(checkpoint), state.get("mlflow_run_id"), step)
+    if checkpoint.name == "actor":  # a veRL cell's: merged by veRL's model merger, played under the cell's config
+        folder, model, step, run = merged_verl_policy(checkpoint)
+        policy = Policy(cfg, folder, model, str(checkpoint), run, step, weights_in_folder=True)
+    else:
+        _, folder, model, state = load_trained(checkpoint)
+        step = int(state.get("step", 0))
+        policy = Policy(cfg, folder, model.eval(), str(checkpoint), state.get("mlflow_run_id"), step)
     ev = cfg.evaluation
     settings = EvalSettings(episodes=ev.episodes, samples=ev.samples, temperature=ev.temperature, pass_k=ev.pass_k,
                             seed=ev.seed)

@@ -13,12 +13,14 @@ and writes the next user turn. The returned sequence is the whole chat after the
 never in the loss). The reward is the episode return; each turn's reward and the position of its last reply token
 travel in `extra_fields` (the trainer puts each turn's reward on that token, as the torch backend does), with the
 trajectory itself (`orch_trajectory`) and the sampled ids of its replies (`orch_generated`) for the statistics,
-the rollout-batch table and the MI diagnostics.
+the rollout-batch table and the MI diagnostics. A training episode ends early, after its current turn, once the
+run's stop file exists (the trainer drops that step; validation episodes play to their end).
 """
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -76,10 +78,16 @@ class OrchEnvAgentLoop(AgentLoopBase):
         prompt_ids = encode(episode.messages, generated, True).input_ids
         context = list(prompt_ids)
         extra: dict[str, Any] = {}
+        from omegaconf import OmegaConf
+
+        stop = OmegaConf.select(self.config, "orch.run.stop_file") if row["extra_info"].get("split") != "val" else None
+        stop_file = Path(stop) if stop else None
         while not episode.done:
             room = budget - (len(context) - len(prompt_ids))
             if room <= 0:  # the trajectory is cut: its remaining turns get no loss (as the torch backend)
                 break
+            if logprobs and stop_file is not None and stop_file.exists():
+                break  # a stop was requested: the trainer drops this step (OrchPPOTrainer._stop_inside_step)
             out = await self.server_manager.generate(
                 request_id=request_id, prompt_ids=context,
                 sampling_params={**sampling_params, "max_tokens": min(cfg.trainer.max_response_tokens, room),
@@ -95,8 +103,10 @@ class OrchEnvAgentLoop(AgentLoopBase):
             if not episode.done:
                 show_frame()
             context = encode(episode.messages, generated, not episode.done).input_ids
-        chat = encode(episode.trajectory().messages, generated, False)
-        return self._output(episode.trajectory(), chat, logprobs, prompt_ids, budget, generated, extra, frames)
+        trajectory = episode.trajectory()
+        del frames[len(trajectory.turns):], counts[len(trajectory.turns):]  # a cut episode's next frame: never seen
+        chat = encode(trajectory.messages, generated, False)
+        return self._output(trajectory, chat, logprobs, prompt_ids, budget, generated, extra, frames)
 
     def _output(self, trajectory: Any, chat: Any, logprobs: list[list[float]], prompt_ids: list[int], budget: int,
                 generated: dict[str, list[int]], extra: dict[str, Any], frames: list[Any]) -> AgentLoopOutput:

@@ -16,7 +16,12 @@ One step of `RayPPOTrainer.fit` (verl/trainer/ppo/ray_trainer.py) and where orch
     _save_checkpoint          veRL's checkpoint plus orch's state (empty steps, latest validation, hook states)
     _stop_profiling           the step is done: a requested stop (SIGUSR2/SIGTERM: the stop file) or a decided
                               one (empty steps, the collapse alarm) checkpoints it; the run ends once it is logged
-    _validate                 orch's validation metrics (`val/*`) on held-out seeds
+    (inside a step)           a stop requested before the step's update drops the step (`_stop_inside_step`): the
+                              agent loops end their episodes at the next turn, and the trainer checks after the
+                              rollout, after the diagnostics and before the update, rewinds to the previous step's
+                              end and checkpoints that
+    _validate                 orch's validation metrics (`val/*`) on held-out seeds; a new peak of validation
+                              success keeps the step's actor checkpoint as the run's best (`keep_if_best`)
     logger.log                every metric to the cell's MLflow run (orch's names override veRL's where both exist)
 """
 
@@ -38,12 +43,12 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from recipes.checkpoint import VERL_STATE_FILE as STATE_FILE
 from recipes.progress import ProgressFile, report, reporting
 from recipes.tracking import PEAK_MEMORY_METRIC
 from recipes.verl.agent_loop import train_config
 
 log = logging.getLogger("orch.verl")
-STATE_FILE = "orch_state.json"
 SCORE_ROWS = 256  # (prompt, sample) pairs per actor-worker call when cross-scoring naively
 
 
@@ -75,9 +80,12 @@ class OrchPPOTrainer(RayPPOTrainer):
         self.hooks = build_hooks(self.cfg.hooks, self.cfg)
         self.empty_steps = 0
         self.validation: dict[str, float] = {}
+        self.best: dict[str, float] = {}  # {"step", "success"} of the checkpoint kept in <checkpoint_dir>/best
         self.step_metrics: dict[str, float] = {}  # orch's metrics of the step, logged over veRL's of the same name
         self.step_tags: dict[str, str] = {}
         self.pending_stop: Stop | None = None
+        self.step_end: dict[str, Any] = {}  # the state at the end of the last step (`resume_point`)
+        self.loader_state: Any = None  # the dataloader state a rewound checkpoint saves instead of the current one
         self.skip_update = False
         self.advantage_scale = 1.0
         self._step_started = 0.0
@@ -112,6 +120,34 @@ class OrchPPOTrainer(RayPPOTrainer):
             self.pending_stop = Stop("preempted", f"stop requested; checkpoint at step {step}")
         if self.pending_stop is not None and self._checkpointed_step() != step:
             self._save_checkpoint()
+        self.step_end = self.resume_point()
+
+    def resume_point(self) -> dict[str, Any]:
+        """What a step dropped by a stop rewinds to: the step count, the dataloader's position and orch's state
+        (empty steps, latest validation, hook states) as they are now, between steps."""
+        import copy
+
+        return {"step": int(self.global_steps), "loader": self.train_dataloader.state_dict(),
+                "empty_steps": self.empty_steps, "validation": dict(self.validation),
+                "hooks": {name: copy.deepcopy(hook.state_dict()) for name, hook in self.hooks.items()}}
+
+    def _stop_inside_step(self, phase: str) -> None:
+        """A stop requested (the stop file) inside a step, before its update: the step is dropped. orch's state is
+        rewound to the previous step's end (`step_end`), that step is checkpointed if it was not (with the
+        dataloader's position of then, so that the resumed run draws the dropped step's prompts again), and the
+        run ends `preempted` at it (`Stop`). Nothing of the dropped step is logged."""
+        if not Path(self.orch["stop_file"]).exists():
+            return
+        step, point = int(self.global_steps), self.step_end
+        self.empty_steps, self.validation = point["empty_steps"], dict(point["validation"])
+        for name, hook in self.hooks.items():
+            hook.load_state_dict(point["hooks"][name])
+        self.global_steps = point["step"]
+        if point["step"] > 0 and self._checkpointed_step() != point["step"]:
+            self.loader_state = point["loader"]
+            self._save_checkpoint()
+        where = f"checkpoint at step {point['step']}" if point["step"] > 0 else "no step done, nothing to checkpoint"
+        raise Stop("preempted", f"stop requested during the {phase} of step {step}; {where}")
 
     def _checkpointed_step(self) -> int | None:
         tracker = Path(self.config.trainer.default_local_dir) / "latest_checkpointed_iteration.txt"
@@ -131,12 +167,14 @@ class OrchPPOTrainer(RayPPOTrainer):
         from recipes.hooks import StepContext
         from recipes.rollout_stats import rollout_frame, rollout_metrics
 
+        self._stop_inside_step("rollout")
         step, cfg = int(self.global_steps), self.cfg
         self.step_metrics, self.step_tags = {"rollout/gen_batches": 1.0}, {}
         self.skip_update, self.advantage_scale = False, 1.0
         place_turn_rewards(batch)
         if cfg.algorithm.dynamic_sampling:
             self._dynamic_sampling(batch)
+            self._stop_inside_step("rollout")
         trajectories = list(batch.non_tensor_batch["orch_trajectory"])
         generated = merged_generated(batch)
         group_ids = np.array([t.seed for t in trajectories])
@@ -155,6 +193,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         if context.stop_reason:
             self.pending_stop = Stop("stopped", context.stop_reason)
         out["timing_s/diagnostics"] = time.perf_counter() - started
+        self._stop_inside_step("diagnostics")
 
         started = time.perf_counter()
         report(phase="filter")
@@ -255,11 +294,14 @@ class OrchPPOTrainer(RayPPOTrainer):
     # -- the update ----------------------------------------------------------------------------------------------
 
     def _update_critic(self, batch: DataProto) -> DataProto:
+        self._stop_inside_step("log-prob, reference and value passes")  # the critic updates first: the last exit
         if self.skip_update:
             return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
         return super()._update_critic(batch)
 
     def _update_actor(self, batch: DataProto) -> DataProto:
+        if not self.use_critic:
+            self._stop_inside_step("log-prob and reference passes")
         report(phase="update")
         if self.skip_update:
             return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
@@ -272,6 +314,9 @@ class OrchPPOTrainer(RayPPOTrainer):
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()
         folder = Path(self.config.trainer.default_local_dir) / f"global_step_{int(self.global_steps)}"
+        if self.loader_state is not None:  # a rewound checkpoint: the dataloader's position at that step's end
+            torch.save(self.loader_state, folder / "data.pt")
+            self.loader_state = None
         state = {"empty_steps": self.empty_steps, "validation": self.validation, "mlflow_run_id": self.tracker.run_id,
                  "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()}}
         (folder / STATE_FILE).write_text(json.dumps(state, default=_jsonable))
@@ -285,7 +330,32 @@ class OrchPPOTrainer(RayPPOTrainer):
                 self.empty_steps, self.validation = state["empty_steps"], state["validation"]
                 for name, hook in self.hooks.items():
                     hook.load_state_dict(state["hooks"].get(name, {}))
+        self.best = kept_best(self.best_dir)
+        self.step_end = self.resume_point()
         return result
+
+    @property
+    def best_dir(self) -> Path:
+        from recipes.checkpoint import BEST_DIR
+
+        return Path(self.config.trainer.default_local_dir).parent / BEST_DIR
+
+    def keep_if_best(self) -> None:
+        """After a validation at step N >= 1: if its success beats every earlier one of the run, keep the actor's
+        checkpoint of step N in `<checkpoint_dir>/best` (`keep_best`; the step's regular checkpoint is saved first if
+        it had none), where `orch eval --best` and `orch export` find it, tagged as on the torch backend: the paper
+        reports each run's peak validation success."""
+        from recipes.rollout_stats import VAL_SUCCESS
+
+        step, success = int(self.global_steps), self.validation.get(VAL_SUCCESS)
+        if step < 1 or success is None or success <= self.best.get("success", -math.inf):
+            return
+        saved = Path(self.config.trainer.default_local_dir) / f"global_step_{step}"
+        if not (saved / "actor").is_dir():
+            self._save_checkpoint()
+        self.best = {"step": step, "success": float(success)}
+        keep_best(saved, self.best_dir, self.best)
+        self.tracker.set_tags({"orch.best_step": str(step), "orch.best_success": f"{success:.6g}"})
 
     # -- validation ----------------------------------------------------------------------------------------------
 
@@ -309,6 +379,7 @@ class OrchPPOTrainer(RayPPOTrainer):
             trajectories += list(output.non_tensor_batch["orch_trajectory"])
             generated.update(merged_generated(output))
         self.validation = validation_metrics(trajectories, generated)
+        self.keep_if_best()
         return dict(self.validation)
 
     # -- cross-scoring through the actor workers (the MI diagnostics) --------------------------------------------
@@ -446,6 +517,47 @@ class OrchPPOTrainer(RayPPOTrainer):
                      metrics["timing_s/step"])
             if self.pending_stop is not None:  # checkpointed by _stop_profiling, now logged: end here
                 raise self.pending_stop
+
+
+BEST_RECORD = "best.json"
+ITERATION_FILE = "latest_checkpointed_iteration.txt"  # veRL's pointer to its newest checkpoint
+
+
+def keep_best(saved: Path, best_dir: Path, best: dict[str, float]) -> None:
+    """`best_dir` becomes a veRL checkpoint folder holding only `saved` (a `global_step_N` folder: its actor and
+    orch's state), made of hard links (no disk space; veRL's rotation removing `saved` later leaves them), with veRL's
+    iteration pointer and `best.json` ({"step", "success"}). The new step is in place before the pointer moves to it
+    and the previous best is removed last, so a reader always finds a whole checkpoint."""
+    import os
+    import shutil
+
+    def link(source: str, target: str) -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # a file system without hard links
+            shutil.copy2(source, target)
+
+    target = best_dir / saved.name
+    scratch = best_dir / f".{saved.name}.tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    shutil.copytree(saved / "actor", scratch / "actor", copy_function=link)
+    if (saved / STATE_FILE).is_file():
+        link(str(saved / STATE_FILE), str(scratch / STATE_FILE))
+    shutil.rmtree(target, ignore_errors=True)
+    scratch.rename(target)
+    for name, text in ((ITERATION_FILE, str(best["step"])), (BEST_RECORD, json.dumps(best))):
+        (best_dir / f".{name}.tmp").write_text(text)
+        (best_dir / f".{name}.tmp").replace(best_dir / name)
+    for old in best_dir.glob("global_step_*"):
+        if old.name != saved.name:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def kept_best(best_dir: Path) -> dict[str, float]:
+    """The {"step", "success"} of the best checkpoint kept in `best_dir` (`keep_best`), or {} when none is."""
+    record = best_dir / BEST_RECORD
+    return json.loads(record.read_text()) if record.is_file() else {}
 
 
 def place_turn_rewards(batch: DataProto) -> None:

@@ -217,8 +217,9 @@ def trajectories(returns: list[list[float]]) -> list[Trajectory]:
     return out
 
 
-def verl_step(cfg, batch_trajectories, rows_multiple: int = 1):
-    """`OrchPPOTrainer._orch_step` on a DataProto of these trajectories, with no Ray (workers faked)."""
+def verl_step(cfg, batch_trajectories, rows_multiple: int = 1, setup=None):
+    """`OrchPPOTrainer._orch_step` on a DataProto of these trajectories, with no Ray (workers faked); `setup(trainer)`
+    runs first."""
     from omegaconf import OmegaConf
     from verl import DataProto
 
@@ -245,6 +246,9 @@ def verl_step(cfg, batch_trajectories, rows_multiple: int = 1):
                                                              "actor": {"ppo_mini_batch_size": rows_multiple}}})
     trainer.tracker = SimpleNamespace(log_frame=lambda *args: None)
     trainer._get_dp_size, trainer.actor_rollout_wg = (lambda *args: 1), None
+    trainer.orch, trainer.loader_state = {"stop_file": "/nonexistent/STOP"}, None
+    if setup is not None:
+        setup(trainer)
     metrics: dict = {}
     trainer._orch_step(batch, metrics)
     return batch, trainer, metrics
@@ -286,6 +290,98 @@ def test_an_empty_filter_skips_the_update_and_counts_towards_the_stop() -> None:
     batch, trainer, metrics = verl_step(cfg, trajectories([[0, 0], [1, 1]]))
     assert trainer.skip_update and metrics["rollout/empty_steps"] == 1.0
     assert trainer.pending_stop is not None and trainer.pending_stop.status == "stopped"
+
+
+class CountingHook:
+    """A step hook with state (as the collapse monitor's EMA): counts the rollouts it saw; optionally requests a stop
+    (creates the stop file) while it runs, as a signal arriving during the diagnostics would."""
+
+    def __init__(self, stop_file: Path | None = None) -> None:
+        self.seen, self.stop_file = 0, stop_file
+
+    def on_rollout(self, ctx) -> dict:
+        self.seen += 1
+        if self.stop_file is not None:
+            self.stop_file.touch()
+        return {}
+
+    def state_dict(self) -> dict:
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seen = state["seen"]
+
+
+def stop_setup(stop_file: Path, saves: list, checkpointed: int | None, hook: CountingHook):
+    """A trainer at step 3 whose last step's end is `step_end` (step 2, dataloader at position 2), with `hook`."""
+
+    def setup(trainer) -> None:
+        trainer.orch, trainer.hooks = {"stop_file": str(stop_file)}, {"counting": hook}
+        trainer.global_steps, trainer.empty_steps, trainer.validation = 3, 1, {"val/success": 0.9}
+        trainer.step_end = {"step": 2, "loader": {"position": 2}, "empty_steps": 0, "validation": {"val/success": 0.5},
+                            "hooks": {"counting": {"seen": 2}}}
+        trainer._checkpointed_step = lambda: checkpointed
+        trainer._save_checkpoint = lambda: saves.append((int(trainer.global_steps), trainer.loader_state))
+
+    return setup
+
+
+@pytest.mark.parametrize("phase", ["rollout", "diagnostics"])
+def test_a_stop_inside_a_step_drops_it_rewinds_to_the_last_step_and_checkpoints_that(phase, tmp_path) -> None:
+    """Issue 26 item 2 on veRL: a stop file present after the rollout (the agent loops ended their episodes early)
+    or appearing during the diagnostics ends the step before its update: `Stop("preempted")` naming the phase, the
+    step count, empty steps, validation and hook states back at the previous step's end, and that step checkpointed
+    with the dataloader's position of then (the resumed run draws the dropped step's prompts again)."""
+    from recipes.verl.trainer import Stop
+
+    cfg = compose_train_config([*MICRO, "backend=verl", "trainer.samples_per_prompt=2", "filter=none"])
+    stop_file, saves = tmp_path / "STOP", []
+    hook = CountingHook(stop_file if phase == "diagnostics" else None)
+    if phase == "rollout":
+        stop_file.touch()
+    with pytest.raises(Stop) as stopped:
+        verl_step(cfg, trajectories([[0, 1], [1, 1]]), setup=stop_setup(stop_file, saves, None, hook))
+    assert (stopped.value.status, stopped.value.reason) == (
+        "preempted", f"stop requested during the {phase} of step 3; checkpoint at step 2")
+    assert saves == [(2, {"position": 2})] and hook.seen == 2
+
+
+def test_a_stop_before_the_update_with_the_last_step_checkpointed_saves_nothing_more(tmp_path) -> None:
+    from recipes.verl.trainer import OrchPPOTrainer, Stop
+
+    stop_file, saves = tmp_path / "STOP", []
+    trainer = object.__new__(OrchPPOTrainer)
+    trainer.use_critic, trainer.skip_update = False, False
+    stop_setup(stop_file, saves, 2, CountingHook())(trainer)
+    stop_file.touch()
+    with pytest.raises(Stop, match="during the log-prob and reference passes of step 3; checkpoint at step 2"):
+        trainer._update_actor(None)
+    assert saves == [] and trainer.global_steps == 2 and trainer.validation == {"val/success": 0.5}
+    trainer.use_critic, trainer.global_steps = True, 3
+    with pytest.raises(Stop, match="during the log-prob, reference and value passes of step 3"):
+        trainer._update_critic(None)
+
+
+def test_a_rewound_checkpoint_saves_the_dataloader_position_of_its_own_step(tmp_path, monkeypatch) -> None:
+    """`_save_checkpoint` after a rewind: veRL writes the dataloader's current position (one batch past the step);
+    orch replaces it with the saved one, once."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from recipes.verl.trainer import OrchPPOTrainer
+
+    def verl_save(self) -> None:
+        folder = tmp_path / f"global_step_{self.global_steps}"
+        folder.mkdir()
+        torch.save({"position": 3}, folder / "data.pt")
+
+    monkeypatch.setattr(RayPPOTrainer, "_save_checkpoint", verl_save)
+    trainer = object.__new__(OrchPPOTrainer)
+    trainer.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
+    trainer.global_steps, trainer.loader_state, trainer.empty_steps, trainer.validation = 2, {"position": 2}, 0, {}
+    trainer.tracker, trainer.hooks = SimpleNamespace(run_id="r"), {}
+    trainer._save_checkpoint()
+    assert torch.load(tmp_path / "global_step_2" / "data.pt") == {"position": 2} and trainer.loader_state is None
 
 
 def test_naive_cross_scoring_through_the_workers_scores_each_distinct_pair_once_and_maps_rows_and_columns_back(
@@ -387,6 +483,41 @@ def test_prefix_cross_scoring_runs_on_fsdp2_shards_in_lockstep_and_equals_the_na
         joined = np.concatenate([np.array(json.loads((tmp_path / f"{world}-{rank}.json").read_text()))
                                  for rank in range(world)], axis=1)
         np.testing.assert_allclose(joined, reference, atol=1e-4)
+
+
+def test_the_best_checkpoint_is_kept_as_hard_links_that_outlive_verls_rotation_and_evaluations_find_it(
+        tmp_path: Path) -> None:
+    """`keep_best` on veRL checkpoint folders as veRL writes them: the best is a checkpoint folder of its own that
+    `orch eval --best` and `orch export` resolve (veRL's iteration pointer), its files hard links of the step's (no
+    copy), still whole after veRL's rotation deletes the step; a newer best replaces the older one."""
+    from recipes.evaluate import evaluation_checkpoint
+    from recipes.export import resolve_checkpoint
+    from recipes.verl.trainer import STATE_FILE, keep_best, kept_best
+
+    verl, best = tmp_path / "verl", tmp_path / "best"
+    for step in (3, 5):
+        actor = verl / f"global_step_{step}" / "actor"
+        (actor / "huggingface").mkdir(parents=True)
+        (actor / "model_world_size_1_rank_0.pt").write_bytes(b"weights %d" % step)
+        (actor / "huggingface" / "config.json").write_text("{}")
+        (actor.parent / STATE_FILE).write_text(json.dumps({"mlflow_run_id": "r"}))
+    assert kept_best(best) == {}
+    keep_best(verl / "global_step_3", best, {"step": 3, "success": 0.25})
+    kept = best / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt"
+    assert kept.stat().st_ino == (verl / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt").stat().st_ino
+    assert resolve_checkpoint(str(best)) == best / "global_step_3" / "actor"
+    import shutil
+
+    shutil.rmtree(verl / "global_step_3")  # veRL's rotation
+    assert kept.read_bytes() == b"weights 3" and (best / "global_step_3" / STATE_FILE).is_file()
+    keep_best(verl / "global_step_5", best, {"step": 5, "success": 0.5})
+    assert sorted(p.name for p in best.iterdir()) == ["best.json", "global_step_5", "latest_checkpointed_iteration.txt"]
+    assert kept_best(best) == {"step": 5, "success": 0.5}
+    cfg = SimpleNamespace(evaluation=SimpleNamespace(source=str(tmp_path), checkpoint="best"))
+    assert evaluation_checkpoint(cfg) == best / "global_step_5" / "actor"
+    cfg = SimpleNamespace(evaluation=SimpleNamespace(source=str(tmp_path / "nothing"), checkpoint="best"))
+    with pytest.raises(OrchError, match="no best/ checkpoint in it"):
+        evaluation_checkpoint(cfg)
 
 
 # --- the Ray cluster -------------------------------------------------------------------------------------------
@@ -524,3 +655,42 @@ def test_image_observations_on_verl_are_refused_where_they_cannot_run(tmp_path: 
     cfg = compose_train_config([*image, "trainer.device=cuda", "hooks=[collapse]", "diagnostics.mi_every=0",
                                 "diagnostics.grad_every=5"])
     assert cfg.rollout_engine() == "vllm"
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_training_episode_ends_after_its_turn_once_the_stop_file_exists(split: str, tmp_path: Path) -> None:
+    """Issue 26 item 2 on veRL: the stop file appearing during a turn's generation ends a training episode after that
+    turn (the trainer then drops the step), so a rollout of long multi-turn episodes stops within one turn; a
+    validation episode plays to its end."""
+    import asyncio
+
+    from omegaconf import OmegaConf
+    from verl.workers.rollout.replica import TokenOutput
+
+    from recipes.verl.agent_loop import OrchEnvAgentLoop
+    from recipes.verl.config_map import verl_config
+
+    cfg = compose_train_config([*MICRO, *vl_checkpoint(tmp_path), "backend=verl", "task=sokoban",
+                                "trainer.device=cuda", "task.env.observation=image"])
+    tokenizer = vision_tokenizer()
+    reply = tokenizer("<think>push</think><answer>Up</answer>", add_special_tokens=False)["input_ids"]
+    stop_file, calls = tmp_path / "STOP", []
+
+    class Server:
+        async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, **kwargs):
+            calls.append(1)
+            stop_file.touch()  # the signal arrives while the first turn is generated
+            return TokenOutput(token_ids=[*reply, tokenizer.convert_tokens_to_ids("<|im_end|>")],
+                               log_probs=[-0.5] * (len(reply) + 1))
+
+    loop = OrchEnvAgentLoop.__new__(OrchEnvAgentLoop)
+    loop.config = verl_config(cfg, job())
+    OmegaConf.update(loop.config, "orch.run", {"stop_file": str(stop_file)}, force_add=True)
+    loop.rollout_config = loop.config.actor_rollout_ref.rollout
+    loop.server_manager, loop.tokenizer, loop.processor = Server(), tokenizer, vision_processor(tokenizer)
+    out = asyncio.run(loop.run({"temperature": 1.0}, extra_info={"seed": 3, "split": split}))
+    trajectory = out.extra_fields["orch_trajectory"]
+    if split == "train":
+        assert len(calls) == trajectory.num_turns == 1  # the same episode plays 2+ turns unstopped (below)
+    else:
+        assert len(calls) == trajectory.num_turns >= 2

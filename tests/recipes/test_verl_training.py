@@ -61,6 +61,21 @@ def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orc
         assert key in run.data.metrics, key
     artifacts = {a.path for a in mlflow.list_artifacts(run_id)}
     assert {"config.yaml", "verl_config.yaml", "rollouts"} <= artifacts
+    # the best checkpoint (issue 28 item 2): the step of the peak validation success, re-evaluated as an evaluation
+    # cell of `orch eval --sweep S --best` evaluates it (run_evaluation under the cell's own config)
+    from recipes.evaluate import run_evaluation
+    from recipes.verl.trainer import kept_best
+
+    checkpoints = Path(run.data.tags["orch.checkpoint_dir"])
+    best = kept_best(checkpoints / "best")
+    successes = dict(history(mlflow, run_id, names.VAL_SUCCESS))
+    assert best["step"] == int(run.data.tags["orch.best_step"]) and best["success"] == max(successes[1], successes[2])
+    assert best["step"] == min(step for step in (1, 2) if successes[step] == best["success"])
+    evaluated = run_evaluation(compose_train_config([*overrides, f"evaluation.source={checkpoints}",
+                                                     "evaluation.checkpoint=best", "evaluation.episodes=2"]))
+    assert evaluated.status == "finished", evaluated.reason
+    tags = mlflow.get_run(evaluated.mlflow_run_id).data.tags
+    assert (tags["orch.eval.step"], tags["orch.eval.source_run"]) == (str(best["step"]), run_id)
     # the policy out through veRL's own model merger (issue 28): a folder transformers loads and generates with
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from typer.testing import CliRunner
