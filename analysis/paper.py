@@ -564,8 +564,10 @@ DEVIATIONS: dict[str, tuple[str, str]] = {
     "metamathqa_turns": ("MetaMathQA: 3 turns, 3 graded attempts, reward 1/2^attempt (RAGEN: 5 turns but one graded "
                          "answer, config/envs.yaml:190-195)",
                          "follows the paper's text (the reward halves per retry), which RAGEN's code does not reach"),
-    "countdown_data": ("Countdown problems are generated (RAGEN reads Countdown-Tasks-3to4, scripts/download_data.py"
-                       ":16-18)", "orch has no Countdown loader yet; reports on it carry the generated-data banner"),
+    "countdown_data": ("Countdown-Tasks-3to4 (task.env.data_path; RAGEN: scripts/download_data.py:16-18) is read as "
+                       "RAGEN selects its records (ragen/env/countdown/env.py:46-50), but every 10th record is held "
+                       "out for validation (envs/split.py; RAGEN plays record seed % N for every seed, env.py:54)",
+                       "validation must never score a problem the policy trained on, as for every task with records"),
     "searchqa_webshop": ("SearchQA and WebShop environment settings (passages per search, retriever, reward "
                          "threshold, turns, catalog) differ from RAGEN's config/envs.yaml:205-327",
                          "no RAGEN script runs them in the paper's comparisons that orch maps; the filters and "

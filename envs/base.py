@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -43,6 +44,9 @@ class EnvConfig(BaseModel):
 
     # The observation modalities this task can render (grid tasks add image).
     observations: ClassVar[tuple[str, ...]] = ("text",)
+    # Keys added after cells were planned with this task: a cell's identity (`recipes.config.config_digest`) leaves
+    # them out while they hold their default, so adding them changed no planned cell.
+    late_keys: ClassVar[tuple[str, ...]] = ()
 
     @field_validator("observation")
     @classmethod
@@ -66,6 +70,14 @@ class DataSource:
     key: str | None
     formats: str
     builtin: str
+    suffixes: tuple[str, ...] = ()  # the file suffixes the loader reads (checked before a run starts); () any
+
+    def suffix_problem(self, path: str) -> str | None:
+        """Why the loader cannot read a file named `path` by its suffix (one line), or None."""
+        suffix = Path(path).suffix
+        if not self.suffixes or suffix in self.suffixes:
+            return None
+        return f"{path!r}: unknown data file suffix {suffix!r}; valid choices: {', '.join(self.suffixes)}"
 
     def uses_builtin(self, env: dict[str, Any]) -> bool:
         """Whether a task configured with `env` (its `task.env` values) trains on the built-in or generated set."""

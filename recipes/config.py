@@ -347,16 +347,18 @@ class TrainConfig(Section):
         return ("hf" if self.trainer.device == "cpu" else "vllm") if chosen == "auto" else chosen
 
     def missing_data_file(self) -> tuple[str, str] | None:
-        """(the config key, why) when the task names a data file that does not exist on this host; else None."""
+        """(the config key, why) when the task names a data file that does not exist on this host, or one its loader
+        cannot read by its suffix; else None."""
         from envs.registry import env_class
 
         source = env_class(self.task.name).data
         if source is None or source.key is None or source.uses_builtin(self.task.env):
             return None
         path = Path(str(self.task.env[source.key])).expanduser()
-        if path.exists():
-            return None
-        return f"task.env.{source.key}", f"{str(path)!r} does not exist ({source.formats})"
+        if not path.exists():
+            return f"task.env.{source.key}", f"{str(path)!r} does not exist ({source.formats})"
+        problem = source.suffix_problem(str(path))
+        return None if problem is None else (f"task.env.{source.key}", problem)
 
     def check_host(self) -> TrainConfig:
         """What only the host that trains can check (a sweep plans on another host): the model folder is a loadable
@@ -430,10 +432,16 @@ OPTIONAL_SECTIONS = ("evaluation", "control")
 def config_digest(config: TrainConfig) -> str:
     """Stable 16-hex-digit hash of a training config without its `infra` part: a cell's identity. The one
     function that computes it (the sweep planner, the job's check and MLflow tags all call it)."""
+    from envs.registry import env_class
+
     dump = config.model_dump(exclude={"infra"})
     for name in OPTIONAL_SECTIONS:  # left out while unset: adding them changed no cell planned before
         if dump[name] == type(getattr(config, name))().model_dump():
             del dump[name]
+    env_config = env_class(config.task.name).config_class
+    for key in env_config.late_keys:  # likewise the task's late keys at their default (envs.base.EnvConfig)
+        if dump["task"]["env"].get(key) == env_config.model_fields[key].default:
+            del dump["task"]["env"][key]
     text = json.dumps(dump, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

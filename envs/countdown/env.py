@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from envs.base import DataSource, Env, EnvConfig, reject_options
+from envs.countdown.dataset import load_puzzles
 from envs.countdown.puzzle import (
     CORRECT_REWARD,
     WRONG_VALUE_REWARD,
@@ -16,10 +17,13 @@ from envs.countdown.puzzle import (
     score_answer,
     solve,
 )
+from envs.records import SUFFIXES as RECORD_SUFFIXES
 from envs.registry import register_env
+from envs.split import record_index
 
 
 class CountdownConfig(EnvConfig):
+    late_keys = ("data_path", "max_instances")  # the loader came after Countdown cells had run
     max_turns: int = Field(1, ge=1, description="Turns per episode (the first answer always ends it).")
     max_actions_per_turn: int = Field(1, ge=1, description="Answers read from one reply.")
     max_actions: int = Field(1, ge=1, description="Answers per episode.")
@@ -29,6 +33,14 @@ class CountdownConfig(EnvConfig):
     max_number: int = Field(99, ge=1, le=999_999, description="Largest number drawn.")
     min_target: int = Field(1, ge=1, description="Smallest target.")
     max_target: int = Field(100, ge=1, le=999_999, description="Largest target.")
+    data_path: str | None = Field(
+        None,
+        description="Countdown-Tasks-3to4 file (.json/.jsonl/.parquet: target, nums), selected as RAGEN does "
+                    "(envs.countdown.dataset); a training record each; evaluation seeds play the held-out 10% "
+                    "(envs.split). None: generated puzzles (the count, number and target ranges above).",
+    )
+    max_instances: int = Field(20_000, ge=1, description="Records of data_path read, from its start (RAGEN's "
+                                                          "max_instances).")
 
     @model_validator(mode="after")
     def _ranges(self) -> CountdownConfig:
@@ -50,8 +62,8 @@ def _listing(numbers: tuple[int, ...]) -> str:
 class CountdownEnv(Env):
     """Combine the given numbers with + - * / to reach the target, each number used exactly once."""
 
-    data = DataSource(None, "Countdown-Tasks-3to4 (RAGEN's data set; orch has no loader)",
-                      "puzzles orch draws in the data set's shape (3-4 numbers, targets up to 100)")
+    data = DataSource("data_path", "Countdown-Tasks-3to4 JSON/JSONL/Parquet (Jiayi-Pan/Countdown-Tasks-3to4: target, "
+                      "nums)", "puzzles orch draws in the data set's shape (3-4 numbers, targets up to 100)", RECORD_SUFFIXES)
 
     config_class = CountdownConfig
     valid_actions = None
@@ -72,6 +84,10 @@ class CountdownEnv(Env):
     def _reset(self, rng: random.Random, options: dict[str, Any]) -> None:
         reject_options(self, options, ())
         c = self.config
+        if c.data_path is not None:
+            puzzles = load_puzzles(c.data_path, c.max_instances)
+            self.puzzle = puzzles[record_index(self.seed, len(puzzles))]
+            return
         self.puzzle = generate_puzzle(
             rng, (c.min_count, c.max_count), (c.min_number, c.max_number), (c.min_target, c.max_target)
         )
@@ -86,7 +102,7 @@ class CountdownEnv(Env):
 
     def demonstrate(self, rng: random.Random) -> tuple[str, list[str]]:
         solution = solve(self.puzzle)
-        assert solution is not None, "generated puzzles are solvable"
+        assert solution is not None, "generated puzzles and loaded ones (a signed sum reaches them) are solvable"
         numbers, target = _listing(self.puzzle.numbers), self.puzzle.target
         opening = rng.choice(
             [

@@ -14,6 +14,7 @@ from envs.deepcoder.dataset import load_problems
 from envs.deepcoder.generated import shipped_problems
 from envs.deepcoder.problem import CodeProblem, extract_code, output_matches
 from envs.deepcoder.sandbox import EXECUTIONS, Limits, Sandbox, open_sandbox
+from envs.records import SUFFIXES as RECORD_SUFFIXES
 from envs.registry import register_env
 from envs.split import record_index
 from orchlib.commands import command_words
@@ -62,7 +63,7 @@ class DeepCoderEnv(Env):
     """Write a Python function or stdin/stdout program; reward = fraction of its tests passed (sandboxed)."""
 
     data = DataSource("data_path", "PrimeIntellect / TACO / LiveCodeBench JSON/JSONL/Parquet",
-                      "the small problem set shipped with orch")
+                      "the small problem set shipped with orch", RECORD_SUFFIXES)
 
     config_class = DeepCoderConfig
     valid_actions = None

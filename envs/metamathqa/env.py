@@ -13,6 +13,7 @@ from envs.metamathqa.answers import answers_match
 from envs.metamathqa.dataset import load_problems
 from envs.metamathqa.problem import MathProblem
 from envs.metamathqa.wordproblems import generate_problem
+from envs.records import SUFFIXES as RECORD_SUFFIXES
 from envs.registry import register_env
 from envs.split import record_index
 
@@ -32,7 +33,7 @@ class MetaMathQAEnv(Env):
     """Answer a math word problem; wrong answers are marked incorrect and may be retried for less reward."""
 
     data = DataSource("data_path", "MetaMathQA JSON/JSONL/Parquet (meta-math/MetaMathQA: query, response)",
-                      "built-in generated word problems")
+                      "built-in generated word problems", RECORD_SUFFIXES)
 
     config_class = MetaMathQAConfig
     valid_actions = None

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from analysis import paper
+from envs.registry import build_config
 from orchestrator.api import planned_configs
 
 MAIN = ("table4", "table5", "table6", "table7", "length")  # the main-table settings (no script: main + one change)
@@ -132,6 +133,9 @@ REFERENCE = (
     Ref("sokoban_generation", EVERY, lambda cfg, _: (
         (cfg.task.env["search_depth"], cfg.task.env["solvable_within_budget"]) if cfg.task.name == "sokoban"
         else None), {None, (300, False)}, "ragen/env/sokoban/config.py:9; ragen/env/sokoban/utils.py:281-326"),
+    Ref("countdown_records", EVERY, lambda cfg, _: (
+        build_config("countdown", cfg.task.env).max_instances if cfg.task.name == "countdown" else None),
+        {None, 20_000}, "ragen/env/countdown/config.py:8 (max_instances; the records then kept: env.py:46-50)"),
     Ref("seeds", EVERY, lambda cfg, _: cfg.seed, 1, "config/base.yaml:8-10 (one run per setting)"),
     Ref("models", ("table4",), lambda cfg, _: str(cfg.model.path).split("/")[-1], {
         "Qwen2.5-3B", "Qwen2.5-0.5B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen2.5-14B", "Qwen2.5-3B-Instruct",

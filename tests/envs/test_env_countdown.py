@@ -148,3 +148,79 @@ def test_solver_prefers_whole_intermediates_but_finds_fractional_ones():
     for step in solution.steps:  # fractional operands are parenthesised, so each step reads correctly
         left, result = step.split(" = ")
         assert evaluate(parse_expression(left)) == Fraction(result)
+
+
+# --- real records (Countdown-Tasks-3to4's shape; the files below are written here, not the data set itself) -----
+
+
+def write_countdown(path, records) -> str:
+    """`records` as `path` (.jsonl, .json or .parquet), in the data set's columns."""
+    import json
+
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(records), path)
+    elif path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    else:
+        path.write_text(json.dumps(records))
+    return str(path)
+
+
+RECORDS = [
+    {"target": 10, "nums": [3, 5, 2]},       # 3 + 5 + 2
+    {"target": 24, "nums": [4, 6, 1]},       # 4 * 6 * 1: no signed sum reaches it (RAGEN drops it)
+    {"target": 7, "nums": [9, 4, 2]},        # 9 - 4 + 2
+    {"target": 5, "nums": []},               # no numbers
+    {"target": 1, "nums": [8, 3, 6, 2]},     # 8 - 3 - 6 + 2
+    {"target": 50, "nums": [60, 9, 1]},      # 60 - 9 - 1
+]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl", ".json"])
+def test_records_are_selected_as_ragen_selects_them(tmp_path, suffix):
+    """RAGEN's selection (ragen/env/countdown/env.py:46-50): the first max_instances records, then those a signed
+    sum of the numbers reaches (has_solution, env.py:24-33); malformed records are skipped."""
+    from envs.countdown.dataset import load_puzzles, signed_sum_reaches
+
+    path = write_countdown(tmp_path / f"countdown{suffix}", RECORDS)
+    assert [(p.numbers, p.target) for p in load_puzzles(path, 20_000)] == [
+        ((3, 5, 2), 10), ((9, 4, 2), 7), ((8, 3, 6, 2), 1), ((60, 9, 1), 50)]
+    assert [p.target for p in load_puzzles(path, 3)] == [10, 7]  # records 0-2 read, the 4x6x1 one dropped
+    assert signed_sum_reaches((8, 3, 6, 2), 1) and not signed_sum_reaches((4, 6, 1), 24)
+
+
+def test_an_episode_plays_a_loaded_record_and_evaluation_seeds_play_the_held_out_ones(tmp_path):
+    from envs.split import EVAL_SEED_BASE, is_held_out
+
+    records = [{"target": 10 + i, "nums": [10 + i - 3, 1, 2]} for i in range(30)]  # (10 + i - 3) + 1 + 2
+    path = write_countdown(tmp_path / "countdown.jsonl", records)
+    env = make_env("countdown", data_path=path)
+    targets = {i + 10: i for i in range(30)}
+    played = {"train": set(), "eval": set()}
+    for seed in range(40):
+        for split, base in (("train", 0), ("eval", EVAL_SEED_BASE)):
+            env.reset(seed=base + seed)
+            played[split].add(targets[env.puzzle.target])
+    assert played["eval"] == {0, 10, 20} and all(is_held_out(i, 30) for i in played["eval"])
+    assert played["train"] == set(range(30)) - {0, 10, 20}
+    env.reset(seed=1)
+    _, reward, terminated, _, info = env.step(f"{env.puzzle.numbers[0]} + 1 + 2")
+    assert (reward, terminated, info["success"]) == (1.0, True, True)
+    assert solve(env.puzzle) is not None
+
+
+def test_a_bad_countdown_file_is_one_line(tmp_path):
+    from envs.countdown.dataset import load_puzzles
+    from orchlib.errors import OrchError
+
+    with pytest.raises(OrchError, match="no such file"):
+        load_puzzles(str(tmp_path / "missing.parquet"), 10)
+    with pytest.raises(OrchError, match="unknown data file suffix '.csv'"):
+        load_puzzles(str(tmp_path / "c.csv"), 10)
+    bad = write_countdown(tmp_path / "none.json", [{"target": 24, "nums": [4, 6, 1]}, {"target": "x", "nums": [1]},
+                                                   {"target": 3, "nums": [True, 2]}, ["not a record"]])
+    with pytest.raises(OrchError, match="no record among the first 10"):
+        load_puzzles(bad, 10)

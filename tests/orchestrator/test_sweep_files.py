@@ -48,8 +48,8 @@ def test_every_required_sweep_file_is_shipped() -> None:
 
 
 # Tasks whose paper data set orch can read (`envs.base.DataSource` with a key): a `data: real` sweep refuses them
-# while their data key is unset. Countdown has no loader (a documented deviation): it is not refused.
-READS_DATA = {"metamathqa", "searchqa", "webshop", "deepcoder"}
+# while their data key is unset.
+READS_DATA = {"countdown", "metamathqa", "searchqa", "webshop", "deepcoder"}
 
 
 @pytest.mark.parametrize("name", FILES)

@@ -106,3 +106,17 @@ def test_an_algorithm_without_a_verl_estimator_is_refused_on_verl(monkeypatch: p
                                         "runs on backend=torch only"):
         compose_train_config(["backend=verl", "algorithm=grpo"])
     assert compose_train_config(["algorithm=grpo"]).backend == "torch"
+
+
+def test_a_tasks_late_keys_leave_the_identity_alone_at_their_default_and_change_it_when_set(tmp_path) -> None:
+    """`EnvConfig.late_keys` (Countdown's data_path and max_instances, added after Countdown cells had run): a cell
+    that leaves them at their default keeps the identity it had before they existed; one that sets them is new."""
+    from recipes.config import config_digest
+
+    base = ["trainer=test", "task=countdown"]
+    plain = config_digest(compose_train_config(base))
+    assert config_digest(compose_train_config([*base, "task.env.max_instances=20000"])) == plain
+    assert config_digest(compose_train_config([*base, "task.env.max_instances=100"])) != plain
+    (tmp_path / "countdown.jsonl").write_text('{"target": 3, "nums": [1, 2]}\n')
+    assert config_digest(compose_train_config([*base, f"task.env.data_path={tmp_path}/countdown.jsonl"])) != plain
+    assert config_digest(compose_train_config([*base, "task.env.max_count=5"])) != plain  # an old key still counts
