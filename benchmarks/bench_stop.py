@@ -1,5 +1,5 @@
-"""Seconds from a stop signal to the exit of `orch train`, per phase of a torch-backend run, and whether the resume
-then logs every step exactly once (docs/reliability.md, "Ctrl-C").
+"""Seconds from a stop signal to the exit of `orch train`, per phase of a run, and whether the resume then logs every
+step exactly once (docs/reliability.md, "Ctrl-C").
 
 For each phase: start `orch train` (the tiny model, FrozenLake, the demo's step shape of 8 prompts x 4 samples, MI
 diagnostics and validation at every step, 3 steps) in a scratch folder, read its progress file every 20 ms, and
@@ -9,6 +9,11 @@ signals 10 s into the warm start (no resume: the warm start's own resume is test
 `tests/recipes/test_warmstart.py`).
 
     python benchmarks/bench_stop.py [--signal TERM] [--phases rollout diagnostics scoring update validation between "warm start"]
+    python benchmarks/bench_stop.py --backend verl [--phases rollout diagnostics update validation between]
+
+`--backend verl` runs veRL's own trainer on this CPU (Ray, FSDP2, HF rollouts) with the same run; its trainer reports
+the phases rollout, diagnostics, update, validation (no separate scoring phase; no warm-start phase: the warm start
+runs before veRL starts, as on the torch backend).
 
 The warm start of the other phases comes from `$ORCH_CACHE_DIR` (trained once if missing). Timings are wall
 seconds on this machine; under other load they are upper bounds.
@@ -34,8 +39,12 @@ OVERRIDES = ["model=tiny", "task=frozenlake", "trainer=cpu", "trainer.total_step
              "hooks=[collapse]", "diagnostics.mi_every=1", "diagnostics.num_samples=32"]
 
 
+VERL_PHASES = ["rollout", "diagnostics", "update", "validation", "between"]
+BACKEND: list[str] = []  # ["backend=verl"] with --backend verl
+
+
 def command(folder: Path) -> list[str]:
-    return [sys.executable, "-m", "orchestrator.cli", "train", *OVERRIDES,
+    return [sys.executable, "-m", "orchestrator.cli", "train", *OVERRIDES, *BACKEND,
             f"mlflow.tracking_uri=sqlite:///{folder / 'mlflow.db'}", f"trainer.checkpoint_dir={folder / 'ck'}"]
 
 
@@ -92,10 +101,14 @@ def one(phase: str, signame: str, scratch: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--signal", default="TERM", choices=["TERM", "USR2", "INT"])
-    parser.add_argument("--phases", nargs="+", default=PHASES, choices=PHASES)
+    parser.add_argument("--phases", nargs="+", choices=PHASES)
+    parser.add_argument("--backend", default="torch", choices=["torch", "verl"])
     args = parser.parse_args()
+    if args.backend == "verl":
+        BACKEND.append("backend=verl")
+    phases = args.phases or (VERL_PHASES if args.backend == "verl" else PHASES)
     with tempfile.TemporaryDirectory(prefix="orch-bench-stop-") as scratch:
-        for phase in args.phases:
+        for phase in phases:
             row = one(phase, args.signal, Path(scratch))
             if "error" in row:
                 print(f"{phase:12s} {row['error']}", flush=True)
