@@ -479,7 +479,11 @@ def test_prefix_cross_scoring_runs_on_fsdp2_shards_in_lockstep_and_equals_the_na
         ranks = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "model"), str(tmp_path / "job.json"),
                                    str(rank), str(world), str(port), str(tmp_path / f"{world}-{rank}.json")])
                  for rank in range(world)]
-        assert [rank.wait(timeout=300) for rank in ranks] == [0] * world
+        try:
+            assert [rank.wait(timeout=300) for rank in ranks] == [0] * world  # a rank left waiting: a timeout
+        finally:
+            for rank in ranks:
+                rank.kill()
         joined = np.concatenate([np.array(json.loads((tmp_path / f"{world}-{rank}.json").read_text()))
                                  for rank in range(world)], axis=1)
         np.testing.assert_allclose(joined, reference, atol=1e-4)
