@@ -399,7 +399,10 @@ class OrchPPOTrainer(RayPPOTrainer):
             order = sorted(range(len(distinct_prompts)), key=lambda j: distinct_prompts[j])  # neighbours share prefixes
             pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
             blocks = self.actor_rollout_wg.orch_cross_score([distinct_prompts[j] for j in order], distinct_samples,
-                                                            self.cfg.diagnostics.batch_size, pad_id)
+                                                            self.cfg.diagnostics.batch_size, pad_id,
+                                                            self.orch.get("stop_file"))
+            if any(block is None for block in blocks):  # the ranks stopped together: the stop file appeared
+                self._stop_inside_step("diagnostics")
             L_sum = np.empty((len(distinct_samples), len(distinct_prompts)))
             L_sum[:, order] = np.concatenate([block for block, _ in blocks], axis=1)
             tokens = sum(fed for _, fed in blocks)
@@ -407,6 +410,7 @@ class OrchPPOTrainer(RayPPOTrainer):
             pairs = [(prompt, sample) for sample in distinct_samples for prompt in distinct_prompts]
             sums: list[float] = []
             for start in range(0, len(pairs), SCORE_ROWS):
+                self._stop_inside_step("diagnostics")
                 sums += [float(np.sum(values)) for values in self.score_pairs(pairs[start:start + SCORE_ROWS])]
             L_sum = np.array(sums, dtype=np.float64).reshape(len(distinct_samples), len(distinct_prompts))
             tokens = sum(len(prompt) + len(sample) for prompt, sample in pairs)
@@ -455,6 +459,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         dp = self._get_dp_size(self.actor_rollout_wg, "actor")
         norms = []
         for row_set in row_sets:
+            self._stop_inside_step("diagnostics")
             part = scored.select_idxs(np.asarray(row_set))
             pad = (-len(part)) % dp
             if pad:

@@ -10,7 +10,9 @@ the whole job (`Dispatch.ONE_TO_ALL`) and scores its own contiguous block of the
 `prompt_block`; the driver joins the blocks' columns in rank order. FSDP gathers each layer's parameters with a
 collective call at every forward, so every rank must run the same number of forwards: the blocks are padded to one
 length with one-token filler prompts, and each prompt costs the same forwards on every rank (one for the prompt,
-then one per batch of the same samples).
+then one per batch of the same samples). A stop (the run's stop file) ends the scoring between forwards, on every
+rank at the same forward: the ranks agree on it with one all-reduce per batch (`collective_stop`), since a rank
+that stopped alone would leave the others waiting in their next gather.
 
 The split needs gradients that are never applied, computed where the actor's parameters live (its FSDP workers,
 possibly on several GPUs and nodes): no public worker call does that (`update_actor` always steps the optimizer), so
@@ -42,6 +44,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from recipes.actor import ActorLossTerms, actor_loss_terms
 from recipes.cross_scoring import cross_score
+from recipes.stop import StopRequested, interruptible
 from recipes.tracking import peak_memory_gb
 
 PARTS = ("task", "reg")
@@ -126,13 +129,33 @@ def prompt_block(prompts: list[list[int]], rank: int, world: int) -> tuple[list[
     return block + [next(fillers) for _ in range(size - len(block))], len(block)
 
 
+def collective_stop(stop_file: str | None, device: str = "cpu") -> Any:
+    """A `should_stop` for `recipes.stop.interruptible` that every rank of the default process group answers alike:
+    true once any rank sees `stop_file` (one all-reduce of a flag; every rank must call it at the same point)."""
+    import torch.distributed as dist
+
+    def should_stop() -> bool:
+        from pathlib import Path
+
+        seen = torch.tensor([1.0 if stop_file and Path(stop_file).exists() else 0.0], device=device)
+        dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+        return bool(seen.item())
+
+    return should_stop
+
+
 def block_scores(module: Any, prompts: list[list[int]], samples: list[list[int]], rank: int, world: int,
-                 batch_size: int, pad_id: int) -> tuple[np.ndarray, int]:
+                 batch_size: int, pad_id: int, should_stop: Any = None) -> tuple[np.ndarray, int] | None:
     """L_sum (M, this rank's real prompts) of every sample under this rank's block of prompts (`prompt_block`),
-    prefix reuse on `module`, and the tokens fed (fillers included)."""
+    prefix reuse on `module`, and the tokens fed (fillers included); None when `should_stop` (polled between
+    forwards, `recipes.stop`) turned true."""
     block, real = prompt_block(prompts, rank, world)
-    scores = cross_score(module, block, samples, method="prefix", batch_size=batch_size, pad_id=pad_id,
-                         inference_mode=False)  # FSDP2's hooks refuse inference tensors
+    try:
+        with interruptible(should_stop):
+            scores = cross_score(module, block, samples, method="prefix", batch_size=batch_size, pad_id=pad_id,
+                                 inference_mode=False)  # FSDP2's hooks refuse inference tensors
+    except StopRequested:
+        return None
     return scores.L_sum[:, :real], scores.tokens_processed
 
 
@@ -141,15 +164,18 @@ class OrchActorRolloutRefWorker(ActorRolloutRefWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def orch_cross_score(self, prompts: list[list[int]], samples: list[list[int]], batch_size: int,
-                         pad_id: int) -> tuple[np.ndarray, int]:
-        """This rank's columns of the cross-scoring: (L_sum of its real prompts, tokens fed); `prompts` distinct and
-        sorted (neighbours share prefixes), every rank given all of them."""
+                         pad_id: int, stop_file: str | None = None) -> tuple[np.ndarray, int] | None:
+        """This rank's columns of the cross-scoring: (L_sum of its real prompts, tokens fed), or None when the run's
+        `stop_file` appeared (every rank then returns None); `prompts` distinct and sorted (neighbours share
+        prefixes), every rank given all of them."""
         import torch.distributed as dist
+        from verl.utils.device import get_device_name
 
         engine = self.actor.engine
+        device = "cpu" if dist.get_backend() == "gloo" else get_device_name()
         with engine.eval_mode():
             return block_scores(engine.module, prompts, samples, dist.get_rank(), dist.get_world_size(), batch_size,
-                                pad_id)
+                                pad_id, collective_stop(stop_file, device))
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def orch_gradient_norms(self, data: TensorDict) -> TensorDict | None:

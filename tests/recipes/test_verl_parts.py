@@ -397,7 +397,8 @@ def test_naive_cross_scoring_through_the_workers_scores_each_distinct_pair_once_
         sent.extend(pairs)
         return [[0.01 * sum(prompt) + token for token in sample] for prompt, sample in pairs]
 
-    trainer = SimpleNamespace(score_pairs=score_pairs, cfg=SimpleNamespace(diagnostics=SimpleNamespace(method="naive")))
+    trainer = SimpleNamespace(score_pairs=score_pairs, cfg=SimpleNamespace(diagnostics=SimpleNamespace(method="naive")),
+                              _stop_inside_step=lambda phase: None)
     prompts = [[1, 2], [3], [1, 2], [4, 5, 6]]
     samples = [[7], [8, 9], [7], [10]]
     scores = OrchPPOTrainer.cross_score(trainer, prompts, samples)
@@ -438,14 +439,15 @@ def test_prefix_cross_scoring_through_the_workers_equals_the_naive_scores_over_a
     for world in (1, 3, 7):
         calls = []
 
-        def orch_cross_score(sorted_prompts, distinct_samples, batch_size, pad_id, world=world, calls=calls):
+        def orch_cross_score(sorted_prompts, distinct_samples, batch_size, pad_id, stop_file, world=world,
+                             calls=calls):
             calls.append(sorted_prompts)
             return [block_scores(model, sorted_prompts, distinct_samples, rank, world, batch_size, pad_id)
                     for rank in range(world)]
 
         trainer = SimpleNamespace(
             actor_rollout_wg=SimpleNamespace(orch_cross_score=orch_cross_score), tokenizer=SimpleNamespace(pad_token_id=0),
-            cfg=SimpleNamespace(diagnostics=SimpleNamespace(method="prefix", batch_size=2)))
+            cfg=SimpleNamespace(diagnostics=SimpleNamespace(method="prefix", batch_size=2)), orch={"stop_file": None})
         scores = OrchPPOTrainer.cross_score(trainer, prompts, samples)
         assert calls == [sorted(list(p) for p in {tuple(p) for p in prompts})]  # distinct, sorted, one call
         np.testing.assert_allclose(scores.L_sum, reference.L_sum, atol=1e-4)
@@ -455,11 +457,31 @@ def test_prefix_cross_scoring_through_the_workers_equals_the_naive_scores_over_a
         assert sum(real for _, real in blocks) == 5 and all(len(p) == 1 for b, r in blocks for p in b[r:])
 
 
+def test_ranks_that_stopped_their_scoring_end_the_step_as_a_stop_during_the_diagnostics(tmp_path) -> None:
+    """The workers return None when the stop file appeared mid-scoring: the driver drops the step there."""
+    from recipes.verl.trainer import OrchPPOTrainer, Stop
+
+    stop_file, saves = tmp_path / "STOP", []
+    trainer = object.__new__(OrchPPOTrainer)
+    stop_setup(stop_file, saves, 2, CountingHook())(trainer)
+    trainer.cfg = SimpleNamespace(diagnostics=SimpleNamespace(method="prefix", batch_size=2))
+    trainer.tokenizer = SimpleNamespace(pad_token_id=0)
+
+    def orch_cross_score(prompts, samples, batch_size, pad_id, stop):
+        assert stop == str(stop_file)  # the workers poll the run's own stop file
+        stop_file.touch()
+        return [None, None]
+
+    trainer.actor_rollout_wg = SimpleNamespace(orch_cross_score=orch_cross_score)
+    with pytest.raises(Stop, match="during the diagnostics of step 3; checkpoint at step 2"):
+        trainer.cross_score([[1, 2], [3]], [[4], [5, 6]])
+
+
 def test_prefix_cross_scoring_runs_on_fsdp2_shards_in_lockstep_and_equals_the_naive_scores(tmp_path: Path) -> None:
     """The worker method's scoring for real on an FSDP2-sharded model over gloo ranks whose prompt blocks hold
     different prompts (the job's five distinct prompts over three ranks: blocks of 2, 2 and 1 + a filler;
     tests/recipes/fsdp_scoring_rank.py is one rank): no rank waits forever on another's parameter gather, and
-    the joined columns equal the unsharded naive scores."""
+    the joined columns equal the unsharded naive scores; a stop seen by one rank stops all three together."""
     import subprocess
     import sys
 
@@ -472,56 +494,27 @@ def test_prefix_cross_scoring_runs_on_fsdp2_shards_in_lockstep_and_equals_the_na
     (tmp_path / "job.json").write_text(json.dumps({"prompts": distinct, "samples": samples}))
     reference = cross_score(model, distinct, samples, method="naive").L_sum
     script = Path(__file__).with_name("fsdp_scoring_rank.py")
-    for world in (3,):  # more ranks than cores: the filler's rank must still keep step
+    (tmp_path / "STOP").touch()
+    # three ranks (more than cores: the filler's rank must still keep step), then the same with only rank 0 seeing
+    # a stop file: the ranks agree on it at the same forward (collective_stop) and all stop, none waits forever
+    for world, stops in ((3, None), (3, ["STOP", "none", "none"])):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         ranks = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "model"), str(tmp_path / "job.json"),
-                                   str(rank), str(world), str(port), str(tmp_path / f"{world}-{rank}.json")])
+                                   str(rank), str(world), str(port), str(tmp_path / f"{rank}.json"),
+                                   *([str(tmp_path / stops[rank])] if stops else [])])
                  for rank in range(world)]
         try:
             assert [rank.wait(timeout=300) for rank in ranks] == [0] * world  # a rank left waiting: a timeout
         finally:
             for rank in ranks:
                 rank.kill()
-        joined = np.concatenate([np.array(json.loads((tmp_path / f"{world}-{rank}.json").read_text()))
-                                 for rank in range(world)], axis=1)
-        np.testing.assert_allclose(joined, reference, atol=1e-4)
-
-
-def test_the_best_checkpoint_is_kept_as_hard_links_that_outlive_verls_rotation_and_evaluations_find_it(
-        tmp_path: Path) -> None:
-    """`keep_best` on veRL checkpoint folders as veRL writes them: the best is a checkpoint folder of its own that
-    `orch eval --best` and `orch export` resolve (veRL's iteration pointer), its files hard links of the step's (no
-    copy), still whole after veRL's rotation deletes the step; a newer best replaces the older one."""
-    from recipes.evaluate import evaluation_checkpoint
-    from recipes.export import resolve_checkpoint
-    from recipes.verl.trainer import STATE_FILE, keep_best, kept_best
-
-    verl, best = tmp_path / "verl", tmp_path / "best"
-    for step in (3, 5):
-        actor = verl / f"global_step_{step}" / "actor"
-        (actor / "huggingface").mkdir(parents=True)
-        (actor / "model_world_size_1_rank_0.pt").write_bytes(b"weights %d" % step)
-        (actor / "huggingface" / "config.json").write_text("{}")
-        (actor.parent / STATE_FILE).write_text(json.dumps({"mlflow_run_id": "r"}))
-    assert kept_best(best) == {}
-    keep_best(verl / "global_step_3", best, {"step": 3, "success": 0.25})
-    kept = best / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt"
-    assert kept.stat().st_ino == (verl / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt").stat().st_ino
-    assert resolve_checkpoint(str(best)) == best / "global_step_3" / "actor"
-    import shutil
-
-    shutil.rmtree(verl / "global_step_3")  # veRL's rotation
-    assert kept.read_bytes() == b"weights 3" and (best / "global_step_3" / STATE_FILE).is_file()
-    keep_best(verl / "global_step_5", best, {"step": 5, "success": 0.5})
-    assert sorted(p.name for p in best.iterdir()) == ["best.json", "global_step_5", "latest_checkpointed_iteration.txt"]
-    assert kept_best(best) == {"step": 5, "success": 0.5}
-    cfg = SimpleNamespace(evaluation=SimpleNamespace(source=str(tmp_path), checkpoint="best"))
-    assert evaluation_checkpoint(cfg) == best / "global_step_5" / "actor"
-    cfg = SimpleNamespace(evaluation=SimpleNamespace(source=str(tmp_path / "nothing"), checkpoint="best"))
-    with pytest.raises(OrchError, match="no best/ checkpoint in it"):
-        evaluation_checkpoint(cfg)
+        blocks = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(world)]
+        if stops:
+            assert blocks == [None] * world
+        else:
+            np.testing.assert_allclose(np.concatenate([np.array(b) for b in blocks], axis=1), reference, atol=1e-4)
 
 
 # --- the Ray cluster -------------------------------------------------------------------------------------------
