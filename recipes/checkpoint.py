@@ -28,6 +28,7 @@ REQUEUE_EXIT_CODE = 75  # EX_TEMPFAIL: "try again later"
 STATE_FILE = "state.pt"
 LATEST_FILE = "latest"
 VERL_STATE_FILE = "orch_state.json"  # orch's state beside a veRL checkpoint's actor (global_step_N/orch_state.json)
+VERL_ITERATION_FILE = "latest_checkpointed_iteration.txt"  # veRL's pointer to its newest checkpoint (its step)
 BEST_DIR = "best"  # <checkpoint_dir>/best/step_N: the policy at the run's peak validation success so far
 
 

@@ -50,12 +50,14 @@ def resolve_checkpoint(source: str, tracking_uri: str | None = None) -> Path:
 def _verl_actor(path: Path) -> Path | None:
     """The veRL actor checkpoint `path` names (a run's checkpoint dir, its `verl/` folder, a `global_step_N` folder or
     its `actor/`), or None when `path` is no veRL checkpoint."""
+    from recipes.checkpoint import VERL_ITERATION_FILE
+
     if path.name == "actor" and path.parent.name.startswith("global_step_"):
         return path
     if path.name.startswith("global_step_") and (path / "actor").is_dir():
         return path / "actor"
     folder = path / "verl" if (path / "verl").is_dir() else path
-    latest = folder / "latest_checkpointed_iteration.txt"
+    latest = folder / VERL_ITERATION_FILE
     if latest.is_file():
         step = latest.read_text().strip()
         if not step.isdigit() or not (folder / f"global_step_{step}" / "actor").is_dir():

@@ -105,7 +105,9 @@ def resume_step(folder: Path, logged: int | None) -> int | None:
     """The checkpoint to resume from: the newest complete one (not past veRL's `latest_checkpointed_iteration`)
     whose step was logged to MLflow, so that no step is lost (checkpointed, killed before its metrics were
     logged) nor logged twice (steps logged after it are re-run but not logged again). None: start afresh."""
-    latest = folder / "latest_checkpointed_iteration.txt"
+    from recipes.checkpoint import VERL_ITERATION_FILE
+
+    latest = folder / VERL_ITERATION_FILE
     if not latest.is_file() or not logged:
         return None
     newest = min(int(latest.read_text().strip()), logged)

@@ -43,6 +43,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from recipes.checkpoint import VERL_ITERATION_FILE as ITERATION_FILE
 from recipes.checkpoint import VERL_STATE_FILE as STATE_FILE
 from recipes.progress import ProgressFile, report, reporting
 from recipes.tracking import PEAK_MEMORY_METRIC
@@ -150,7 +151,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         raise Stop("preempted", f"stop requested during the {phase} of step {step}; {where}")
 
     def _checkpointed_step(self) -> int | None:
-        tracker = Path(self.config.trainer.default_local_dir) / "latest_checkpointed_iteration.txt"
+        tracker = Path(self.config.trainer.default_local_dir) / ITERATION_FILE
         return int(tracker.read_text().strip()) if tracker.is_file() else None
 
     # -- after the rollout, before any update --------------------------------------------------------------------
@@ -525,7 +526,6 @@ class OrchPPOTrainer(RayPPOTrainer):
 
 
 BEST_RECORD = "best.json"
-ITERATION_FILE = "latest_checkpointed_iteration.txt"  # veRL's pointer to its newest checkpoint
 
 
 def keep_best(saved: Path, best_dir: Path, best: dict[str, float]) -> None:
