@@ -93,7 +93,17 @@ class LocalRunner:
     def _reap(self) -> None:
         for item in [item for item in self.running.values() if item.job.done()]:
             del self.running[item.attempt_id]
-            unreported = self.store.open_attempt_ids(self.sweep.id, str(item.job.job_id))
+            unreported = self.store.open_attempts(self.sweep.id, str(item.job.job_id))
+            waiting = [attempt for attempt, state in unreported.items() if state == State.REQUEUED]
+            if waiting:
+                # It checkpointed and recorded its requeue, but submitit's controller ended instead of restarting
+                # it: the job was still exiting when the time limit came (signal_delay_s after the signal), so the
+                # controller killed it. Lost, not failed: `orch resume` continues from the checkpoint.
+                self.store.end_attempts(waiting, State.LOST, (
+                    f"local job {item.job.job_id} recorded its requeue but was killed at its time limit before it "
+                    f"restarted: it took more than cluster.signal_delay_s={self.cluster.signal_delay_s} s to exit "
+                    "after the time-limit signal; `orch resume` continues from its checkpoint"))
+            unreported = [attempt for attempt in unreported if attempt not in waiting]
             if unreported:
                 # Killed by a signal (kill -9, the OOM killer): lost, so a plain `orch resume` runs it again.
                 # Any other silent exit is the job's own failure.

@@ -503,14 +503,14 @@ class Store:
                 ended += 1
         return ended
 
-    def open_attempt_ids(self, sweep_id: int, job_id: str) -> list[int]:
-        """Ids of the open attempts of the sweep run by cluster job `job_id`."""
+    def open_attempts(self, sweep_id: int, job_id: str) -> dict[int, str]:
+        """{attempt id: state} of the open attempts of the sweep run by cluster job `job_id`."""
         with Session(self.engine) as session:
-            return list(session.scalars(
-                select(AttemptRow.id).join(CellRow, CellRow.id == AttemptRow.cell_id)
+            return dict(session.execute(
+                select(AttemptRow.id, AttemptRow.state).join(CellRow, CellRow.id == AttemptRow.cell_id)
                 .where(CellRow.sweep_id == sweep_id, AttemptRow.job_id == job_id,
                        AttemptRow.state.in_([str(state) for state in ACTIVE]))
-            ))
+            ).tuples().all())
 
     def active_attempts(self, sweep_id: int) -> list[dict[str, Any]]:
         """The latest attempt of each active cell (queued, running, or requeued and waiting to restart), for

@@ -222,10 +222,13 @@ def test_local_time_limit_checkpoints_and_requeues(make_sweep, tracking: str, mo
     """submitit's local controller sends SIGUSR2 `signal_delay_s` before `time_min`: the job checkpoints, exits with
     the requeue code, and runs again into the same MLflow run."""
     monkeypatch.setenv("ORCH_TEST_STEP_S", "1.0")
-    # 45 one-second steps cannot fit before the signal at 30 s: at least one requeue, whatever the machine's load.
-    path = make_sweep(name="limit", steps=45, seeds="[1]", delay=30, time_min=1, requeues=10)
+    # 45 one-second steps cannot fit before the signal at 30 s (time limit 120 s, signal 90 s before it): at least
+    # one requeue, whatever the machine's load. The job then has 90 s to checkpoint and exit before the controller
+    # kills it at the limit (a few seconds idle; under a load average of 12 one job needed more than 30 s: it was
+    # killed after recording its requeue, and the cell ended lost, see test_sweep_store.py).
+    path = make_sweep(name="limit", steps=45, seeds="[1]", delay=90, time_min=2, requeues=10)
     _, store, _ = submit(path, "local", tracking)
-    assert wait(store, "limit", poll_s=0.5, timeout_s=400) == {"finished": 2}
+    assert wait(store, "limit", poll_s=0.5, timeout_s=900) == {"finished": 2}
     sweep = store.require_sweep("limit")
     for row in store.cell_rows(sweep.id):
         assert row.requeues >= 1 and row.attempts >= 2

@@ -258,3 +258,36 @@ def test_reconcile_ends_stalled_cells_under_the_stall_rule(store_url: str, tmp_p
     if action != "flag":
         assert "stalled: no heartbeat for 12" in rows[hung.id].reason and f"action {action}" in rows[hung.id].reason
         assert store.attempts(hung.id)[-1].state == state
+
+
+def test_a_local_job_killed_after_it_recorded_its_requeue_is_lost_not_failed(tmp_path: Path) -> None:
+    """The local runner reaps a job whose submitit controller ended: an attempt still running failed ("exited
+    without reporting an end"); one whose job had recorded its requeue (checkpoint written) but was killed at the time
+    limit before the controller restarted it (it took longer than signal_delay_s to exit) is lost, so `orch resume`
+    continues it, and the reason says why."""
+    from types import SimpleNamespace
+
+    from orchestrator.local_runner import LocalRunner, _Running
+
+    store = Store.open(f"sqlite:///{tmp_path / 'orch.db'}")
+    sweep_id = _sweep(store)
+    store.add_cells(sweep_id, _cells(2))
+    requeued, running = store.cell_rows(sweep_id)
+    attempts = store.record_submissions("local", [requeued.id, running.id])
+    store.assign_jobs([Submission(requeued.id, attempts[requeued.id], "100", "/o", "/e"),
+                       Submission(running.id, attempts[running.id], "200", "/o", "/e")])
+    first = store.job_started(requeued.id, "local", "100", "vm", 1)
+    store.job_started(running.id, "local", "200", "vm", 2)
+    store.job_ended(first, State.REQUEUED, "checkpointed at step 1", steps_done=1)
+    runner = object.__new__(LocalRunner)
+    runner.store, runner.sweep, runner.log_dir = store, store.require_sweep("s"), tmp_path
+    runner.cluster = SimpleNamespace(signal_delay_s=30)
+    ended = SimpleNamespace(done=lambda: True, paths=SimpleNamespace(stderr=tmp_path / "none.err"))
+    runner.running = {attempt: _Running(SimpleNamespace(**vars(ended), job_id=job), cell, attempt, 1)
+                      for attempt, job, cell in ((first, "100", requeued.id), (attempts[running.id], "200", running.id))}
+    runner._reap()
+    rows = {row.id: row for row in store.cell_rows(sweep_id)}
+    assert rows[requeued.id].state == "lost" and "recorded its requeue but was killed at its time limit" in (
+        rows[requeued.id].reason) and "signal_delay_s=30" in rows[requeued.id].reason
+    assert rows[running.id].state == "failed" and "exited without reporting an end" in rows[running.id].reason
+    assert runner.running == {}
