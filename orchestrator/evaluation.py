@@ -27,7 +27,7 @@ from orchestrator.spec import load_sweep
 from orchestrator.states import DONE
 from orchestrator.store import Store
 from orchlib.errors import OrchError
-from recipes.evaluate import EVAL_SUFFIX, eval_sweep_name
+from recipes.evaluate import EVAL_SUFFIX, eval_sweep_name, kept_checkpoint
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,8 @@ class EvalRequest:
 
 def _has_checkpoint(source: Path, which: str) -> bool:
     """Whether a cell's checkpoint folder holds a complete checkpoint of the kind asked for (`best` or `latest`)."""
-    from recipes.checkpoint import BEST_DIR
-    from recipes.export import resolve_checkpoint
-
-    folder = source / BEST_DIR if which == "best" else source
     try:
-        resolve_checkpoint(str(folder))
+        kept_checkpoint(source, which)
     except OrchError:
         return False
     return True

@@ -173,19 +173,23 @@ def vllm_sampler(policy: Policy, encoder: Any, temperature: float, seed: int, lo
 
 
 def evaluation_checkpoint(cfg: Any) -> Path:
-    """The checkpoint an evaluation config names (`evaluation.source`, `evaluation.checkpoint`): the newest complete
-    one in the source's `best/` folder, or its latest; a torch-backend `step_N` folder or a veRL actor folder
+    """The checkpoint an evaluation config names (`evaluation.source`, `evaluation.checkpoint`): `kept_checkpoint`."""
+    return kept_checkpoint(Path(cfg.evaluation.source), cfg.evaluation.checkpoint)
+
+
+def kept_checkpoint(source: Path, which: str) -> Path:
+    """The checkpoint of kind `which` that a run's checkpoint folder `source` kept: the newest complete one in its
+    `best/` folder (`best`), or its latest; a torch-backend `step_N` folder or a veRL actor folder
     (`global_step_N/actor`). `OrchError` (one line) when there is none."""
     from recipes.checkpoint import BEST_DIR
     from recipes.export import resolve_checkpoint
 
-    source = Path(cfg.evaluation.source)
-    folder = source / BEST_DIR if cfg.evaluation.checkpoint == "best" else source
+    folder = source / BEST_DIR if which == "best" else source
     try:
         return resolve_checkpoint(str(folder))
     except OrchError:
         why = ("no best/ checkpoint in it (the trainers keep one when they validate: trainer.val_every > 0)"
-               if cfg.evaluation.checkpoint == "best" else "no complete checkpoint")
+               if which == "best" else "no complete checkpoint")
         raise OrchError(f"config key evaluation.source {str(source)!r}: {why}") from None
 
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import itertools
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from envs.countdown.puzzle import Puzzle
-from envs.records import SUFFIXES, read_records
-from orchlib.errors import OrchError, choices_error
+from envs.records import read_data_file
+from orchlib.errors import OrchError
 
 MIN_COUNT, MAX_COUNT = 2, 6  # numbers per puzzle that orch's solver and scorer take
 
@@ -45,15 +44,7 @@ def _to_puzzle(record: Any) -> Puzzle | None:
 def load_puzzles(path: str, max_instances: int) -> tuple[Puzzle, ...]:
     """The puzzles of `path` as RAGEN selects them (see the module docstring), in file order. Raises OrchError for a
     missing or unreadable file, an unknown suffix, or a file with no usable record."""
-    file = Path(path)
-    if file.suffix not in SUFFIXES:
-        raise choices_error("data file suffix", file.suffix, list(SUFFIXES), where=f"countdown data_path {path}")
-    if not file.is_file():
-        raise OrchError(f"countdown data_path: no such file {path}")
-    try:
-        records = read_records(file, ["target", "nums"])
-    except (ValueError, OSError, KeyError) as err:
-        raise OrchError(f"countdown data_path {path}: cannot read records ({err.__class__.__name__}: {err})") from None
+    records = read_data_file(path, "countdown", ["target", "nums"])
     puzzles = tuple(puzzle for puzzle in map(_to_puzzle, records[:max_instances])
                     if puzzle is not None and signed_sum_reaches(puzzle.numbers, puzzle.target))
     if not puzzles:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from envs.metamathqa.answers import split_response
 from envs.metamathqa.problem import MathProblem
-from envs.records import SUFFIXES, read_records
-from orchlib.errors import OrchError, choices_error
+from envs.records import read_data_file
+from orchlib.errors import OrchError
 
 
 def _to_problem(record: Any) -> MathProblem | None:
@@ -29,19 +28,7 @@ def _to_problem(record: Any) -> MathProblem | None:
 def load_problems(path: str) -> tuple[MathProblem, ...]:
     """The records of `path` that have a `query`, a `response` and an extractable final answer, in file order.
     Raises OrchError for a missing or unreadable file, an unknown suffix, or a file with no usable record."""
-    file = Path(path)
-    if file.suffix not in SUFFIXES:
-        raise choices_error(
-            "data file suffix", file.suffix, list(SUFFIXES), where=f"metamathqa data_path {path}"
-        )
-    if not file.is_file():
-        raise OrchError(f"metamathqa data_path: no such file {path}")
-    try:
-        records = read_records(file, ["query", "response"])
-    except (ValueError, OSError, KeyError) as err:
-        raise OrchError(
-            f"metamathqa data_path {path}: cannot read records ({err.__class__.__name__}: {err})"
-        ) from None
+    records = read_data_file(path, "metamathqa", ["query", "response"])
     problems = tuple(p for p in map(_to_problem, records) if p is not None)
     if not problems:
         raise OrchError(

@@ -30,6 +30,7 @@ gradient of the batch.
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -135,8 +136,6 @@ def collective_stop(stop_file: str | None, device: str = "cpu") -> Any:
     import torch.distributed as dist
 
     def should_stop() -> bool:
-        from pathlib import Path
-
         seen = torch.tensor([1.0 if stop_file and Path(stop_file).exists() else 0.0], device=device)
         dist.all_reduce(seen, op=dist.ReduceOp.MAX)
         return bool(seen.item())
