@@ -4,7 +4,7 @@ the MI diagnostics on, then what was measured beside what preflight estimated.
     bash scripts/gpu_smoke.sh /models/Qwen2.5-0.5B-Instruct [--gpus 1] [--steps 5]
     python scripts/gpu_smoke.py --cpu        # the same plumbing on this CPU (a micro model on Countdown, HF rollouts)
 
-Prints tokens per second, the step-time split (generation, log-probs, update, weight sync, diagnostics), the peak
+Prints the stack's versions, tokens per second, the step-time split (generation, log-probs, update, weight sync, diagnostics), the peak
 memory per GPU measured against preflight's estimate (`recipes.verl.preflight`), and whether the filter and the MI
 proxies ran. Exit 0 when the run finished and both ran; 1 otherwise (the reason in one line); 2 on bad input.
 Everything it writes goes to a scratch folder it names (MLflow store, checkpoints).
@@ -46,6 +46,22 @@ def overrides(args: argparse.Namespace, scratch: Path) -> list[str]:
             "trainer.val_every=0", "verl.rollout=vllm", f"verl.gpus_per_node={args.gpus}", "verl.nnodes=1"]
 
 
+def stack() -> str:
+    """The versions this run trains with (Ray's workers inherit the driver's environment)."""
+    from importlib import metadata
+
+    import torch
+    import transformers
+    import verl
+
+    line = (f"torch {torch.__version__} (cuda available: {'yes' if torch.cuda.is_available() else 'no'}), "
+            f"transformers {transformers.__version__}, veRL {verl.__version__}")
+    try:
+        return f"{line}, vLLM {metadata.version('vllm')}"
+    except metadata.PackageNotFoundError:
+        return line
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?", help="a Hugging Face checkpoint folder, e.g. Qwen2.5-0.5B-Instruct")
@@ -83,6 +99,7 @@ def main() -> int:
     if estimate is not None and estimate.problems:
         for line in estimate.problems:
             print(f"gpu_smoke: preflight: {line}")
+    print(f"gpu_smoke: stack: {stack()}")
     print(f"gpu_smoke: training {cfg.trainer.total_steps} steps ({'cpu rehearsal' if args.cpu else args.model}); "
           f"scratch {scratch}", flush=True)
     result = run_training(cfg)

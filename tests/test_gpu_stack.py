@@ -1,10 +1,11 @@
 """The GPU stack (issue 27 item 4), checked without a GPU: its pins resolve for Linux x86_64 as PyPI serves them, they
 are the versions veRL's own `vllm` extra pairs, `setup_gpu.sh` refuses a node without an NVIDIA driver in one line,
-and the veRL CPU smoke test passes under the stack's transformers (5.9.0; its torch 2.11.0 CPU build is not on the
-registries this machine reaches, so torch stays 2.13 here: said in docs/verl.md)."""
+and the veRL CPU smoke test passes under the stack's own torch 2.11.0 (PyPI's CUDA 13 build, which imports and runs on a
+CPU), torchvision 0.26.0 and transformers 5.9.0."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,17 +17,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LOCK = REPO / "scripts" / "gpu" / "constraints.txt"
+sys.path.insert(0, str(REPO / "scripts" / "gpu"))
+from cpu_stack import LOCK, pins  # noqa: E402 - a script's module, by path
 
-
-def pins(text: str) -> dict[str, str]:
-    """name -> version of every `name==version` line."""
-    found = {}
-    for line in text.splitlines():
-        match = re.match(r"^([A-Za-z0-9_.\-\[\],]+)==([^\s;#]+)", line.strip())
-        if match:
-            found[re.sub(r"[-_.]+", "-", match[1].split("[")[0]).lower()] = match[2]
-    return found
+from tests.setup_wait import wait_for_setup  # noqa: E402
 
 
 def test_the_pins_are_what_verls_vllm_extra_declares() -> None:
@@ -70,22 +64,37 @@ def test_setup_gpu_refuses_a_node_without_an_nvidia_driver_in_one_line() -> None
     assert not (REPO / ".venv-gpu").exists()
 
 
-def test_the_gpu_smoke_script_rehearses_on_cpu_under_the_stacks_transformers(tmp_path) -> None:
+def stack_overlay(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The GPU stack's torch, torchvision and transformers with torch's CUDA runtime wheels, in a folder to put first
+    on PYTHONPATH (`scripts/gpu/cpu_stack.py`): the one `scripts/test.sh` installs in the background while the suite
+    runs (waited for), else installed here. Returns the folder and name -> version installed."""
+    if wait_for_setup("cpu-stack"):
+        folder = Path(os.environ["ORCH_SETUP_DIR"]) / "cpu-stack"
+    else:
+        folder = tmp_path / "overlay"
+        result = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu" / "cpu_stack.py"), str(folder)],
+                                capture_output=True, text=True, timeout=2400)
+        assert result.returncode == 0, result.stderr[-2000:]
+    return folder, json.loads((folder / "stack.json").read_text())
+
+
+def test_the_gpu_smoke_script_rehearses_on_cpu_under_the_stacks_torch_and_transformers(tmp_path) -> None:
     """`scripts/gpu_smoke.py --cpu`: the GPU smoke run's plumbing (veRL's trainer, Ray, FSDP2, orch's agent loop,
-    the filter and the MI proxies, the summary) on this CPU with the tiny model, with transformers 5.9.0 first on the
-    path of every process (Ray workers inherit it)."""
-    version = pins(LOCK.read_text())["transformers"]
-    overlay = tmp_path / "overlay"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(overlay),
-                    f"transformers=={version}"], check=True, capture_output=True, timeout=600)
+    the filter and the MI proxies, orch's veRL patches, the summary) on this CPU with the tiny model, with the stack's
+    torch 2.11.0 (CUDA build, no GPU used), torchvision 0.26.0 and transformers 5.9.0 first on the path of every
+    process (Ray workers inherit it)."""
+    locked = pins(LOCK.read_text())
+    overlay, installed = stack_overlay(tmp_path)
+    stack = ("torch", "torchvision", "transformers")
+    assert {name: installed[name] for name in stack} == {name: locked[name] for name in stack}
+    assert any(name.startswith("nvidia-") for name in installed) and "triton" in installed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(overlay), os.environ.get("PYTHONPATH")]))}
-    probe = subprocess.run([sys.executable, "-c", "import transformers; print(transformers.__version__)"], env=env,
-                           capture_output=True, text=True, check=True)
-    assert probe.stdout.strip() == version
     result = subprocess.run([sys.executable, "scripts/gpu_smoke.py", "--cpu"], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
+    stack = f"torch {locked['torch']}+cu130 (cuda available: no), transformers {locked['transformers']}"
+    assert f"gpu_smoke: stack: {stack}, veRL {locked['verl']}" in out, out[:2000]
     assert "step time: " in out and "split (s per step): gen " in out and "update_actor" in out
     assert "peak memory: " in out and "filter ran: yes; MI proxies ran: yes" in out
 

