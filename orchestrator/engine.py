@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from orchestrator.executors import get_executor
 from orchestrator.executors.base import CellTask, SubmitError, SweepContext
 from orchestrator.states import ACTIVE, MISSING, State
-from orchestrator.store import DEFAULT_DIR, Store
+from orchestrator.store import DEFAULT_DIR, Attempt, Store
 from orchestrator.store_schema import CellRow, SweepRow
 from orchlib.errors import OrchError
 
@@ -181,9 +181,9 @@ def reconcile(store: Store, sweep: SweepRow) -> int:
     Where the cluster cannot be asked from here (no `squeue` on this machine), nothing is changed.
     """
     attempts = store.active_attempts(sweep.id)
-    by_executor: dict[str, list[dict]] = {}
+    by_executor: dict[str, list[Attempt]] = {}
     for attempt in attempts:
-        by_executor.setdefault(attempt["executor"], []).append(attempt)
+        by_executor.setdefault(attempt.executor, []).append(attempt)
     lost = 0
     for name, group in by_executor.items():
         try:
@@ -195,24 +195,24 @@ def reconcile(store: Store, sweep: SweepRow) -> int:
     return lost + _end_stalled(store, sweep, attempts)
 
 
-def _end_stalled(store: Store, sweep: SweepRow, attempts: list[dict]) -> int:
+def _end_stalled(store: Store, sweep: SweepRow, attempts: list[Attempt]) -> int:
     """Under `cluster.stall: {action: fail | requeue}`, kill the jobs of running cells whose heartbeat is older
     than `after_s` and end their cells failed (fail) or lost (requeue: the next `orch resume` runs them again)."""
     from orchestrator.spec import ClusterSettings
 
     rule = ClusterSettings.model_validate_json(sweep.cluster_json).stall
     now = time.time()
-    stalled = [attempt for attempt in attempts if rule.stalled(attempt["state"], attempt["heartbeat_at"], now)]
+    stalled = [attempt for attempt in attempts if rule.stalled(attempt.state, attempt.heartbeat_at, now)]
     if rule.action == "flag" or not stalled:
         return 0
     state = State.FAILED if rule.action == "fail" else State.LOST
     ended = 0
     for attempt in stalled:
-        reason = (f"stalled: no heartbeat for {now - attempt['heartbeat_at']:.0f} s (cluster.stall.after_s="
+        reason = (f"stalled: no heartbeat for {now - attempt.heartbeat_at:.0f} s (cluster.stall.after_s="
                   f"{rule.after_s:g}, action {rule.action}); its job was killed")
-        if store.end_attempts([attempt["id"]], state, reason):
+        if store.end_attempts([attempt.id], state, reason):
             ended += 1
-            get_executor(attempt["executor"])(_context(store, sweep)).kill([attempt])
+            get_executor(attempt.executor)(_context(store, sweep)).kill([attempt])
     return ended
 
 
@@ -256,13 +256,13 @@ def stop_cells(store: Store, sweep: SweepRow, ids: Iterable[int], state: str, re
     """Move the cells `ids` that are in `only_states` to `state` (cancelled, pruned), then ask their running jobs
     to stop (they checkpoint and end; their late reports keep the state). Returns how many cells moved."""
     ids = set(ids)
-    attempts = [attempt for attempt in store.active_attempts(sweep.id) if attempt["cell_id"] in ids]
+    attempts = [attempt for attempt in store.active_attempts(sweep.id) if attempt.cell_id in ids]
     count = store.mark(list(ids), state, reason, only_states=only_states)
     moved = {cell_id for cell_id, now in store.cell_states(list(ids)).items() if now == state}
-    by_executor: dict[str, list[dict]] = {}
+    by_executor: dict[str, list[Attempt]] = {}
     for attempt in attempts:
-        if attempt["cell_id"] in moved:
-            by_executor.setdefault(attempt["executor"], []).append(attempt)
+        if attempt.cell_id in moved:
+            by_executor.setdefault(attempt.executor, []).append(attempt)
     for executor, group in by_executor.items():
         get_executor(executor)(_context(store, sweep)).cancel(group)
     return count

@@ -1,6 +1,6 @@
 """The job of one cell: what submitit runs on the cluster (or locally, or in-process for `debug`).
 
-    CellJob(store_url, cell_id, executor)()
+    CellJob(store_url, cell_id, executor, requeue)()
       1. read the cell from the store, report `running` (attempt: job id, host, pid, log paths)
       2. compose its config with `recipes.config.compose_train_config` (the cell's overrides + per-cell infra keys:
          MLflow run, checkpoint folder), and check it still hashes to the cell's identity
@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,20 +47,28 @@ REASON_LINES = 20
 WRITER_WAIT_S = 600.0
 
 
-class CellJob(submitit.helpers.Checkpointable):
-    """The picklable callable of one cell's job (small: the store URL and the cell id)."""
+Requeue = Callable[[str | None], None]  # an executor's `requeue_current_job`: have this job (its id) run again
 
-    def __init__(self, store_url: str, cell_id: int, executor: str, attempt_id: int | None = None) -> None:
+
+class CellJob(submitit.helpers.Checkpointable):
+    """The picklable callable of one cell's job (small: the store URL, the cell id, the executor's name and its
+    requeue function, pickled by reference). Executors build it; the job never looks an executor up, so the edge
+    between them runs one way (orchestrator.executors -> orchestrator.job)."""
+
+    def __init__(self, store_url: str, cell_id: int, executor: str, requeue: Requeue,
+                 attempt_id: int | None = None) -> None:
         self.store_url = store_url
         self.cell_id = cell_id
         self.executor = executor
+        self.requeue = requeue
         self.attempt_id = attempt_id  # the submission (claim) this job runs: a newer one supersedes it
 
     def __call__(self) -> str:
-        return run_cell(self.store_url, self.cell_id, self.executor, self.attempt_id)
+        return run_cell(self.store_url, self.cell_id, self.executor, self.requeue, self.attempt_id)
 
 
-def run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: int | None = None) -> str:
+def run_cell(store_url: str, cell_id: int, executor: str, requeue: Requeue,
+             submitted_attempt: int | None = None) -> str:
     """Run one cell to an outcome and report it; returns the state recorded for the cell. In a multi-node
     allocation only the first task runs the cell (the verl backend starts its Ray workers on the other nodes
     itself); the others return at once."""
@@ -72,12 +81,11 @@ def run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: int
     # operator's `scontrol requeue` the moment the cell shows running) would otherwise reach submitit's handler,
     # which only logs a SIGTERM, and the cluster would kill the job `KillWait` later without an end report.
     with StopRequest() as stop:
-        return _run_cell(store_url, cell_id, executor, submitted_attempt, stop)
+        return _run_cell(store_url, cell_id, executor, requeue, submitted_attempt, stop)
 
 
-def _run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: int | None, stop: StopRequest) -> str:
-    from orchestrator.executors import get_executor
-
+def _run_cell(store_url: str, cell_id: int, executor: str, requeue: Requeue, submitted_attempt: int | None,
+              stop: StopRequest) -> str:
     store = Store.open(store_url, create=False)
     context = store.job_context(cell_id)
     job_id, stdout, stderr = _job_identity()
@@ -128,7 +136,7 @@ def _run_cell(store_url: str, cell_id: int, executor: str, submitted_attempt: in
     print(f"orch: cell {context.digest} {recorded} after step {result.steps_done}"
           + (f": {reason}" if reason else ""), file=sys.stderr, flush=True)
     if recorded == State.REQUEUED:
-        get_executor(executor).requeue_current_job(job_id)
+        requeue(job_id)
     else:
         _finish_sweep_if_done(store, context)
     return recorded

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.executors.local import RUNNER_LOCK, RunnerLock
+from orchestrator.executors.local import RUNNER_LOCK, LocalExecutor, RunnerLock
 from orchestrator.local_task import exit_note
 from orchestrator.resources import Resources
 from orchestrator.spec import ClusterSettings
 from orchestrator.states import State
-from orchestrator.store import Store, Submission
+from orchestrator.store import Attempt, Store, Submission
 
 POLL_S = 0.5
 LOG_TAIL_LINES = 20
@@ -67,7 +67,7 @@ class LocalRunner:
                 return
             time.sleep(POLL_S)
 
-    def _start(self, queued: list[dict[str, Any]]) -> None:
+    def _start(self, queued: list[Attempt]) -> None:
         import submitit
 
         from orchestrator.job import CellJob
@@ -75,7 +75,7 @@ class LocalRunner:
         for attempt in queued:
             if self.cluster.local_max_parallel and len(self.running) >= self.cluster.local_max_parallel:
                 return
-            resources = Resources.model_validate(json.loads(attempt["resources_json"]))
+            resources = Resources.model_validate(json.loads(attempt.resources_json))
             cpus = min(resources.cpus_per_task, self.cores)
             used = sum(item.cpus for item in self.running.values())
             if self.running and used + cpus > self.cores:
@@ -85,10 +85,11 @@ class LocalRunner:
                                               python=f"{python} -m orchestrator.local_task {python}")
             executor.update_parameters(timeout_min=resources.time_min, signal_delay_s=self.cluster.signal_delay_s)
             os.environ["ORCH_CPUS"] = str(cpus)  # the job inherits it: its trainer uses this many threads
-            job = executor.submit(CellJob(self.store.url, attempt["cell_id"], "local", attempt["id"]))
-            self.store.assign_jobs([Submission(attempt["cell_id"], attempt["id"], str(job.job_id),
+            job = executor.submit(CellJob(self.store.url, attempt.cell_id, LocalExecutor.name,
+                                          LocalExecutor.requeue_current_job, attempt.id))
+            self.store.assign_jobs([Submission(attempt.cell_id, attempt.id, str(job.job_id),
                                                str(job.paths.stdout), str(job.paths.stderr))])
-            self.running[attempt["id"]] = _Running(job, attempt["cell_id"], attempt["id"], cpus)
+            self.running[attempt.id] = _Running(job, attempt.cell_id, attempt.id, cpus)
 
     def _reap(self) -> None:
         for item in [item for item in self.running.values() if item.job.done()]:

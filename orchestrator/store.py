@@ -72,6 +72,28 @@ class Submission:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """One attempt as the engine, the local runner and every executor method see it: a detached copy of its row
+    (no session behind it) with its cell's resources. `queued_attempts` and `active_attempts` return these."""
+
+    id: int
+    cell_id: int
+    executor: str
+    state: str
+    job_id: str | None
+    host: str | None
+    pid: int | None
+    submitted_at: float | None
+    heartbeat_at: float | None
+    resources_json: str
+
+
+_ATTEMPT_COLUMNS = (AttemptRow.id, AttemptRow.cell_id, AttemptRow.executor, AttemptRow.state, AttemptRow.job_id,
+                    AttemptRow.host, AttemptRow.pid, AttemptRow.submitted_at, AttemptRow.heartbeat_at,
+                    CellRow.resources_json)
+
+
+@dataclass(frozen=True)
 class JobContext:
     """What a job needs from the store to run its cell."""
 
@@ -334,19 +356,18 @@ class Store:
             ])
             session.execute(update(CellRow), [{"id": item.cell_id, "job_id": item.job_id} for item in submissions])
 
-    def queued_attempts(self, sweep_id: int, executor: str) -> list[dict[str, Any]]:
+    def queued_attempts(self, sweep_id: int, executor: str) -> list[Attempt]:
         """Attempts of `executor` waiting for a job (no job id yet), in sweep order (for the local runner). A cell
         just claimed by `orch sweep` is left out until its MLflow run is recorded (its job attaches to it)."""
-        columns = (AttemptRow.id, AttemptRow.cell_id, CellRow.resources_json, CellRow.digest)
         with Session(self.engine) as session:
             rows = session.execute(
-                select(*columns).join(CellRow, CellRow.id == AttemptRow.cell_id)
+                select(*_ATTEMPT_COLUMNS).join(CellRow, CellRow.id == AttemptRow.cell_id)
                 .where(CellRow.sweep_id == sweep_id, AttemptRow.executor == executor,
                        AttemptRow.state == State.QUEUED, AttemptRow.job_id.is_(None),
                        CellRow.mlflow_run_id.is_not(None))
                 .order_by(CellRow.position)
             )
-            return [dict(row._mapping) for row in rows]
+            return [Attempt(*row) for row in rows]
 
     def cell_states(self, cell_ids: Sequence[int]) -> dict[int, str]:
         """Current state of each cell id."""
@@ -512,18 +533,16 @@ class Store:
                        AttemptRow.state.in_([str(state) for state in ACTIVE]))
             ).tuples().all())
 
-    def active_attempts(self, sweep_id: int) -> list[dict[str, Any]]:
+    def active_attempts(self, sweep_id: int) -> list[Attempt]:
         """The latest attempt of each active cell (queued, running, or requeued and waiting to restart), for
         reconciliation with the cluster."""
-        columns = (AttemptRow.id, AttemptRow.cell_id, AttemptRow.executor, AttemptRow.job_id, AttemptRow.state,
-                   AttemptRow.heartbeat_at, AttemptRow.submitted_at, AttemptRow.host, AttemptRow.pid)
         with Session(self.engine) as session:
             rows = session.execute(
-                select(*columns).join(CellRow, CellRow.id == AttemptRow.cell_id)
+                select(*_ATTEMPT_COLUMNS).join(CellRow, CellRow.id == AttemptRow.cell_id)
                 .where(CellRow.sweep_id == sweep_id, CellRow.state.in_([str(s) for s in ACTIVE]),
                        AttemptRow.number == CellRow.attempts)
             )
-            return [dict(row._mapping) for row in rows]
+            return [Attempt(*row) for row in rows]
 
     def attempts_by_id(self, attempt_ids: Sequence[int]) -> list[AttemptRow]:
         """The attempts with these ids."""

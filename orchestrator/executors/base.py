@@ -8,9 +8,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from orchestrator.store import Submission
+from orchestrator.store import Attempt, Submission
 from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
@@ -84,14 +84,14 @@ class Executor(ABC):
         """Start or enqueue `tasks` (their attempts are already recorded as queued)."""
 
     @abstractmethod
-    def vanished(self, attempts: list[dict[str, Any]]) -> dict[int, str]:
+    def vanished(self, attempts: list[Attempt]) -> dict[int, str]:
         """Among open attempts of this executor, those whose job no longer exists: {attempt id: what is known}."""
 
     @abstractmethod
-    def cancel(self, attempts: list[dict[str, Any]]) -> None:
+    def cancel(self, attempts: list[Attempt]) -> None:
         """Stop the jobs of these open attempts (the store marks their cells cancelled)."""
 
-    def kill(self, attempts: list[dict[str, Any]]) -> None:
+    def kill(self, attempts: list[Attempt]) -> None:
         """Stop the jobs of these attempts, which may not answer a signal (hung: see `cluster.stall`); by default
         as `cancel` does (SLURM's scancel kills after KillWait)."""
         self.cancel(attempts)

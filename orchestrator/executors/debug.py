@@ -4,7 +4,6 @@ exception drops into the post-mortem debugger. `orch sweep --cluster debug` retu
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import submitit
 
@@ -12,7 +11,7 @@ from orchestrator.executors import register_executor
 from orchestrator.executors.base import CellTask, Executor, process_alive
 from orchestrator.job import CellJob
 from orchestrator.states import State
-from orchestrator.store import Submission
+from orchestrator.store import Attempt, Submission
 
 
 @register_executor("debug")
@@ -25,7 +24,8 @@ class DebugExecutor(Executor):
         executor = submitit.DebugExecutor(folder=self.sweep.log_dir)
         for task in tasks:
             for _ in range(self.sweep.cluster.max_requeues + 1):
-                job = executor.submit(CellJob(self.sweep.store_url, task.cell_id, self.name, task.attempt_id))
+                job = executor.submit(CellJob(self.sweep.store_url, task.cell_id, self.name, self.requeue_current_job,
+                                                  task.attempt_id))
                 if job.result() != State.REQUEUED:
                     break
         return []
@@ -35,16 +35,16 @@ class DebugExecutor(Executor):
         """`debug-PID`: the `orch` process that runs the cells."""
         return f"debug-{os.getpid()}"
 
-    def vanished(self, attempts: list[dict[str, Any]]) -> dict[int, str]:
+    def vanished(self, attempts: list[Attempt]) -> dict[int, str]:
         """Attempts left open by an `orch` process that is gone (the `debug-PID` job id, else the pid the job
         reported when it started; an attempt with neither has no process that could still end it)."""
         return {
-            attempt["id"]: "the orch process running this cell (debug) exited without reporting an end"
+            attempt.id: "the orch process running this cell (debug) exited without reporting an end"
             for attempt in attempts
-            if not process_alive(_orch_pid(attempt), attempt["host"])
+            if not process_alive(_orch_pid(attempt), attempt.host)
         }
 
-    def cancel(self, attempts: list[dict[str, Any]]) -> None:
+    def cancel(self, attempts: list[Attempt]) -> None:
         """Nothing runs in the background: the store marks the cells cancelled."""
 
     @staticmethod
@@ -52,6 +52,6 @@ class DebugExecutor(Executor):
         """`submit` runs the cell again when it returns `requeued`."""
 
 
-def _orch_pid(attempt: dict[str, Any]) -> int | None:
-    job_id = attempt["job_id"] or ""
-    return int(job_id.removeprefix("debug-")) if job_id.startswith("debug-") else attempt["pid"]
+def _orch_pid(attempt: Attempt) -> int | None:
+    job_id = attempt.job_id or ""
+    return int(job_id.removeprefix("debug-")) if job_id.startswith("debug-") else attempt.pid

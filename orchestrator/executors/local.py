@@ -18,12 +18,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from orchestrator.executors import register_executor
 from orchestrator.executors.base import CellTask, Executor, SweepContext, process_alive
 from orchestrator.local_task import exit_note
-from orchestrator.store import Submission
+from orchestrator.store import Attempt, Submission
 from orchlib.errors import OrchError
 
 RUNNER_LOCK = "runner.lock"
@@ -99,37 +99,37 @@ class LocalExecutor(Executor):
         ensure_runner(self.sweep)
         return []
 
-    def vanished(self, attempts: list[dict[str, Any]]) -> dict[int, str]:
+    def vanished(self, attempts: list[Attempt]) -> dict[int, str]:
         """While the sweep's runner lives it reaps its own jobs (with their exit code and log tail); without one,
         started jobs whose controller process is gone, and queued ones nobody is left to start."""
         if RunnerLock(self.sweep.run_dir / RUNNER_LOCK).held_elsewhere():
             return {}
         gone = {}
         for attempt in attempts:
-            if attempt["job_id"] is None:
+            if attempt.job_id is None:
                 # A submitter may be starting the runner right now: give it a moment.
-                if time.time() - (attempt["submitted_at"] or 0) > RUNNER_GRACE_S:
-                    gone[attempt["id"]] = "the local runner exited before starting this cell"
-            elif not process_alive(int(attempt["job_id"]), attempt["host"]):
-                how = exit_note(self.sweep.log_dir, attempt["job_id"]) or "exited"
-                gone[attempt["id"]] = f"local job {attempt['job_id']} {how} without reporting an end"
+                if time.time() - (attempt.submitted_at or 0) > RUNNER_GRACE_S:
+                    gone[attempt.id] = "the local runner exited before starting this cell"
+            elif not process_alive(int(attempt.job_id), attempt.host):
+                how = exit_note(self.sweep.log_dir, attempt.job_id) or "exited"
+                gone[attempt.id] = f"local job {attempt.job_id} {how} without reporting an end"
         return gone
 
-    def cancel(self, attempts: list[dict[str, Any]]) -> None:
+    def cancel(self, attempts: list[Attempt]) -> None:
         """SIGTERM the controllers of started jobs (forwarded to the job: it checkpoints and stops)."""
         for attempt in attempts:
-            if attempt["job_id"] and process_alive(int(attempt["job_id"]), attempt["host"]):
+            if attempt.job_id and process_alive(int(attempt.job_id), attempt.host):
                 try:
-                    os.kill(int(attempt["job_id"]), signal.SIGTERM)
+                    os.kill(int(attempt.job_id), signal.SIGTERM)
                 except ProcessLookupError:
                     continue
 
-    def kill(self, attempts: list[dict[str, Any]]) -> None:
+    def kill(self, attempts: list[Attempt]) -> None:
         """SIGKILL the job processes (a hung or stopped process ignores SIGTERM); their controllers then end."""
         for attempt in attempts:
-            if attempt["pid"] and process_alive(int(attempt["pid"]), attempt["host"]):
+            if attempt.pid and process_alive(int(attempt.pid), attempt.host):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(attempt["pid"]), signal.SIGKILL)
+                    os.kill(int(attempt.pid), signal.SIGKILL)
 
     @staticmethod
     def requeue_current_job(job_id: str | None) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.executors import register_executor
 from orchestrator.executors.base import CellTask, Executor, SubmitError
-from orchestrator.store import Submission
+from orchestrator.store import Attempt, Submission
 from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
@@ -86,7 +86,8 @@ class SlurmExecutor(Executor):
 
         executor = self._executor(resources)
         with executor.batch():
-            jobs = [executor.submit(CellJob(self.sweep.store_url, task.cell_id, self.name, task.attempt_id)) for task in tasks]
+            jobs = [executor.submit(CellJob(self.sweep.store_url, task.cell_id, self.name,
+                                                      self.requeue_current_job, task.attempt_id)) for task in tasks]
         return [
             Submission(task.cell_id, task.attempt_id, str(job.job_id), str(job.paths.stdout), str(job.paths.stderr))
             for task, job in zip(tasks, jobs, strict=True)
@@ -119,21 +120,21 @@ class SlurmExecutor(Executor):
         executor.update_parameters(**parameters)
         return executor
 
-    def vanished(self, attempts: list[dict[str, Any]]) -> dict[int, str]:
+    def vanished(self, attempts: list[Attempt]) -> dict[int, str]:
         """Attempts whose job `squeue` no longer lists, with `scontrol`'s final state where it still knows it."""
-        with_jobs = [attempt for attempt in attempts if attempt["job_id"]]
+        with_jobs = [attempt for attempt in attempts if attempt.job_id]
         if not with_jobs:
             return {}
-        base_ids = sorted({attempt["job_id"].split("_")[0] for attempt in with_jobs})
+        base_ids = sorted({attempt.job_id.split("_")[0] for attempt in with_jobs})
         listed = set()
         for line in _run(["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(base_ids)]).splitlines():
             job_id, _, state = line.partition("|")
             if state not in SQUEUE_STATES_GONE:
                 listed.add(job_id.strip())
         return {
-            attempt["id"]: self._final_state(attempt["job_id"])
+            attempt.id: self._final_state(attempt.job_id)
             for attempt in with_jobs
-            if attempt["job_id"] not in listed
+            if attempt.job_id not in listed
         }
 
     @staticmethod
@@ -146,9 +147,9 @@ class SlurmExecutor(Executor):
         return f"SLURM job {job_id} ended without reporting: JobState={fields.get('JobState')} " \
                f"ExitCode={fields.get('ExitCode')} Reason={fields.get('Reason')}"
 
-    def cancel(self, attempts: list[dict[str, Any]]) -> None:
+    def cancel(self, attempts: list[Attempt]) -> None:
         """`scancel` the jobs (SIGTERM, then SIGKILL after KillWait): they checkpoint and report `cancelled`."""
-        job_ids = sorted({attempt["job_id"] for attempt in attempts if attempt["job_id"]})
+        job_ids = sorted({attempt.job_id for attempt in attempts if attempt.job_id})
         if job_ids:
             _run(["scancel", *job_ids])
 
