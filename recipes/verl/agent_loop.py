@@ -13,8 +13,8 @@ and writes the next user turn. The returned sequence is the whole chat after the
 never in the loss). The reward is the episode return; each turn's reward and the position of its last reply token
 travel in `extra_fields` (the trainer puts each turn's reward on that token, as the torch backend does), with the
 trajectory itself (`orch_trajectory`) and the sampled ids of its replies (`orch_generated`) for the statistics,
-the rollout-batch table and the MI diagnostics. A training episode ends early, after its current turn, once the
-run's stop file exists (the trainer drops that step; validation episodes play to their end).
+the rollout-batch table and the MI diagnostics. An episode ends early, after its current turn, once the run's stop
+file exists (the trainer then drops that step, or that validation: `OrchPPOTrainer`).
 """
 
 from __future__ import annotations
@@ -80,14 +80,14 @@ class OrchEnvAgentLoop(AgentLoopBase):
         extra: dict[str, Any] = {}
         from omegaconf import OmegaConf
 
-        stop = OmegaConf.select(self.config, "orch.run.stop_file") if row["extra_info"].get("split") != "val" else None
+        stop = OmegaConf.select(self.config, "orch.run.stop_file")
         stop_file = Path(stop) if stop else None
         while not episode.done:
             room = budget - (len(context) - len(prompt_ids))
             if room <= 0:  # the trajectory is cut: its remaining turns get no loss (as the torch backend)
                 break
             if logprobs and stop_file is not None and stop_file.exists():
-                break  # a stop was requested: the trainer drops this step (OrchPPOTrainer._stop_inside_step)
+                break  # a stop was requested: the trainer drops this step or validation (OrchPPOTrainer)
             out = await self.server_manager.generate(
                 request_id=request_id, prompt_ids=context,
                 sampling_params={**sampling_params, "max_tokens": min(cfg.trainer.max_response_tokens, room),

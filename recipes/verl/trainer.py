@@ -21,7 +21,9 @@ One step of `RayPPOTrainer.fit` (verl/trainer/ppo/ray_trainer.py) and where orch
                               rollout, after the diagnostics and before the update, rewinds to the previous step's
                               end and checkpoints that
     _validate                 orch's validation metrics (`val/*`) on held-out seeds; a new peak of validation
-                              success keeps the step's actor checkpoint as the run's best (`keep_if_best`)
+                              success keeps the step's actor checkpoint as the run's best (`keep_if_best`); a stop
+                              requested during it ends its episodes at the next turn and drops it (no `val/*`),
+                              and the step, whose update is done, is checkpointed as at any step's end
     logger.log                every metric to the cell's MLflow run (orch's names override veRL's where both exist)
 """
 
@@ -90,6 +92,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         self.skip_update = False
         self.advantage_scale = 1.0
         self._step_started = 0.0
+        self._in_step = False  # between `_start_profiling` and `_stop_profiling` (veRL validates before its loop too)
 
     # -- the loop ------------------------------------------------------------------------------------------------
 
@@ -109,6 +112,7 @@ class OrchPPOTrainer(RayPPOTrainer):
     def _start_profiling(self, do_profile: bool) -> None:
         """The step begins (the first call of every step)."""
         self._step_started = time.perf_counter()
+        self._in_step = True
         report(step=int(self.global_steps), phase="rollout")
         super()._start_profiling(do_profile)
 
@@ -116,6 +120,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         """The step's work is done, its metrics not yet logged: when a stop was requested (the stop file) or
         decided (empty steps, the collapse alarm), checkpoint this step; `_log` ends the run once it is logged."""
         super()._stop_profiling(do_profile, run_command=run_command)
+        self._in_step = False
         step = int(self.global_steps)
         if self.pending_stop is None and Path(self.orch["stop_file"]).exists():
             self.pending_stop = Stop("preempted", f"stop requested; checkpoint at step {step}")
@@ -379,9 +384,24 @@ class OrchPPOTrainer(RayPPOTrainer):
             output = unpad_dataproto(self.async_rollout_manager.generate_sequences(padded), pad_size=pad)
             trajectories += list(output.non_tensor_batch["orch_trajectory"])
             generated.update(merged_generated(output))
+            if Path(self.orch["stop_file"]).exists():
+                return self._validation_stopped()
         self.validation = validation_metrics(trajectories, generated)
         self.keep_if_best()
         return dict(self.validation)
+
+    def _validation_stopped(self) -> dict[str, float]:
+        """A stop requested during a validation: its episodes ended at their current turn (the agent loop), so
+        nothing of it is logged or kept (no `val/*`, no best checkpoint) and it is not repeated on resume. Inside a
+        step the step's update is done: the step ends without validation metrics, `_stop_profiling` checkpoints it
+        and the run ends `preempted` once it is logged. veRL's validation before training ends the run at once."""
+        if self._in_step:
+            log.info("step %d: stop requested during validation; the step ends without validation metrics",
+                     int(self.global_steps))
+            return {}
+        step = int(self.global_steps)
+        where = f"checkpoint at step {step}" if step > 0 else "no step done, nothing to checkpoint"
+        raise Stop("preempted", f"stop requested during the validation before training; {where}")
 
     # -- cross-scoring through the actor workers (the MI diagnostics) --------------------------------------------
 

@@ -654,11 +654,11 @@ def test_image_observations_on_verl_are_refused_where_they_cannot_run(tmp_path: 
     assert cfg.rollout_engine() == "vllm"
 
 
-@pytest.mark.parametrize("split", ["train", "val"])
-def test_a_training_episode_ends_after_its_turn_once_the_stop_file_exists(split: str, tmp_path: Path) -> None:
-    """Issue 26 item 2 on veRL: the stop file appearing during a turn's generation ends a training episode after that
-    turn (the trainer then drops the step), so a rollout of long multi-turn episodes stops within one turn; a
-    validation episode plays to its end."""
+@pytest.mark.parametrize("split", ["train", "val", "unstopped"])
+def test_an_episode_ends_after_its_turn_once_the_stop_file_exists(split: str, tmp_path: Path) -> None:
+    """Issue 26 item 2 on veRL: the stop file appearing during a turn's generation ends a training or validation
+    episode after that turn (the trainer then drops the step or the validation), so a rollout or a validation of long
+    multi-turn episodes stops within one turn; unstopped, the same episode plays on."""
     import asyncio
 
     from omegaconf import OmegaConf
@@ -676,7 +676,8 @@ def test_a_training_episode_ends_after_its_turn_once_the_stop_file_exists(split:
     class Server:
         async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, **kwargs):
             calls.append(1)
-            stop_file.touch()  # the signal arrives while the first turn is generated
+            if split != "unstopped":
+                stop_file.touch()  # the signal arrives while the first turn is generated
             return TokenOutput(token_ids=[*reply, tokenizer.convert_tokens_to_ids("<|im_end|>")],
                                log_probs=[-0.5] * (len(reply) + 1))
 
@@ -685,9 +686,29 @@ def test_a_training_episode_ends_after_its_turn_once_the_stop_file_exists(split:
     OmegaConf.update(loop.config, "orch.run", {"stop_file": str(stop_file)}, force_add=True)
     loop.rollout_config = loop.config.actor_rollout_ref.rollout
     loop.server_manager, loop.tokenizer, loop.processor = Server(), tokenizer, vision_processor(tokenizer)
-    out = asyncio.run(loop.run({"temperature": 1.0}, extra_info={"seed": 3, "split": split}))
+    played = "train" if split == "unstopped" else split
+    out = asyncio.run(loop.run({"temperature": 1.0}, extra_info={"seed": 3, "split": played}))
     trajectory = out.extra_fields["orch_trajectory"]
-    if split == "train":
-        assert len(calls) == trajectory.num_turns == 1  # the same episode plays 2+ turns unstopped (below)
-    else:
+    if split == "unstopped":
         assert len(calls) == trajectory.num_turns >= 2
+    else:
+        assert len(calls) == trajectory.num_turns == 1
+
+
+def test_a_stop_during_validation_drops_it_and_inside_a_step_lets_the_step_end(tmp_path: Path) -> None:
+    """Issue 26 item 2 on veRL: a validation whose episodes a stop cut short is not kept. Inside a step (after its
+    update) it returns no metrics, so the step ends and `_stop_profiling` checkpoints it; veRL's validation before
+    training ends the run at once, naming the checkpoint it resumes from."""
+    from recipes.verl.trainer import OrchPPOTrainer, Stop
+
+    trainer = object.__new__(OrchPPOTrainer)
+    trainer.validation, trainer.global_steps = {"val/success": 0.5}, 4
+    trainer._in_step = True
+    assert trainer._validation_stopped() == {} and trainer.validation == {"val/success": 0.5}
+    trainer._in_step = False
+    with pytest.raises(Stop, match="during the validation before training; checkpoint at step 4") as stopped:
+        trainer._validation_stopped()
+    assert stopped.value.status == "preempted"
+    trainer.global_steps = 0
+    with pytest.raises(Stop, match="before training; no step done, nothing to checkpoint"):
+        trainer._validation_stopped()
