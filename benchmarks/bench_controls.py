@@ -7,6 +7,7 @@ a small FrozenLake warm start, 6 steps of 8 prompts x 2 samples, MI at every ste
 1e-6; the planted run generates every reply from one fixed chat from step 3 on (`control.blind_from_step=3`).
 
     python benchmarks/bench_controls.py [--seeds 10] [--first-seed 0] [--steps 6] [--task frozenlake] [--record]
+    python benchmarks/bench_controls.py --backend verl --seeds 1     # the same runs through veRL's own trainer
     python benchmarks/bench_controls.py --entropy [--seeds 5]    # the entropy-collapse control instead
 
 Prints one line per run and the two rates with Wilson 95% intervals. With `--entropy`, the entropy-collapse arm of
@@ -48,15 +49,20 @@ ALERT, BLIND_FROM, CHANCE, CONTROL, RETRIEVAL = (_SETTINGS.ALERT, _SETTINGS.BLIN
 ENTROPY, MI = _SETTINGS.ENTROPY, _SETTINGS.MI
 
 
+BACKEND = ["backend=torch"]  # --backend verl: the same runs through veRL's trainer (Ray, FSDP2, the agent loop)
+
+
 def control(seed: int, blind_from: int, steps: int, folder: Path, task: str,
             extra: tuple[str, ...] = ()) -> tuple[dict[str, dict[int, float]], float]:
     """One control run's metric histories and its wall seconds."""
     uri = f"sqlite:///{folder / 'mlflow.db'}"
-    overrides = [*CONTROL, f"task={task}", f"seed={seed}", f"trainer.total_steps={steps}", f"control.blind_from_step={blind_from}",
+    overrides = [*CONTROL, *BACKEND, f"task={task}", f"seed={seed}", f"trainer.total_steps={steps}", f"control.blind_from_step={blind_from}",
                  f"mlflow.tracking_uri={uri}", f"trainer.checkpoint_dir={folder / f'ck-{seed}-{blind_from}-{len(extra)}'}",
                  "trainer.progress=false", *extra]
     started = time.perf_counter()
     result = run_training(compose_train_config(overrides))
+    if result.status != "finished":
+        raise SystemExit(f"bench_controls: the {BACKEND[0]} run (seed {seed}) ended {result.status}: {result.reason}")
     client = MlflowClient(uri)
     return ({key: {m.step: m.value for m in client.get_metric_history(result.mlflow_run_id, key)}
              for key in (RETRIEVAL, CHANCE, ALERT, ENTROPY, MI)}, time.perf_counter() - started)
@@ -93,7 +99,11 @@ def main() -> None:
     parser.add_argument("--task", default="frozenlake")
     parser.add_argument("--record", action="store_true", help="write the rates into analysis/controls.yaml")
     parser.add_argument("--entropy", action="store_true", help="run the entropy-collapse control instead")
+    parser.add_argument("--backend", choices=["torch", "verl"], default="torch")
     args = parser.parse_args()
+    BACKEND[:] = [f"backend={args.backend}"]
+    if args.record and args.backend != "torch":
+        parser.error("--record keeps the torch backend's rates (analysis/controls.yaml has one entry per task)")
     if args.entropy:
         return entropy_main(args)
     rows = []

@@ -318,8 +318,6 @@ class TrainConfig(Section):
         _require(self.evaluation.pass_k <= self.evaluation.samples, "evaluation.pass_k",
                  f"pass@{self.evaluation.pass_k} needs evaluation.samples >= {self.evaluation.pass_k} "
                  f"(got {self.evaluation.samples})")
-        _require(self.control.blind_from_step == 0 or self.backend == "torch", "control.blind_from_step",
-                 "the blinded-input control runs on backend=torch only")
         env = self.task.env_config()  # OrchError naming the environment and the key
         vision_model = self.model.path is not None or self.model.preset.vision is not None
         _require(env.observation == "text" or vision_model, "task.env.observation",

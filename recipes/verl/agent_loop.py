@@ -42,6 +42,25 @@ def train_config(verl_config: Any) -> Any:
     return _CONFIGS[key]
 
 
+def _blind_prompt(seed: Any, cfg: Any, env_class: Any, build_config: Any, encoder: Any,
+                  vision: Any) -> tuple[list[int], list[Any] | None] | None:
+    """CONTROL (`control.blind_from_step`; the trainer puts `blind_seed` on the step's training rows): the prompt
+    every reply of this episode is generated from -- the first-turn chat of the episode at `blind_seed` (the step's
+    first), with its frame -- so that what the policy writes cannot depend on this episode's input, while the
+    trajectory keeps its own real messages (as `recipes.sampler.BlindSampler` on the torch backend). None without."""
+    if seed is None:
+        return None
+    from envs.episode import Episode
+    from recipes.vision import to_image
+
+    fixed = Episode(env_class(cfg.task.name)(build_config(cfg.task.name, cfg.task.env)), int(seed), dynamics_seed=0)
+    chat = encoder.encode(fixed.messages, {}, add_generation_prompt=True)
+    if vision is None or fixed.image is None:
+        return list(chat.input_ids), None
+    frame = to_image(fixed.image)
+    return list(vision.expand(chat, vision.feature_counts([frame])).input_ids), [frame]
+
+
 @register(AGENT_NAME)
 class OrchEnvAgentLoop(AgentLoopBase):
     """One orch environment episode per call (see the module docstring)."""
@@ -71,6 +90,7 @@ class OrchEnvAgentLoop(AgentLoopBase):
             return vision.expand(chat, counts) if vision is not None else chat
 
         show_frame()
+        blind = _blind_prompt(row["extra_info"].get("blind_seed"), cfg, env_class, build_config, encoder, vision)
         budget = int(self.rollout_config.response_length)
         generated: dict[str, list[int]] = {}
         logprobs: list[list[float]] = []
@@ -88,11 +108,12 @@ class OrchEnvAgentLoop(AgentLoopBase):
                 break
             if logprobs and stop_file is not None and stop_file.exists():
                 break  # a stop was requested: the trainer drops this step or validation (OrchPPOTrainer)
+            asked, shown = (context, list(frames) or None) if blind is None else blind  # CONTROL: one fixed chat
             out = await self.server_manager.generate(
-                request_id=request_id, prompt_ids=context,
+                request_id=request_id if blind is None else uuid4().hex, prompt_ids=asked,
                 sampling_params={**sampling_params, "max_tokens": min(cfg.trainer.max_response_tokens, room),
                                  "stop_token_ids": [encoder.end_of_turn_id]},
-                image_data=list(frames) or None,
+                image_data=shown,
             )
             extra.update({key: value for key, value in out.extra_fields.items() if key.endswith("global_steps")})
             ids = list(out.token_ids)

@@ -22,8 +22,9 @@ One step of `RayPPOTrainer.fit` (verl/trainer/ppo/ray_trainer.py) and where orch
                               end and checkpoints that
     _validate                 orch's validation metrics (`val/*`) on held-out seeds; a new peak of validation
                               success keeps the step's actor checkpoint as the run's best (`keep_if_best`); a stop
-                              requested during it ends its episodes at the next turn and drops it (no `val/*`),
-                              and the step, whose update is done, is checkpointed as at any step's end
+                              requested during it ends its episodes at the next turn and drops it (no `val/*`);
+                              the step, whose update is done, is checkpointed and its validation runs first on
+                              resume
     logger.log                every metric to the cell's MLflow run (orch's names override veRL's where both exist)
 """
 
@@ -93,6 +94,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         self.advantage_scale = 1.0
         self._step_started = 0.0
         self._in_step = False  # between `_start_profiling` and `_stop_profiling` (veRL validates before its loop too)
+        self.validation_pending = False  # a stop cut this step's validation short: the resume runs it first
 
     # -- the loop ------------------------------------------------------------------------------------------------
 
@@ -126,7 +128,24 @@ class OrchPPOTrainer(RayPPOTrainer):
             self.pending_stop = Stop("preempted", f"stop requested; checkpoint at step {step}")
         if self.pending_stop is not None and self._checkpointed_step() != step:
             self._save_checkpoint()
+        elif self.validation_pending:  # the step was saved before its validation: mark it there
+            self._write_state(Path(self.config.trainer.default_local_dir) / f"global_step_{step}")
         self.step_end = self.resume_point()
+
+    def _get_gen_batch(self, batch: DataProto) -> DataProto:
+        """veRL's generation batch; under `control.blind_from_step` (from that step on, training rows only) every row
+        also carries `blind_seed`, the seed of the step's first episode: the agent loop then generates every reply
+        from that episode's first-turn chat (the torch backend's `recipes.sampler.BlindSampler`, a planted template
+        collapse for the controls of the MI diagnostics)."""
+        gen = super()._get_gen_batch(batch)
+        blind_from = self.cfg.control.blind_from_step
+        infos = gen.non_tensor_batch.get("extra_info")
+        if (blind_from and self._in_step and int(self.global_steps) >= blind_from and infos is not None
+                and len(infos) and infos[0].get("split") != "val"):
+            fixed = int(infos[0]["seed"])
+            gen.non_tensor_batch["extra_info"] = np.array([{**info, "blind_seed": fixed} for info in infos],
+                                                          dtype=object)
+        return gen
 
     def resume_point(self) -> dict[str, Any]:
         """What a step dropped by a stop rewinds to: the step count, the dataloader's position and orch's state
@@ -323,8 +342,14 @@ class OrchPPOTrainer(RayPPOTrainer):
         if self.loader_state is not None:  # a rewound checkpoint: the dataloader's position at that step's end
             torch.save(self.loader_state, folder / "data.pt")
             self.loader_state = None
+        self._write_state(folder)
+
+    def _write_state(self, folder: Path) -> None:
+        """orch's own state beside veRL's checkpoint of a step (empty steps, latest validation, hook states, and
+        whether a stop cut the step's validation short)."""
         state = {"empty_steps": self.empty_steps, "validation": self.validation, "mlflow_run_id": self.tracker.run_id,
-                 "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()}}
+                 "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
+                 "validation_pending": self.validation_pending}
         (folder / STATE_FILE).write_text(json.dumps(state, default=_jsonable))
 
     def _load_checkpoint(self) -> Any:
@@ -336,6 +361,12 @@ class OrchPPOTrainer(RayPPOTrainer):
                 self.empty_steps, self.validation = state["empty_steps"], state["validation"]
                 for name, hook in self.hooks.items():
                     hook.load_state_dict(state["hooks"].get(name, {}))
+                if state.get("validation_pending"):  # veRL's validation before training runs it, at this step
+                    from omegaconf import open_dict
+
+                    self.validation_pending = True
+                    with open_dict(self.config):
+                        self.config.trainer.val_before_train = True
         self.best = kept_best(self.best_dir)
         self.step_end = self.resume_point()
         return result
@@ -387,17 +418,20 @@ class OrchPPOTrainer(RayPPOTrainer):
             if Path(self.orch["stop_file"]).exists():
                 return self._validation_stopped()
         self.validation = validation_metrics(trajectories, generated)
+        self.validation_pending = False
         self.keep_if_best()
         return dict(self.validation)
 
     def _validation_stopped(self) -> dict[str, float]:
         """A stop requested during a validation: its episodes ended at their current turn (the agent loop), so
-        nothing of it is logged or kept (no `val/*`, no best checkpoint) and it is not repeated on resume. Inside a
-        step the step's update is done: the step ends without validation metrics, `_stop_profiling` checkpoints it
-        and the run ends `preempted` once it is logged. veRL's validation before training ends the run at once."""
+        nothing of it is logged or kept (no `val/*`, no best checkpoint). Inside a step the step's update is done:
+        the step ends without validation metrics, `_stop_profiling` checkpoints it marked `validation_pending`, the
+        run ends `preempted` once it is logged, and the resume runs that validation first, logged at that step (as
+        the torch backend does). veRL's validation before training (a fresh run's step 0, or a pending one) ends
+        the run at once."""
         if self._in_step:
-            log.info("step %d: stop requested during validation; the step ends without validation metrics",
-                     int(self.global_steps))
+            log.info("step %d: stop requested during validation; it runs first on resume", int(self.global_steps))
+            self.validation_pending = True
             return {}
         step = int(self.global_steps)
         where = f"checkpoint at step {step}" if step > 0 else "no step done, nothing to checkpoint"

@@ -654,6 +654,68 @@ def test_image_observations_on_verl_are_refused_where_they_cannot_run(tmp_path: 
     assert cfg.rollout_engine() == "vllm"
 
 
+def test_a_blinded_episode_asks_every_turn_from_the_fixed_chat_and_keeps_its_own(tmp_path: Path) -> None:
+    """Issue 29 item 1 on veRL (`control.blind_from_step`): a row carrying `blind_seed` (the trainer marks the step's
+    training rows with the seed of its first episode) generates every turn's reply from that episode's first-turn
+    chat and frame -- exactly the prompt an unblinded episode at that seed is first asked -- while its own trajectory
+    keeps its real, different messages and plays on (as the torch backend's BlindSampler)."""
+    import asyncio
+
+    from verl.workers.rollout.replica import TokenOutput
+
+    from recipes.verl.agent_loop import OrchEnvAgentLoop
+    from recipes.verl.config_map import verl_config
+
+    cfg = compose_train_config([*MICRO, *vl_checkpoint(tmp_path), "backend=verl", "task=sokoban",
+                                "trainer.device=cuda", "task.env.observation=image"])
+    tokenizer = vision_tokenizer()
+    reply = tokenizer("<think>push</think><answer>Up</answer>", add_special_tokens=False)["input_ids"]
+    calls = []
+
+    class Server:
+        async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, **kwargs):
+            calls.append((list(prompt_ids), [np.asarray(image) for image in image_data or []]))
+            return TokenOutput(token_ids=[*reply, tokenizer.convert_tokens_to_ids("<|im_end|>")],
+                               log_probs=[-0.5] * (len(reply) + 1))
+
+    loop = OrchEnvAgentLoop.__new__(OrchEnvAgentLoop)
+    loop.config = verl_config(cfg, job())
+    loop.rollout_config = loop.config.actor_rollout_ref.rollout
+    loop.server_manager, loop.tokenizer, loop.processor = Server(), tokenizer, vision_processor(tokenizer)
+    fixed = asyncio.run(loop.run({"temperature": 1.0}, extra_info={"seed": 7}))
+    first_prompt, first_images = calls[0]
+    calls.clear()
+    out = asyncio.run(loop.run({"temperature": 1.0}, extra_info={"seed": 3, "blind_seed": 7}))
+    trajectory = out.extra_fields["orch_trajectory"]
+    assert len(calls) == trajectory.num_turns >= 2
+    for prompt, images in calls:
+        assert prompt == first_prompt and len(images) == 1 and np.array_equal(images[0], first_images[0])
+    own = trajectory.images[0]  # this episode's real first board (the turn's text is the same on every board)
+    assert not np.array_equal(own, fixed.extra_fields["orch_trajectory"].images[0])
+    assert np.array_equal(np.asarray(out.multi_modal_data["images"][0]), own)  # what is trained on is its own
+
+
+def test_the_trainer_blinds_a_steps_training_rows_to_its_first_episode_from_the_planted_step() -> None:
+    """`control.blind_from_step=3` on veRL: from step 3 on, inside a step, every training row of the generation batch
+    carries the seed of the step's first episode (`blind_seed`, read by the agent loop); earlier steps, validation
+    rows and veRL's validation before training are not blinded."""
+    from verl import DataProto
+
+    from recipes.verl.trainer import OrchPPOTrainer
+
+    trainer = object.__new__(OrchPPOTrainer)
+    trainer.cfg = compose_train_config([*MICRO, "backend=verl", "control.blind_from_step=3"])
+
+    def blinded(step: int, in_step: bool, split: str) -> list:
+        infos = np.array([{"seed": seed, "split": split} for seed in (11, 12, 13)], dtype=object)
+        batch = DataProto.from_single_dict({"input_ids": torch.zeros(3, 2, dtype=torch.long), "extra_info": infos})
+        trainer.global_steps, trainer._in_step = step, in_step
+        return [info.get("blind_seed") for info in trainer._get_gen_batch(batch).non_tensor_batch["extra_info"]]
+
+    assert blinded(3, True, "train") == blinded(7, True, "train") == [11, 11, 11]
+    assert blinded(2, True, "train") == blinded(3, False, "train") == blinded(3, True, "val") == [None] * 3
+
+
 @pytest.mark.parametrize("split", ["train", "val", "unstopped"])
 def test_an_episode_ends_after_its_turn_once_the_stop_file_exists(split: str, tmp_path: Path) -> None:
     """Issue 26 item 2 on veRL: the stop file appearing during a turn's generation ends a training or validation
@@ -697,14 +759,16 @@ def test_an_episode_ends_after_its_turn_once_the_stop_file_exists(split: str, tm
 
 def test_a_stop_during_validation_drops_it_and_inside_a_step_lets_the_step_end(tmp_path: Path) -> None:
     """Issue 26 item 2 on veRL: a validation whose episodes a stop cut short is not kept. Inside a step (after its
-    update) it returns no metrics, so the step ends and `_stop_profiling` checkpoints it; veRL's validation before
-    training ends the run at once, naming the checkpoint it resumes from."""
+    update) it returns no metrics and marks itself pending, so the step ends, `_stop_profiling` checkpoints it and
+    the resume runs the validation first (the end-to-end figure: `benchmarks/bench_stop.py --backend verl`); veRL's
+    validation before training ends the run at once, naming the checkpoint it resumes from."""
     from recipes.verl.trainer import OrchPPOTrainer, Stop
 
     trainer = object.__new__(OrchPPOTrainer)
-    trainer.validation, trainer.global_steps = {"val/success": 0.5}, 4
+    trainer.validation, trainer.global_steps, trainer.validation_pending = {"val/success": 0.5}, 4, False
     trainer._in_step = True
     assert trainer._validation_stopped() == {} and trainer.validation == {"val/success": 0.5}
+    assert trainer.validation_pending
     trainer._in_step = False
     with pytest.raises(Stop, match="during the validation before training; checkpoint at step 4") as stopped:
         trainer._validation_stopped()
