@@ -95,6 +95,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         self._step_started = 0.0
         self._in_step = False  # between `_start_profiling` and `_stop_profiling` (veRL validates before its loop too)
         self.validation_pending = False  # a stop cut this step's validation short: the resume runs it first
+        self._before_training = False  # `_validate` ran as veRL's validation before training: its log is val/* only
 
     # -- the loop ------------------------------------------------------------------------------------------------
 
@@ -418,7 +419,7 @@ class OrchPPOTrainer(RayPPOTrainer):
             if Path(self.orch["stop_file"]).exists():
                 return self._validation_stopped()
         self.validation = validation_metrics(trajectories, generated)
-        self.validation_pending = False
+        self.validation_pending, self._before_training = False, not self._in_step
         self.keep_if_best()
         return dict(self.validation)
 
@@ -554,9 +555,15 @@ class OrchPPOTrainer(RayPPOTrainer):
     # -- metrics -------------------------------------------------------------------------------------------------
 
     def _log(self, data: dict[str, Any], step: int) -> None:
-        """What the fit loop logs (step 0: the first validation; then every step) into the cell's MLflow run, orch's
-        values over veRL's of the same name; one line per step in the job's log."""
+        """What the fit loop logs (the validation before training: step 0's, or a pending one at its step; then every
+        step) into the cell's MLflow run, orch's values over veRL's of the same name; one line per step in the job's
+        log."""
         metrics = {key: _scalar(value) for key, value in data.items()}
+        if self._before_training:  # a fresh run's step 0, or a validation a stop cut short, run now at its step
+            self._before_training = False
+            self.tracker.log_metrics({_metric_name(key): value for key, value in metrics.items()
+                                      if value is not None and math.isfinite(value)}, step=step)
+            return
         if step > 0:
             metrics.update(self.step_metrics)
             metrics["timing_s/step"] = time.perf_counter() - self._step_started
