@@ -379,6 +379,7 @@ def test_a_rewound_checkpoint_saves_the_dataloader_position_of_its_own_step(tmp_
     trainer = object.__new__(OrchPPOTrainer)
     trainer.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
     trainer.global_steps, trainer.loader_state, trainer.empty_steps, trainer.validation = 2, {"position": 2}, 0, {}
+    trainer.validation_pending = False
     trainer.tracker, trainer.hooks = SimpleNamespace(run_id="r"), {}
     trainer._save_checkpoint()
     assert torch.load(tmp_path / "global_step_2" / "data.pt") == {"position": 2} and trainer.loader_state is None
