@@ -14,7 +14,9 @@ never in the loss). The reward is the episode return; each turn's reward and the
 travel in `extra_fields` (the trainer puts each turn's reward on that token, as the torch backend does), with the
 trajectory itself (`orch_trajectory`) and the sampled ids of its replies (`orch_generated`) for the statistics,
 the rollout-batch table and the MI diagnostics. An episode ends early, after its current turn, once the run's stop
-file exists (the trainer then drops that step, or that validation: `OrchPPOTrainer`).
+file exists (the trainer then drops that step, or that validation: `OrchPPOTrainer`). Under the planted-collapse
+control (`control.blind_from_step`) a row carrying `blind_seed` generates every reply from that seed's first-turn
+chat instead of its own (`_blind_prompt`).
 """
 
 from __future__ import annotations
