@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from analysis.paper import paper_sweeps
+from orchestrator.plan import build_plan
+from orchestrator.spec import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,18 +33,19 @@ def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monk
     monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path / "cache"))  # the warm starts, once per task
     for name in ("ORCH_STORE", "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(name, raising=False)
-    def lane(sweeps: list[str]) -> list[tuple[str, subprocess.CompletedProcess]]:
-        """Run `sweeps` one after another, one cell at a time: two lanes keep both cores busy to the end, where
-        sweep after sweep at two cells each would leave a core idle under every sweep's odd last cell."""
-        return [(sweep, orch("sweep", str(REPO / "sweeps" / f"{sweep}.yaml"), "--profile", "rehearsal", "--cluster",
-                             "local", "--set", "cluster.local_max_parallel=1", "--wait", cwd=tmp_path))
-                for sweep in sweeps]
 
-    sweeps = paper_sweeps()
+    def run(sweep: str) -> tuple[str, subprocess.CompletedProcess]:
+        return sweep, orch("sweep", str(REPO / "sweeps" / f"{sweep}.yaml"), "--profile", "rehearsal", "--cluster",
+                           "local", "--set", "cluster.local_max_parallel=1", "--wait", cwd=tmp_path)
+
+    # Two sweeps at a time, one cell each, the largest first (each worker takes the next sweep when its own ends):
+    # both cores stay busy to the end, where sweep after sweep at two cells each left a core idle under every
+    # sweep's odd last cell.
+    sweeps = sorted(paper_sweeps(), key=lambda name: -len(build_plan(load_sweep(
+        REPO / "sweeps" / f"{name}.yaml", profile="rehearsal")).cells))
     with ThreadPoolExecutor(2) as pool:
-        lanes = [pool.submit(lane, sweeps[0::2]), pool.submit(lane, sweeps[1::2])]
-        results = [item for future in lanes for item in future.result()]
-    assert sorted(sweep for sweep, _ in results) == sorted(sweeps)
+        results = list(pool.map(run, sweeps))
+    assert sorted(sweep for sweep, _ in results) == sorted(paper_sweeps())
     for sweep, ran in results:
         assert ran.returncode == 0, f"{sweep}: {ran.stdout[-1500:]}{ran.stderr[-1500:]}"
         assert ran.stdout.strip().splitlines()[-1].startswith(f"sweep {sweep}: finished "), ran.stdout[-800:]
