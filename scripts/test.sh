@@ -42,5 +42,7 @@ stop_background() {  # at exit: end what is still running (a job's own children 
   rm -rf "$ORCH_SETUP_DIR"
 }
 trap stop_background EXIT
+trap 'exit 130' INT  # a signal ends the script through its EXIT trap (nothing left in /tmp)
+trap 'exit 143' TERM
 
 .venv/bin/python -m pytest -q --durations=30 "$@"
