@@ -86,13 +86,12 @@ def test_the_blind_sampler_generates_every_reply_from_the_first_chat_and_keeps_t
     assert blind.generated is inner.generated and blind.takes_images is False
 
 
-def test_the_blind_control_is_refused_off_the_torch_backend() -> None:
-    from orchlib.errors import OrchError
+def test_the_blind_control_is_part_of_a_runs_identity_on_both_backends() -> None:
+    """Planted on the torch backend by `BlindSampler`, on veRL by its agent loop (tests/recipes/test_verl_parts.py)."""
     from recipes.config import compose_train_config
 
-    with pytest.raises(OrchError, match="config key control.blind_from_step: the blinded-input control runs on "
-                                        "backend=torch only"):
-        compose_train_config(["trainer=test", "backend=verl", "control.blind_from_step=2"])
+    verl = compose_train_config(["trainer=test", "backend=verl", "control.blind_from_step=2"])
+    assert verl.control.blind_from_step == 2
     plain = compose_train_config(["trainer=test"])
     assert plain.digest() == compose_train_config(["trainer=test", "control.blind_from_step=0"]).digest()
     assert plain.digest() != compose_train_config(["trainer=test", "control.blind_from_step=2"]).digest()
