@@ -4,9 +4,9 @@ the MI diagnostics on, then what was measured beside what preflight estimated.
     bash scripts/gpu_smoke.sh /models/Qwen2.5-0.5B-Instruct [--gpus 1] [--steps 5]
     python scripts/gpu_smoke.py --cpu        # the same plumbing on this CPU (a micro model on Countdown, HF rollouts)
 
-Prints the stack's versions, tokens per second, the step-time split (generation, log-probs, update, weight sync, diagnostics), the peak
-memory per GPU measured against preflight's estimate (`recipes.verl.preflight`), and whether the filter and the MI
-proxies ran. Exit 0 when the run finished and both ran; 1 otherwise (the reason in one line); 2 on bad input.
+Prints the stack's versions, tokens per second, the step-time split (generation, log-probs, update, weight sync,
+diagnostics), the peak memory per GPU measured against preflight's estimate (`recipes.verl.preflight`), and whether
+the filter and the MI proxies ran. Exit 0 when the run finished and both ran; 1 otherwise (the reason in one line); 2 on bad input.
 Everything it writes goes to a scratch folder it names (MLflow store, checkpoints).
 """
 

@@ -559,12 +559,10 @@ class OrchPPOTrainer(RayPPOTrainer):
         step) into the cell's MLflow run, orch's values over veRL's of the same name; one line per step in the job's
         log."""
         metrics = {key: _scalar(value) for key, value in data.items()}
-        if self._before_training:  # a fresh run's step 0, or a validation a stop cut short, run now at its step
-            self._before_training = False
-            self.tracker.log_metrics({_metric_name(key): value for key, value in metrics.items()
-                                      if value is not None and math.isfinite(value)}, step=step)
-            return
-        if step > 0:
+        # veRL's validation before training: a fresh run's step 0, or a validation a stop cut short, run now at its
+        # step (logged though that step was logged before: it had no val/*); no step metrics, no step line
+        before_training, self._before_training = self._before_training, False
+        if step > 0 and not before_training:
             metrics.update(self.step_metrics)
             metrics["timing_s/step"] = time.perf_counter() - self._step_started
             metrics["timing_s/diagnostics_share"] = metrics.get("timing_s/diagnostics", 0.0) / metrics["timing_s/step"]
@@ -572,12 +570,12 @@ class OrchPPOTrainer(RayPPOTrainer):
             metrics[PEAK_MEMORY_METRIC] = max(self.actor_rollout_wg.orch_peak_memory_gb())
         metrics = {_metric_name(key): value for key, value in metrics.items()
                    if value is not None and math.isfinite(value)}
-        if not 0 < step <= self.orch["logged_until"]:  # a step re-run after a resume keeps its first metrics
+        if before_training or not 0 < step <= self.orch["logged_until"]:  # a re-run step keeps its first metrics
             self.tracker.log_metrics(metrics, step=step)
         if self.step_tags:
             self.tracker.set_tags(self.step_tags)
             self.step_tags = {}
-        if step > 0:
+        if step > 0 and not before_training:
             report(step=step, done=step, phase="logging", success=metrics.get("rollout/success_rate"))
             log.info("step %d/%d: success %.3f, kept %.2f, %.1fs", step, self.cfg.trainer.total_steps,
                      metrics.get("rollout/success_rate", float("nan")), metrics.get("rollout/kept_ratio", 1.0),
