@@ -126,7 +126,7 @@ def _emit(frame: pd.DataFrame, fmt: str, out: Path | None) -> None:
 def _check_output(out: Path) -> None:
     """`--out` names a file in a folder this process may write or create (checked before any run is read)."""
     from orchlib.errors import OrchError
-    from recipes.tracking import check_writable_folder
+    from recipes.run.tracking import check_writable_folder
 
     if out.is_dir():
         raise OrchError(f"--out {out}: is a directory; give a file name")
@@ -137,7 +137,7 @@ def _check_tracking(uri: str | None) -> None:
     """The tracking URI answers and (SQLite) already holds an MLflow database: reading must not create one."""
     import os
 
-    from recipes.tracking import check_tracking_uri, default_tracking_uri
+    from recipes.run.tracking import check_tracking_uri, default_tracking_uri
 
     key = "--tracking-uri" if uri else "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI"
     check_tracking_uri(default_tracking_uri(uri), key, existing=True)
@@ -211,13 +211,13 @@ def rollouts(
             _check_output(out)
         _check_tracking(tracking_uri)
         from analysis.rollout_artifacts import run_batches, trajectory_records
-        from recipes.tracking import default_tracking_uri
+        from recipes.run.tracking import default_tracking_uri
 
         frame = run_batches(default_tracking_uri(tracking_uri), run_id, step)
     except OrchError as err:
         _fail(str(err))
     if fmt == "parquet":
-        from recipes.rollouts import write_rollout_batch
+        from recipes.stats.rollouts import write_rollout_batch
 
         write_rollout_batch(frame, out)
         return

@@ -4,7 +4,7 @@
 Both series go through the same rule, :func:`decline_onset`: a series has *declined* once it sits at or below
 ``(1 - drop_fraction)`` times its running peak (a positive peak) for ``patience`` consecutive logged points; the
 onset is the step of the first of those points. The defaults are the training-time detector's
-(``recipes.collapse.CollapseRule``: a 30% fall, seen twice in a row). The lead is
+(``recipes.stats.collapse.CollapseRule``: a 30% fall, seen twice in a row). The lead is
 ``success_decline_step - mi_decline_step``: positive when MI fell first. The step at which the trainer's own
 detector raised ``collapse/alert`` is reported beside it.
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analysis import names
-from recipes.collapse import CollapseRule
+from recipes.stats.collapse import CollapseRule
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipes.filtering import FilterConfig, FilterResult, filter_groups
+from recipes.stats.filtering import FilterConfig, FilterResult, filter_groups
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def _json_key(value: Any) -> Any:
 def filter_batch_file(path: str | Path, config: FilterConfig, *, step: int | None = None) -> list[FilterReport]:
     """Apply the filter to every step (or one step) of a rollout-batch file."""
     from orchlib.errors import OrchError
-    from recipes.rollouts import iter_steps, load_rollout_batch
+    from recipes.stats.rollouts import iter_steps, load_rollout_batch
 
     source = str(path)
     reports = []

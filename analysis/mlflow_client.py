@@ -21,7 +21,7 @@ PAGE = 50_000  # MLflow's largest search page
 
 
 def _client(uri: str) -> MlflowClient:
-    from recipes.tracking import mlflow_client
+    from recipes.run.tracking import mlflow_client
 
     try:
         return mlflow_client(uri)

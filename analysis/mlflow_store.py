@@ -57,7 +57,7 @@ class RunData:
 def resolve_tracking_uri(uri: str | None) -> str:
     """The tracking URI to read, as the sweep engine resolves it: ``uri``, else ``$MLFLOW_TRACKING_URI``, else
     ``mlflow.db`` in the current directory."""
-    from recipes.tracking import default_tracking_uri
+    from recipes.run.tracking import default_tracking_uri
 
     return default_tracking_uri(uri)
 

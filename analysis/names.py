@@ -7,9 +7,9 @@ there fails a test here instead of silently emptying a table.
 
 from __future__ import annotations
 
-from recipes import rollout_stats
-from recipes.config import INFRA_KEYS
-from recipes.tracking import PEAK_MEMORY_METRIC
+from recipes.config.schema import INFRA_KEYS
+from recipes.run.tracking import PEAK_MEMORY_METRIC
+from recipes.stats import rollout_stats
 
 # --- validation (every `trainer.val_every` steps) -------------------------------------------------------------
 VAL_SUCCESS = rollout_stats.VAL_SUCCESS  # success rate in [0, 1]
@@ -24,7 +24,7 @@ RESPONSE_LENGTH = "response_length/mean"
 REWARD_MEAN = "rollout/reward_mean"  # mean episode return of the (unfiltered) training batch
 PEAK_MEMORY = PEAK_MEMORY_METRIC  # peak accelerator memory (CPU: peak RSS) so far, GB; veRL's own name
 
-# --- SNR-Aware Filtering (recipes/filtering.py: filter_metrics) -----------------------------------------------
+# --- SNR-Aware Filtering (recipes/stats/filtering.py: filter_metrics) -----------------------------------------------
 RV_STD_MEAN = "rollout/in_group_reward_std_mean"
 RV_STD_MAX = "rollout/in_group_reward_std_max"
 RV_VAR_MEAN = "rollout/in_group_reward_var_mean"
@@ -46,7 +46,7 @@ FILTER_METRICS = (
     ZERO_VARIANCE_GROUPS,
 )
 
-# --- MI proxies (recipes/mi.py: MIProxies.to_metrics(prefix)) and the collapse early warning ------------------
+# --- MI proxies (recipes/stats/mi.py: MIProxies.to_metrics(prefix)) and the collapse early warning ------------------
 SAMPLE_SETS = ("first_turn", "trajectory")
 MI_PROXY_NAMES = ("retrieval_acc", "retrieval_chance", "mi_est", "mi_seq_est", "mi_zscore", "conditional_entropy")
 COLLAPSE_ALERT = "collapse/alert"  # 0 until the early-warning rule fires, then 1
@@ -62,7 +62,7 @@ MI_EST = collapse_metric("trajectory", "mi_est")
 RETRIEVAL_ACC = collapse_metric("trajectory", "retrieval_acc")
 RETRIEVAL_CHANCE = collapse_metric("trajectory", "retrieval_chance")  # 1 / (columns a sample could be matched to)
 # Derived by analysis (never logged): retrieval_acc / retrieval_chance - 1, the excess over chance that the
-# trainer's early-warning rule tracks (recipes.collapse.CollapseDetector).
+# trainer's early-warning rule tracks (recipes.stats.collapse.CollapseDetector).
 RETRIEVAL_EXCESS = collapse_metric("trajectory", "retrieval_excess")
 COLLAPSE_NUM_SAMPLES = collapse_metric("trajectory", "num_samples")  # 0 when no sample set could be built
 CONDITIONAL_ENTROPY = collapse_metric("trajectory", "conditional_entropy")
@@ -101,7 +101,7 @@ FILTER_PREFIX = "filter."
 
 def is_infra_key(key: str) -> bool:
     """Whether a param never distinguishes experimental settings: one of the training config's infra keys
-    (hosting and bookkeeping: `recipes.config.INFRA_KEYS`) or a key inside one."""
+    (hosting and bookkeeping: `recipes.config.schema.INFRA_KEYS`) or a key inside one."""
     return any(key == infra or key.startswith(f"{infra}.") for infra in INFRA_KEYS)
 
 

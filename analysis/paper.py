@@ -339,7 +339,7 @@ def paper_sweeps() -> list[str]:
 # --- what a cell logs, from its resolved config ------------------------------------------------------------------
 
 def cell_logs(config: Any, metric: str) -> bool:
-    """Whether a cell with this resolved training config (`recipes.config.TrainConfig`) logs `metric`: the MI
+    """Whether a cell with this resolved training config (`recipes.config.schema.TrainConfig`) logs `metric`: the MI
     proxies need the `collapse` hook with MI on and the metric's sample set; the gradient split needs the hook with
     `diagnostics.grad_every`; validation metrics need `trainer.val_every`; a rollout batch needs
     `trainer.dump_every`; every other metric is logged at every step by both trainers."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from analysis.paper import predictor_references
 from orchlib.errors import OrchError
-from recipes.filtering import GroupStats, group_stats, select_groups
+from recipes.stats.filtering import GroupStats, group_stats, select_groups
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -215,7 +215,7 @@ def predict_frame(
     thresholds: PredictorThresholds | None = None,
 ) -> list[PredictorReport]:
     """One report per training step of a validated rollout-batch frame (or only ``step``)."""
-    from recipes.rollouts import iter_steps
+    from recipes.stats.rollouts import iter_steps
 
     return [
         predict(
@@ -238,6 +238,6 @@ def predict_batch_file(
     thresholds: PredictorThresholds | None = None,
 ) -> list[PredictorReport]:
     """Load a rollout-batch file and run the predictor on each of its steps."""
-    from recipes.rollouts import load_rollout_batch
+    from recipes.stats.rollouts import load_rollout_batch
 
     return predict_frame(load_rollout_batch(path), str(path), step=step, metric=metric, thresholds=thresholds)

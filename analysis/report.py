@@ -401,7 +401,7 @@ def reevaluations(sweeps, tracking_uri: str | None):
     none has any."""
 
     from analysis.mlflow_store import RunQuery, load_runs
-    from recipes.evaluate import eval_sweep_name
+    from recipes.trained.evaluate import eval_sweep_name
 
     parts = []
     for sweep in sweeps:

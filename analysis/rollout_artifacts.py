@@ -1,8 +1,8 @@
 """Rollout batches dumped by the trainers as MLflow artifacts (``rollouts/step_NNNN.parquet``), read back for the
 predictor (Table 8) and for reward-variance histograms.
 
-Files are read with :func:`recipes.rollouts.load_rollout_batch`, the predictor is
-:func:`analysis.predictor.predict_frame` and per-prompt reward variance is :func:`recipes.filtering.group_stats`:
+Files are read with :func:`recipes.stats.rollouts.load_rollout_batch`, the predictor is
+:func:`analysis.predictor.predict_frame` and per-prompt reward variance is :func:`recipes.stats.filtering.group_stats`:
 nothing here recomputes a statistic.
 """
 
@@ -73,8 +73,8 @@ def load_batches(
     column); runs without dumped batches are left out."""
     import pandas as pd
 
-    from recipes.rollouts import load_rollout_batch
-    from recipes.tracking import mlflow_client
+    from recipes.run.tracking import mlflow_client
+    from recipes.stats.rollouts import load_rollout_batch
 
     client = mlflow_client(tracking_uri)
     batches = {}
@@ -96,7 +96,7 @@ def _run_steps(tracking_uri: str, run_id: str) -> tuple[MlflowClient, dict[int, 
     """A client and the rollout batches run `run_id` dumped (step -> artifact path); OrchError when the store is
     missing, the run unknown or it dumped none."""
     from analysis.mlflow_sql import _engine
-    from recipes.tracking import mlflow_client
+    from recipes.run.tracking import mlflow_client
 
     _engine(tracking_uri).dispose()  # a missing SQLite file is an error here, never a new empty store
     client = mlflow_client(tracking_uri)
@@ -117,7 +117,7 @@ def run_batches(tracking_uri: str, run_id: str, steps: list[int] | None = None) 
     steps it did dump)."""
     import pandas as pd
 
-    from recipes.rollouts import load_rollout_batch
+    from recipes.stats.rollouts import load_rollout_batch
 
     client, dumped = _run_steps(tracking_uri, run_id)
     for step in steps or ():
@@ -182,8 +182,8 @@ def prompt_rv(batches: dict[str, pd.DataFrame], metric: str = "var") -> pd.DataF
     :data:`RV_COLUMNS`. Steps whose groups cannot have a variance (one trajectory per prompt) are left out."""
     import pandas as pd
 
-    from recipes.filtering import group_stats
-    from recipes.rollouts import iter_steps
+    from recipes.stats.filtering import group_stats
+    from recipes.stats.rollouts import iter_steps
 
     parts = []
     for run_id, frame in batches.items():

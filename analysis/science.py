@@ -7,12 +7,12 @@ Definitions (per run):
 * *success* is the last validation success (``final_success`` of :func:`analysis.summary.summarize`, percent);
 * a metric's *final* value is the mean of its last 3 logged values, its *peak* the largest logged value
   (:func:`analysis.summary.metric_stats`);
-* *retrieval excess* is ``retrieval_acc / retrieval_chance - 1`` (``recipes.mi.retrieval_excess``) of the
+* *retrieval excess* is ``retrieval_acc / retrieval_chance - 1`` (``recipes.stats.mi.retrieval_excess``) of the
   trajectory sample set: the excess over chance that the trainer's early warning tracks
-  (``recipes.collapse.CollapseDetector``);
+  (``recipes.stats.collapse.CollapseDetector``);
 * a metric's *fall* is ``(peak - final) / peak``, 0 when its peak is not positive (nothing above zero to lose);
 * a *decline onset* and the early-warning *lead* are :mod:`analysis.early_warning`'s (the series sits at or below
-  70% of its running peak on 2 consecutive points: ``recipes.collapse.CollapseRule``'s defaults); the lead is
+  70% of its running peak on 2 consecutive points: ``recipes.stats.collapse.CollapseRule``'s defaults); the lead is
   success's onset minus MI-ZScore-EMA's onset, in steps (positive: MI fell first).
 
 The statistics and the verdict vocabulary are :mod:`analysis.verdicts`'s, shared with the paper's side-by-side
@@ -65,7 +65,7 @@ from analysis.verdicts import (  # noqa: F401  (re-exported: the verdict vocabul
     percentiles,
     side,
 )
-from recipes.mi import retrieval_excess
+from recipes.stats.mi import retrieval_excess
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -119,7 +119,7 @@ class Science:
 
 def with_retrieval_excess(data: RunData) -> RunData:
     """``data`` with the derived metric :data:`analysis.names.RETRIEVAL_EXCESS` added at every step where both
-    retrieval accuracy and its chance level were logged (chance > 0), from :func:`recipes.mi.retrieval_excess`."""
+    retrieval accuracy and its chance level were logged (chance > 0), from :func:`recipes.stats.mi.retrieval_excess`."""
     import pandas as pd
 
     from analysis.mlflow_store import RunData

@@ -105,7 +105,7 @@ def _filter_columns(runs: pd.DataFrame) -> pd.DataFrame:
     option = config_value(runs, names.PARAM_FILTER_NAME)
     strategy = strategy.where(strategy.notna(), option.where(option == "none"))  # conf/filter/none.yaml
     value = _number(config_value(runs, names.PARAM_FILTER_VALUE))
-    from recipes.filtering import FilterConfig
+    from recipes.stats.filtering import FilterConfig
 
     off = pd.Series([isinstance(name, str) and FilterConfig.model_construct(strategy=name, value=rho).is_off
                      for name, rho in zip(strategy, value, strict=True)], index=runs.index)

@@ -30,8 +30,8 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from analysis.verdicts import wilson
-from recipes.backends import run_training
-from recipes.config import compose_train_config
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
 
 
 def _test_settings():

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from recipes.cross_scoring import cross_score
+from recipes.stats.cross_scoring import cross_score
 
 
 def build_model(hidden: int, layers: int, vocab: int) -> Qwen2ForCausalLM:
@@ -44,7 +44,7 @@ def timed(fn, repeats: int):
 
 
 def trajectory_set(rng: np.random.Generator, vocab: int) -> tuple[list[list[int]], list[list[int]]]:
-    """64 columns and samples drawn like `recipes.diagnostics.trajectory_set` from synthetic multi-turn episodes."""
+    """64 columns and samples drawn like `recipes.diagnostics.monitor.trajectory_set` from synthetic multi-turn episodes."""
     def tokens(count: int) -> list[int]:
         return rng.integers(3, vocab, size=count).tolist()
 

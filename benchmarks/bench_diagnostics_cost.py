@@ -33,10 +33,10 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from recipes.backends import run_training
-from recipes.config import compose_train_config
-from recipes.torch_backend import model_folder
-from recipes.tracking import PEAK_MEMORY_METRIC
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
+from recipes.run.tracking import PEAK_MEMORY_METRIC
+from recipes.torch_trainer.backend import model_folder
 
 PAPER = ["hooks=[collapse]", "diagnostics.num_samples=64", "diagnostics.mi_every=5"]
 

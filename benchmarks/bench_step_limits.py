@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from recipes.config import compose_train_config
-from recipes.torch_backend import rollout_and_score, setup, train_step
-from recipes.tracking import RunTracker
+from recipes.config.schema import compose_train_config
+from recipes.run.tracking import RunTracker
+from recipes.torch_trainer.backend import rollout_and_score, setup, train_step
 
 
 def seconds(fn, repeat: int = 3) -> float:

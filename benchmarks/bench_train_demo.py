@@ -19,9 +19,9 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from recipes.backends import run_training
-from recipes.config import compose_train_config
-from recipes.torch_backend import model_folder
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
+from recipes.torch_trainer.backend import model_folder
 
 
 def main() -> None:

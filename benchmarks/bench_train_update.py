@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from envs import demonstrations
-from recipes.actor import (
+from recipes.config.schema import compose_train_config
+from recipes.policy.actor import (
     UpdateSettings,
     actor_config,
     batched_forward,
@@ -26,10 +27,9 @@ from recipes.actor import (
     update_actor,
     update_critic,
 )
-from recipes.batch import build_batch
-from recipes.chat import ChatEncoder
-from recipes.config import compose_train_config
-from recipes.models import base_model_folder, load_critic, load_policy, load_tokenizer
+from recipes.policy.batch import build_batch
+from recipes.policy.chat import ChatEncoder
+from recipes.policy.models import base_model_folder, load_critic, load_policy, load_tokenizer
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ import time
 
 import torch
 
-from recipes.config import compose_train_config
-from recipes.mi import retrieval_excess, retrieval_p_value
-from recipes.warmstart import (
+from recipes.config.schema import compose_train_config
+from recipes.stats.mi import retrieval_excess, retrieval_p_value
+from recipes.torch_trainer.warmstart import (
     RETRIEVAL_SIGNIFICANCE,
     TARGET_RETRIEVAL_OVER_CHANCE,
     model_folder,

@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 
 from envs import demonstration_trajectories
-from recipes.chat import ChatEncoder
-from recipes.config import compose_train_config
-from recipes.models import load_policy, load_tokenizer
-from recipes.warmstart import model_folder
+from recipes.config.schema import compose_train_config
+from recipes.policy.chat import ChatEncoder
+from recipes.policy.models import load_policy, load_tokenizer
+from recipes.torch_trainer.warmstart import model_folder
 
 HELDOUT_DEMO_SEED = 987654  # not the warm start's demonstration seed (0)
 

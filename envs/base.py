@@ -44,7 +44,7 @@ class EnvConfig(BaseModel):
 
     # The observation modalities this task can render (grid tasks add image).
     observations: ClassVar[tuple[str, ...]] = ("text",)
-    # Keys added after cells were planned with this task: a cell's identity (`recipes.config.config_digest`) leaves
+    # Keys added after cells were planned with this task: a cell's identity (`recipes.config.schema.config_digest`) leaves
     # them out while they hold their default, so adding them changed no planned cell.
     late_keys: ClassVar[tuple[str, ...]] = ()
 

@@ -3,7 +3,7 @@ trained on.
 
 A task that reads records (a user's data file, or a shipped or generated set: MetaMathQA, SearchQA, WebShop's
 goals, DeepCoder) holds out every :data:`HOLDOUT_EVERY`-th record (10%): episodes with an evaluation seed
-(:data:`EVAL_SEED_BASE` and above: validation, `orch eval`, the warm start's held-out check; `recipes.seeds`) play
+(:data:`EVAL_SEED_BASE` and above: validation, `orch eval`, the warm start's held-out check; `recipes.runtime.seeds`) play
 only held-out records, every training seed plays only the others. A set of fewer than :data:`HOLDOUT_EVERY` records
 is too small to split and is shared (a warning-free fallback for toy files; say so where it matters).
 

@@ -85,7 +85,7 @@ def sweep_study(sweep: str, store_url: str | None = None) -> Any:
 @dataclass(frozen=True)
 class PlannedConfig:
     """One cell a sweep file would run: its identity, its settings and its resolved training config
-    (`recipes.config.TrainConfig`)."""
+    (`recipes.config.schema.TrainConfig`)."""
 
     digest: str
     settings: dict[str, Any]

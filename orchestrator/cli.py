@@ -130,8 +130,8 @@ def eval_command(
             request = EvalRequest("best" if best else "latest", episodes, samples, temperature, pass_k, seed)
             _evaluate_sweep(sweep, request, cluster, wait, dry_run, tracking_uri, store_url)
             return
-        from recipes.evaluate import EvalSettings, check_engine, evaluate, load_source
-        from recipes.tracking import RunTracker, check_tracking_uri, default_tracking_uri
+        from recipes.run.tracking import RunTracker, check_tracking_uri, default_tracking_uri
+        from recipes.trained.evaluate import EvalSettings, check_engine, evaluate, load_source
 
         check_engine(engine)  # before loading anything
         uri = default_tracking_uri(tracking_uri)
@@ -194,7 +194,7 @@ def export_command(
     from orchlib.errors import OrchError
 
     try:
-        from recipes.export import check_target, export_hf, resolve_checkpoint, run_metrics
+        from recipes.trained.export import check_target, export_hf, resolve_checkpoint, run_metrics
 
         checkpoint = resolve_checkpoint(source, tracking_uri)
         check_target(hf)
@@ -278,7 +278,7 @@ def _model_options(model: str) -> tuple[click.Option, ...]:
 
 
 class FilterCommand(ModelOptionsCommand):
-    model = "recipes.filtering:FilterConfig"
+    model = "recipes.stats.filtering:FilterConfig"
 
 
 @app.command("filter", cls=FilterCommand)
@@ -294,7 +294,7 @@ def filter_batch(
         from pydantic import ValidationError
 
         from analysis.filter_report import filter_batch_file
-        from recipes.filtering import FilterConfig
+        from recipes.stats.filtering import FilterConfig
 
         try:
             config = FilterConfig(**ctx.meta.get("model_options", {}))

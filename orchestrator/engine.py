@@ -66,7 +66,7 @@ def save_sweep_row(store: Store, definition: SweepDefinition, executor: str, var
                    tracking_uri: str | None = None, sets: Sequence[str] = ()) -> SweepRow:
     """Record (or update) the sweep of `definition` in the store: its file, profile, `--set` overrides, executor,
     cluster settings, varied keys, folder and tracking URI (kept from an earlier submission unless given)."""
-    from recipes.tracking import default_tracking_uri
+    from recipes.run.tracking import default_tracking_uri
 
     existing = store.sweep(definition.spec.name)
     return store.save_sweep({

@@ -1,7 +1,7 @@
 """Evaluation cells of a trained sweep (`orch eval --sweep S --best`): re-evaluate each finished cell's best (or
 latest) checkpoint on more validation episodes, as the cells of a sweep of their own, `S.eval`.
 
-An evaluation cell is its training cell's config plus `evaluation.*` (`recipes.config.EvalSection`: the source
+An evaluation cell is its training cell's config plus `evaluation.*` (`recipes.config.schema.EvalSection`: the source
 checkpoint folder, which checkpoint, episodes, samples, temperature, pass@k, seed), so it has an identity of its
 own (the digest includes the evaluation section; a training cell's leaves it out) and goes through the same store,
 executors, `orch status`, `orch resume` and `orch cancel` as any cell. Its MLflow runs go to experiment `S.eval`:
@@ -27,7 +27,7 @@ from orchestrator.spec import load_sweep
 from orchestrator.states import DONE
 from orchestrator.store import Store
 from orchlib.errors import OrchError
-from recipes.evaluate import EVAL_SUFFIX, eval_sweep_name, kept_checkpoint
+from recipes.trained.evaluate import EVAL_SUFFIX, eval_sweep_name, kept_checkpoint
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
     CellJob(store_url, cell_id, executor, requeue)()
       1. read the cell from the store, report `running` (attempt: job id, host, pid, log paths)
-      2. compose its config with `recipes.config.compose_train_config` (the cell's overrides + per-cell infra keys:
+      2. compose its config with `recipes.config.schema.compose_train_config` (the cell's overrides + per-cell infra keys:
          MLflow run, checkpoint folder), and check it still hashes to the cell's identity
       3. run the backend with `should_stop` wired to SIGUSR2 (SLURM's warning before the time limit) and SIGTERM
          (preemption, scancel): the trainer stops its current work, checkpoints its last completed step and
@@ -33,10 +33,10 @@ from orchestrator.states import FROM_TRAIN_STATUS, State, TransitionError
 from orchestrator.store import JobContext, Store
 from orchlib.background import every
 from orchlib.errors import OrchError, fault_line
-from recipes.stop import StopRequest
+from recipes.runtime.stop import StopRequest
 
 if TYPE_CHECKING:
-    from recipes.config import TrainConfig
+    from recipes.config.schema import TrainConfig
 
 HEARTBEAT_ENV = "ORCH_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 30.0
@@ -110,9 +110,9 @@ def _run_cell(store_url: str, cell_id: int, executor: str, requeue: Requeue, sub
     try:
         with _heartbeat(store, attempt_id, cell_checkpoint_dir(context)):
             cfg = compose_cell_config(context)
-            from recipes.backends import run_training
-            from recipes.evaluate import run_evaluation
-            from recipes.progress import setup_logging
+            from recipes.config.backends import run_training
+            from recipes.run.progress import setup_logging
+            from recipes.trained.evaluate import run_evaluation
 
             setup_logging()  # the trainer's step lines go to the job's log (`orch logs`)
 
@@ -144,8 +144,8 @@ def _run_cell(store_url: str, cell_id: int, executor: str, requeue: Requeue, sub
 
 def compose_cell_config(context: JobContext) -> TrainConfig:
     """The cell's training config, with the per-cell infra keys; `OrchError` if `conf/` changed its identity."""
-    from recipes.compose import hydra_overrides
-    from recipes.config import compose_train_config
+    from recipes.config.compose import hydra_overrides
+    from recipes.config.schema import compose_train_config
 
     infra = {
         "mlflow.experiment_name": context.experiment_name,
@@ -195,8 +195,8 @@ def checkpoint_dir_of(run_dir: str, digest: str) -> Path:
 
 def _heartbeat(store: Store, attempt_id: int, progress_dir: Path) -> Any:
     """Report liveness every `$ORCH_HEARTBEAT_S` seconds (default 30) from a daemon thread, with the progress the
-    trainer wrote last (`recipes.progress`: step k of N, phase, success) when it changed."""
-    from recipes.progress import read_progress
+    trainer wrote last (`recipes.run.progress`: step k of N, phase, success) when it changed."""
+    from recipes.run.progress import read_progress
 
     sent: list[Any] = [None]
 

@@ -22,7 +22,7 @@ from orchestrator.spec import SweepDefinition
 from orchestrator.yamlsource import Loc
 
 if TYPE_CHECKING:
-    from recipes.config import TrainConfig
+    from recipes.config.schema import TrainConfig
 from orchlib.errors import OrchError
 
 

@@ -1,7 +1,7 @@
 """Resolve a cell's settings into its typed training config and identity, fast enough for 10,000 cells.
 
 A cell's *settings* are the keys a sweep file sets: config-group choices (`task: sokoban`) and dotted keys
-(`filter.value: 0.95`, `seed: 1`). Its *identity* is `recipes.config.TrainConfig.digest()` of the resolved config,
+(`filter.value: 0.95`, `seed: 1`). Its *identity* is `recipes.config.schema.TrainConfig.digest()` of the resolved config,
 so two spellings of the same config are the same cell, and editing a comment in a sweep file changes nothing.
 
 Composing with Hydra costs ~0.2 s per call, far too slow for 10,000 cells, so the work is split:
@@ -9,13 +9,13 @@ Composing with Hydra costs ~0.2 s per call, far too slow for 10,000 cells, so th
 * `ConfTrees` composes `conf/` once per config-group option used (`task=frozenlake`), keeping that group's subtree,
   and caches the subtrees on disk (`<cache root>/conf-trees/`, keyed by a fingerprint of every file in `conf/`).
   An option that reaches outside its group, or choices of two groups that together pick a file of their own
-  (`recipes.compose.paired_groups`: a model and a task pick their warm-start file), makes it compose that whole
+  (`recipes.config.compose.paired_groups`: a model and a task pick their warm-start file), makes it compose that whole
   combination instead;
-* `ConfigResolver` sets a cell's dotted keys on its combination's tree (`recipes.compose.apply_settings`, with the
+* `ConfigResolver` sets a cell's dotted keys on its combination's tree (`recipes.config.compose.apply_settings`, with the
   types `conf/` gives them) and validates the result once per distinct *shape* (settings except the seed) with
   `TrainConfig.from_tree`; per cell, only the seed is set on a copy of the shape's config, then hashed.
 
-The job later composes the same settings with Hydra (`recipes.compose.hydra_overrides`) and checks it gets the same
+The job later composes the same settings with Hydra (`recipes.config.compose.hydra_overrides`) and checks it gets the same
 digest.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from orchlib.errors import choices_error
-from recipes.config import TrainConfig
+from recipes.config.schema import TrainConfig
 
 # Keys the sweep file may not set because the orchestrator owns them.
 ORCHESTRATOR_KEYS = ("mlflow", "trainer.checkpoint_dir")
@@ -57,7 +57,7 @@ class ConfigResolver:
 
     def resolve(self, settings: dict[str, Any]) -> ResolvedConfig:
         """The typed config and identity of a cell. Raises `OrchError` naming the offending key."""
-        from recipes.compose import has_interpolations, hydra_overrides
+        from recipes.config.compose import has_interpolations, hydra_overrides
 
         per_cell = {key: settings[key] for key in PER_CELL_KEYS if key in settings}
         shape_settings = {key: value for key, value in settings.items() if key not in per_cell}
@@ -82,7 +82,7 @@ class ConfigResolver:
 
     def _resolve(self, settings: dict[str, Any]) -> ResolvedConfig:
         """Apply `settings` to their combination's tree, resolve and validate it."""
-        from recipes.compose import apply_settings, hydra_overrides, resolve_tree
+        from recipes.config.compose import apply_settings, hydra_overrides, resolve_tree
 
         tree, normalized = apply_settings(self.trees.tree_for(settings), settings, self.groups)
         tree = resolve_tree(tree)
@@ -94,7 +94,7 @@ class ConfTrees:
     """`conf/` composed per config-group option, cached in memory and on disk (see the module docstring)."""
 
     def __init__(self, cache_dir: Path | None = None) -> None:
-        from recipes.compose import config_groups, paired_groups
+        from recipes.config.compose import config_groups, paired_groups
 
         self.groups: dict[str, list[str]] = config_groups()
         self.paired = paired_groups()
@@ -113,7 +113,7 @@ class ConfTrees:
     def default(self) -> dict[str, Any]:
         """`conf/train.yaml` composed with no overrides (unresolved)."""
         if self._default is None:
-            from recipes.compose import compose_tree
+            from recipes.config.compose import compose_tree
 
             self._default, choices = compose_tree([])
             for group, option in choices.items():
@@ -124,7 +124,7 @@ class ConfTrees:
 
     def tree_for(self, settings: dict[str, Any]) -> dict[str, Any]:
         """The unresolved config of the group choices in `settings` (before dotted keys are applied)."""
-        from recipes.compose import compose_tree
+        from recipes.config.compose import compose_tree
 
         for group in self.groups.keys() & settings.keys():
             if not isinstance(settings[group], str) or settings[group] not in self.groups[group]:
@@ -158,7 +158,7 @@ class ConfTrees:
 
     def _group_tree(self, group: str, option: str) -> Any:
         """The subtree that `group=option` gives, or None when it also changes keys outside `group`."""
-        from recipes.compose import compose_tree
+        from recipes.config.compose import compose_tree
 
         if (group, option) not in self._group_trees:
             composed = compose_tree([f"{group}={option}"])[0]
@@ -174,8 +174,8 @@ def _cache_file(cache_dir: Path | None) -> Path:
     """The cache file of this `conf/` (and Hydra version): any edit of `conf/` makes a new file."""
     import hydra
 
-    from recipes.cache import cache_root
-    from recipes.compose import CONF_DIR
+    from recipes.config.compose import CONF_DIR
+    from recipes.runtime.cache import cache_root
 
     digest = hashlib.sha256(hydra.__version__.encode())
     for path in sorted(CONF_DIR.rglob("*")):

@@ -60,7 +60,7 @@ MISSING = frozenset({State.PENDING, State.CANCELLED, State.LOST})
 ORDER = (State.RUNNING, State.REQUEUED, State.QUEUED, State.FAILED, State.LOST, State.CANCELLED, State.PENDING,
          State.PRUNED, State.STOPPED, State.FINISHED)
 
-# `recipes.backends.TrainResult.status` -> state of the attempt.
+# `recipes.config.backends.TrainResult.status` -> state of the attempt.
 FROM_TRAIN_STATUS = {
     "finished": State.FINISHED,
     "stopped": State.STOPPED,

@@ -434,7 +434,7 @@ class Store:
             return latest.id
 
     def heartbeat(self, attempt_id: int, progress: dict[str, Any] | None = None) -> None:
-        """The job is alive; `progress`: what its trainer reported last (`recipes.progress`), kept per attempt."""
+        """The job is alive; `progress`: what its trainer reported last (`recipes.run.progress`), kept per attempt."""
         now = time.time()
         with Session(self.engine) as session, session.begin():
             session.execute(update(AttemptRow).where(AttemptRow.id == attempt_id).values(heartbeat_at=now))

@@ -135,7 +135,7 @@ class AttemptRow(Base):
 
 
 class ProgressRow(Base):
-    """The latest progress an attempt's job reported (its trainer's `recipes.progress` file, copied by the job's
+    """The latest progress an attempt's job reported (its trainer's `recipes.run.progress` file, copied by the job's
     heartbeat): `progress_json` holds step, done, total, phase and success."""
 
     __tablename__ = "progress"

@@ -184,7 +184,7 @@ def _run_preflight(file: Path, profile: str | None, sets: list[str], as_json: bo
             print(f"\rpreflight: {done}/{total} configs", end="" if done < total else "\n", file=sys.stderr,
                   flush=True)
 
-    from recipes.tracking import default_tracking_uri
+    from recipes.run.tracking import default_tracking_uri
 
     report = preflight_plan(plan, lambda cell: resolver.resolve(cell.settings).config, extra, progress,
                             default_tracking_uri(tracking_uri))
@@ -195,7 +195,7 @@ def _run_preflight(file: Path, profile: str | None, sets: list[str], as_json: bo
 
 def _preflight(tracking_uri: str | None) -> None:
     """Before the store is created: the environment the jobs inherit, the cache and the tracking URI work."""
-    from recipes.tracking import check_cache_folder, check_tracking_uri, default_tracking_uri
+    from recipes.run.tracking import check_cache_folder, check_tracking_uri, default_tracking_uri
 
     _check_job_environment()
     check_cache_folder()

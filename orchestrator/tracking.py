@@ -4,7 +4,7 @@ The orchestrator creates every run before submitting (so jobs never race to crea
 cell's run through the config key `mlflow.run_id`, and a resumed attempt attaches to the same run again. Child
 runs start in status SCHEDULED; the trainer moves them to RUNNING and ends them.
 
-Tracking URI: `--tracking-uri`, else `recipes.tracking.default_tracking_uri` (`$MLFLOW_TRACKING_URI`, else
+Tracking URI: `--tracking-uri`, else `recipes.run.tracking.default_tracking_uri` (`$MLFLOW_TRACKING_URI`, else
 `sqlite:///<cwd>/mlflow.db`, absolute, so that jobs started in another directory write to the same file). For many
 concurrent jobs run `orch mlflow serve` and point the sweep at `http://127.0.0.1:5000` (see docs/sweeps.md).
 """
@@ -34,7 +34,7 @@ class ChildRun:
 def _client(uri: str) -> Any:
     import logging
 
-    from recipes.tracking import mlflow_client
+    from recipes.run.tracking import mlflow_client
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     return mlflow_client(uri)
@@ -45,7 +45,7 @@ def ensure_sweep_runs(uri: str, sweep: str, parent_run_id: str | None, params: d
 
     Returns (experiment_id, parent_run_id).
     """
-    from recipes.tracking import experiment_of
+    from recipes.run.tracking import experiment_of
 
     client = _client(uri)
     experiment = experiment_of(client, sweep, tags={"orch.sweep": sweep})

@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from orchestrator.spec import load_sweep
     from orchestrator.store import Store
-    from recipes.progress import setup_logging
+    from recipes.run.progress import setup_logging
 
     parser = argparse.ArgumentParser(prog="orchestrator.tune")
     parser.add_argument("file")

@@ -1,6 +1,6 @@
 """A module imported on first use: `np = lazy_module("numpy")` binds a name now and imports numpy the first time an
 attribute is read. For modules that the light CLI paths import for their declarations only (e.g. `orch filter
---help` builds its options from `recipes.filtering.FilterConfig`, whose selection code needs numpy)."""
+--help` builds its options from `recipes.stats.filtering.FilterConfig`, whose selection code needs numpy)."""
 
 from __future__ import annotations
 

@@ -3,12 +3,12 @@ step hooks, executors): entries are registered by name with a decorator, the way
 estimators, and modules that register entries can be imported lazily on first lookup, so that listing names or
 validating a config stays light.
 
-    BACKENDS = Registry("trainer backend", where="config key backend", lazy={"torch": "recipes.torch_backend"})
+    BACKENDS = Registry("trainer backend", where="config key backend", lazy={"torch": "recipes.torch_trainer.backend"})
 
     @BACKENDS.register("torch")
     def run(cfg, should_stop=None): ...
 
-    BACKENDS.get("torch")     # imports recipes.torch_backend on first use; OrchError listing the names otherwise
+    BACKENDS.get("torch")     # imports recipes.torch_trainer.backend on first use; OrchError listing the names otherwise
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`orch train key=value ...`: one training run from `conf/` with Hydra-syntax overrides.
 
 Exit codes: 0 finished (or stopped early by the run itself, e.g. nothing left to learn from), 2 bad config,
-75 (`recipes.checkpoint.REQUEUE_EXIT_CODE`) checkpointed after SIGUSR2/SIGTERM/SIGINT (requeue me), 130 a second
+75 (`recipes.runtime.checkpoint.REQUEUE_EXIT_CODE`) checkpointed after SIGUSR2/SIGTERM/SIGINT (requeue me), 130 a second
 Ctrl-C (stopped at once), 1 failed.
 Only `typer` is imported at module level (the CLI must start fast).
 """
@@ -26,7 +26,7 @@ def train_command(
 ) -> None:
     """Train one agent with RL (rollouts, SNR-Aware Filtering, update, validation; metrics to MLflow)."""
     from orchlib.errors import OrchError, fault_line
-    from recipes.config import compose_train_config
+    from recipes.config.schema import compose_train_config
 
     arguments = [*(overrides or []), *ctx.args]
     try:
@@ -48,17 +48,17 @@ def train_command(
             typer.echo(describe(cfg).rstrip())
         return
 
-    from recipes.tracking import check_run_targets
+    from recipes.run.tracking import check_run_targets
 
     try:
         check_run_targets(cfg.infra)  # before the backend's heavy imports (`tracked_run` checks again, for jobs)
     except OrchError as err:
         typer.echo(f"orch: error: {err}", err=True)
         raise typer.Exit(2) from None
-    from recipes.backends import run_training
-    from recipes.checkpoint import REQUEUE_EXIT_CODE
-    from recipes.progress import setup_logging
-    from recipes.stop import StopRequest
+    from recipes.config.backends import run_training
+    from recipes.run.progress import setup_logging
+    from recipes.runtime.checkpoint import REQUEUE_EXIT_CODE
+    from recipes.runtime.stop import StopRequest
 
     setup_logging()
     try:

@@ -75,9 +75,9 @@ def main() -> int:
 
     from analysis import names
     from orchlib.errors import OrchError
-    from recipes.backends import run_training
-    from recipes.config import compose_train_config
-    from recipes.hf_folder import hf_folder_problems
+    from recipes.config.backends import run_training
+    from recipes.config.schema import compose_train_config
+    from recipes.runtime.hf_folder import hf_folder_problems
     from recipes.verl.preflight import preflight_cell
 
     if not args.cpu:

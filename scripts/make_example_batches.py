@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from recipes.rollouts import write_rollout_batch  # noqa: E402
+from recipes.stats.rollouts import write_rollout_batch  # noqa: E402
 
 PROMPTS, SAMPLES = 8, 16
 

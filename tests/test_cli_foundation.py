@@ -131,7 +131,7 @@ def test_filter_json_uses_the_trainers_function(tmp_path):
 
 
 def test_filter_options_are_the_filter_configs_fields(tmp_path):
-    from recipes.filtering import FilterConfig
+    from recipes.stats.filtering import FilterConfig
 
     help_text = orch("filter", "--help").stdout
     for field in FilterConfig.model_fields:

@@ -5,7 +5,7 @@ One dataset row is one prompt: `extra_info.seed`, the environment seed (the K sa
 sample draws its own dynamics seed, as the torch backend does). The task, its settings and the per-turn token cap
 come from the run's `TrainConfig`, which the backend puts in veRL's config as `orch.train_config`.
 
-An episode is played turn by turn: the chat so far is rendered by `recipes.chat.ChatEncoder` (earlier replies as
+An episode is played turn by turn: the chat so far is rendered by `recipes.policy.chat.ChatEncoder` (earlier replies as
 the token ids that were sampled, never re-tokenised), the server generates the reply (stopping at the template's
 end-of-turn token, at most `trainer.max_response_tokens`), and `envs.Episode.act` parses it, steps the environment
 and writes the next user turn. The returned sequence is the whole chat after the first prompt: reply tokens
@@ -38,7 +38,7 @@ def train_config(verl_config: Any) -> Any:
     if key not in _CONFIGS:
         from omegaconf import OmegaConf
 
-        from recipes.config import TrainConfig
+        from recipes.config.schema import TrainConfig
 
         _CONFIGS[key] = TrainConfig.from_tree(OmegaConf.to_container(verl_config.orch.train_config, resolve=True))
     return _CONFIGS[key]
@@ -49,11 +49,11 @@ def _blind_prompt(seed: Any, cfg: Any, env_class: Any, build_config: Any, encode
     """CONTROL (`control.blind_from_step`; the trainer puts `blind_seed` on the step's training rows): the prompt
     every reply of this episode is generated from -- the first-turn chat of the episode at `blind_seed` (the step's
     first), with its frame -- so that what the policy writes cannot depend on this episode's input, while the
-    trajectory keeps its own real messages (as `recipes.sampler.BlindSampler` on the torch backend). None without."""
+    trajectory keeps its own real messages (as `recipes.policy.sampler.BlindSampler` on the torch backend). None without."""
     if seed is None:
         return None
     from envs.episode import Episode
-    from recipes.vision import to_image
+    from recipes.policy.vision import to_image
 
     fixed = Episode(env_class(cfg.task.name)(build_config(cfg.task.name, cfg.task.env)), int(seed), dynamics_seed=0)
     chat = encoder.encode(fixed.messages, {}, add_generation_prompt=True)
@@ -70,8 +70,8 @@ class OrchEnvAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **row: Any) -> AgentLoopOutput:
         from envs.episode import Episode
         from envs.registry import build_config, env_class
-        from recipes.chat import ChatEncoder
-        from recipes.vision import ImageTokens, to_image
+        from recipes.policy.chat import ChatEncoder
+        from recipes.policy.vision import ImageTokens, to_image
 
         cfg = train_config(self.config)
         seed = int(row["extra_info"]["seed"])

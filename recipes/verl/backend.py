@@ -26,9 +26,9 @@ from typing import Any
 
 from orchlib.background import every
 from orchlib.errors import OrchError
-from recipes.backends import TrainResult, register_backend
-from recipes.config import TrainConfig
-from recipes.tracking import RunTracker, default_tracking_uri, tracked_run
+from recipes.config.backends import TrainResult, register_backend
+from recipes.config.schema import TrainConfig
+from recipes.run.tracking import RunTracker, default_tracking_uri, tracked_run
 
 log = logging.getLogger("orch.verl")
 RUN_FILE = "orch_run.json"  # in the checkpoint folder: the MLflow run its checkpoints belong to
@@ -105,7 +105,7 @@ def resume_step(folder: Path, logged: int | None) -> int | None:
     """The checkpoint to resume from: the newest complete one (not past veRL's `latest_checkpointed_iteration`)
     whose step was logged to MLflow, so that no step is lost (checkpointed, killed before its metrics were
     logged) nor logged twice (steps logged after it are re-run but not logged again). None: start afresh."""
-    from recipes.checkpoint import VERL_ITERATION_FILE
+    from recipes.runtime.checkpoint import VERL_ITERATION_FILE
 
     latest = folder / VERL_ITERATION_FILE
     if not latest.is_file() or not logged:
@@ -122,12 +122,12 @@ def prepare(cfg: TrainConfig, checkpoint_dir: Path, resume: int | None = None) -
     figures for step 0)."""
     import time
 
-    from recipes.models import count_parameters_in, load_tokenizer
-    from recipes.progress import ProgressFile
+    from recipes.policy.models import count_parameters_in, load_tokenizer
+    from recipes.run.progress import ProgressFile
+    from recipes.torch_trainer.warmstart import model_folder
     from recipes.verl.cluster import ClusterPlan, slurm_nodes, srun_launcher
     from recipes.verl.config_map import VerlJob, worker_env
     from recipes.verl.data import prompt_budget, write_prompt_files
-    from recipes.warmstart import model_folder
 
     started = time.perf_counter()
     ProgressFile(checkpoint_dir, cfg.trainer.total_steps).update(

@@ -15,7 +15,7 @@ Semantics that differ between the two and how they are matched:
 * the context: `trainer.max_context_tokens` = veRL's prompt budget (the longest first prompt, measured) + response
   budget (every later turn, observation tokens included); `trainer.max_response_tokens` caps each reply;
 * algorithms: the registered algorithm declares its veRL estimator and whether it trains a critic
-  (`recipes.algorithms`: `verl_estimator`, `uses_critic`): ppo and dapo (RAGEN-2's DAPO) -> GAE with a critic; grpo
+  (`recipes.policy.algorithms`: `verl_estimator`, `uses_critic`): ppo and dapo (RAGEN-2's DAPO) -> GAE with a critic; grpo
   and dapo_dynamic -> veRL's grpo estimator; drgrpo -> grpo without std normalisation; one without a veRL estimator
   is refused when the config is validated; the loss aggregation, clip ranges, entropy and KL terms map one to one;
 * checkpoints: `save_every=0` still saves at the end and when a stop is requested (veRL then saves at every
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipes.algorithms import get_algorithm
-from recipes.config import TrainConfig
+from recipes.config.schema import TrainConfig
+from recipes.policy.algorithms import get_algorithm
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CPU_ENV = {"VERL_PLATFORM": "cpu", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -70,7 +70,7 @@ class VerlJob:
 
 
 def _value(value: Any) -> str:
-    from recipes.compose import hydra_overrides
+    from recipes.config.compose import hydra_overrides
 
     return hydra_overrides({"k": value}, ())[0].split("=", 1)[1]
 

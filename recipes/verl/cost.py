@@ -86,8 +86,8 @@ def calibration(tracking_uri: str, model_path: str, parameters: float) -> tuple[
 
     import yaml
 
-    from recipes.config import TrainConfig
-    from recipes.tracking import mlflow_client
+    from recipes.config.schema import TrainConfig
+    from recipes.run.tracking import mlflow_client
 
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
         return None

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recipes.config import TrainConfig
-from recipes.seeds import train_prompt_seeds, validation_seeds
+from recipes.config.schema import TrainConfig
+from recipes.runtime.seeds import train_prompt_seeds, validation_seeds
 
 PROMPT_SAMPLE = 32  # first prompts measured for the prompt budget
 PROMPT_MARGIN = 1.25
@@ -66,7 +66,7 @@ def prompt_budget(cfg: TrainConfig, tokenizer: Any) -> int:
 
 def chat_token_count(tokenizer: Any) -> Any:
     """messages -> tokens of their chat prompt (with the generation prompt), as the model will be fed it."""
-    from recipes.chat import ChatEncoder
+    from recipes.policy.chat import ChatEncoder
 
     encoder = ChatEncoder(tokenizer)
     return lambda messages: len(encoder.encode(messages, add_generation_prompt=True).input_ids)

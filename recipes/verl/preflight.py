@@ -6,7 +6,7 @@
 
 What runs, in order, each step collecting its problems instead of stopping at the first:
 
-1. the model folder (`model.path`): a loadable Hugging Face checkpoint (`recipes.models.hf_folder_problems`), and
+1. the model folder (`model.path`): a loadable Hugging Face checkpoint (`recipes.policy.models.hf_folder_problems`), and
    the data file the task reads (`task.env.<data key>`);
 2. the prompt budget as the job measures it (`recipes.verl.data`): with the folder's tokenizer when there is one,
    else from the prompts' characters (`CHARS_PER_TOKEN`, a documented fallback);
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipes.config import TrainConfig
+from recipes.config.schema import TrainConfig
 from recipes.verl.memory import (
     Architecture,
     MemoryEstimate,
@@ -63,7 +63,7 @@ class CellPreflight:
 def preflight_cell(cfg: TrainConfig, nodes: int, gpus_per_node: int, gpu_mem_gb: float,
                    model_config: dict[str, Any] | None = None) -> CellPreflight:
     """Every check of the module docstring on `cfg` hosted on `nodes` x `gpus_per_node` GPUs of `gpu_mem_gb`."""
-    from recipes.algorithms import get_algorithm
+    from recipes.policy.algorithms import get_algorithm
 
     cpu = cfg.trainer.device == "cpu"
     gpus = 1 if cpu else gpus_per_node
@@ -99,8 +99,8 @@ def preflight_cell(cfg: TrainConfig, nodes: int, gpus_per_node: int, gpu_mem_gb:
 def _model_folder(cfg: TrainConfig, report: CellPreflight) -> Path | None:
     """The folder whose tokenizer and config.json preflight may read: `model.path` when it is a loadable
     checkpoint, the built-in preset's cached folder when there is no path (built on first use), else None."""
-    from recipes.hf_folder import hf_folder_problems
-    from recipes.models import preset_folder
+    from recipes.policy.models import preset_folder
+    from recipes.runtime.hf_folder import hf_folder_problems
 
     if cfg.model.path is None:
         return preset_folder(cfg.model)
@@ -153,7 +153,7 @@ def _longest_prompt(cfg: TrainConfig, folder: Path | None, report: CellPreflight
     count = None
     if folder is not None and any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         try:
-            from recipes.models import load_tokenizer
+            from recipes.policy.models import load_tokenizer
             from recipes.verl.data import chat_token_count
 
             count = chat_token_count(load_tokenizer(folder))
@@ -186,7 +186,7 @@ def _verl_config(cfg: TrainConfig, nodes: int, gpus: int, folder: Path | None, r
     import os
     import tempfile
 
-    from recipes.models import preset_folder
+    from recipes.policy.models import preset_folder
     from recipes.verl.config_map import VerlJob, verl_config
 
     budget = min(report.prompt_tokens or 64, cfg.trainer.max_context_tokens // 2)

@@ -27,7 +27,7 @@ class TaskRunnerBody:
         from verl.utils.config import omega_conf_to_dataclass, validate_config
         from verl.utils.dataset.rl_dataset import collate_fn
 
-        from recipes.progress import setup_logging
+        from recipes.run.progress import setup_logging
         from recipes.verl.trainer import OrchPPOTrainer
         from recipes.verl.workers import OrchActorRolloutRefWorker
 

@@ -6,11 +6,11 @@ One step of `RayPPOTrainer.fit` (verl/trainer/ppo/ray_trainer.py) and where orch
     _balance_batch            the rollout with its rewards, before any log-prob, value or update:
                                 * each turn's reward on the last token of its reply (as the torch backend)
                                 * DAPO's dynamic sampling: zero-variance groups replaced by fresh prompts
-                                * the rollout statistics (recipes.rollout_stats) and the step hooks on the unfiltered
+                                * the rollout statistics (recipes.stats.rollout_stats) and the step hooks on the unfiltered
                                   batch (the `collapse` diagnostics, cross-scored through the actor workers)
-                                * SNR-Aware Filtering (recipes.filtering.filter_groups): the batch shrinks to the kept
+                                * SNR-Aware Filtering (recipes.stats.filtering.filter_groups): the batch shrinks to the kept
                                   trajectories, padded with no-op groups to the row multiple veRL's dispatch needs
-                                * the rollout-batch table (recipes.rollouts) every `dump_every` steps
+                                * the rollout-batch table (recipes.stats.rollouts) every `dump_every` steps
     old_log_prob, values, advantages (veRL)
     _update_critic, _update_actor   skipped when the filter kept nothing; advantages x the filter's loss scale
     _save_checkpoint          veRL's checkpoint plus orch's state (empty steps, latest validation, hook states)
@@ -46,10 +46,10 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from recipes.checkpoint import VERL_ITERATION_FILE as ITERATION_FILE
-from recipes.checkpoint import VERL_STATE_FILE as STATE_FILE
-from recipes.progress import ProgressFile, report, reporting
-from recipes.tracking import PEAK_MEMORY_METRIC
+from recipes.run.progress import ProgressFile, report, reporting
+from recipes.run.tracking import PEAK_MEMORY_METRIC
+from recipes.runtime.checkpoint import VERL_ITERATION_FILE as ITERATION_FILE
+from recipes.runtime.checkpoint import VERL_STATE_FILE as STATE_FILE
 from recipes.verl.agent_loop import train_config
 
 log = logging.getLogger("orch.verl")
@@ -73,9 +73,9 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def __init__(self, *args: Any, orch: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from recipes.chat import ChatEncoder
-        from recipes.hooks import build_hooks
-        from recipes.tracking import RunTracker
+        from recipes.diagnostics.hooks import build_hooks
+        from recipes.policy.chat import ChatEncoder
+        from recipes.run.tracking import RunTracker
 
         self.cfg = train_config(self.config)
         self.orch = orch
@@ -136,7 +136,7 @@ class OrchPPOTrainer(RayPPOTrainer):
     def _get_gen_batch(self, batch: DataProto) -> DataProto:
         """veRL's generation batch; under `control.blind_from_step` (from that step on, training rows only) every row
         also carries `blind_seed`, the seed of the step's first episode: the agent loop then generates every reply
-        from that episode's first-turn chat (the torch backend's `recipes.sampler.BlindSampler`, a planted template
+        from that episode's first-turn chat (the torch backend's `recipes.policy.sampler.BlindSampler`, a planted template
         collapse for the controls of the MI diagnostics)."""
         gen = super()._get_gen_batch(batch)
         blind_from = self.cfg.control.blind_from_step
@@ -189,9 +189,9 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def _orch_step(self, batch: DataProto, metrics: dict) -> None:
         """Rewards per turn, dynamic sampling, statistics, hooks and the filter on the step's rollout."""
-        from recipes import filtering
-        from recipes.hooks import StepContext
-        from recipes.rollout_stats import rollout_frame, rollout_metrics
+        from recipes.diagnostics.hooks import StepContext
+        from recipes.stats import filtering
+        from recipes.stats.rollout_stats import rollout_frame, rollout_metrics
 
         self._stop_inside_step("rollout")
         step, cfg = int(self.global_steps), self.cfg
@@ -286,7 +286,7 @@ class OrchPPOTrainer(RayPPOTrainer):
     def _dynamic_sampling(self, batch: DataProto) -> None:
         """DAPO's dynamic sampling: replace zero-variance groups with groups of fresh prompts from up to
         `algorithm.max_extra_gen_batches` extra generation batches (the same seeds as the torch backend)."""
-        from recipes import filtering
+        from recipes.stats import filtering
         from recipes.verl.data import extra_prompt_batch
 
         for extra in range(1, self.cfg.algorithm.max_extra_gen_batches + 1):
@@ -374,7 +374,7 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     @property
     def best_dir(self) -> Path:
-        from recipes.checkpoint import BEST_DIR
+        from recipes.runtime.checkpoint import BEST_DIR
 
         return Path(self.config.trainer.default_local_dir).parent / BEST_DIR
 
@@ -383,7 +383,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         checkpoint of step N in `<checkpoint_dir>/best` (`keep_best`; the step's regular checkpoint is saved first if
         it had none), where `orch eval --best` and `orch export` find it, tagged as on the torch backend: the paper
         reports each run's peak validation success."""
-        from recipes.rollout_stats import VAL_SUCCESS
+        from recipes.stats.rollout_stats import VAL_SUCCESS
 
         step, success = int(self.global_steps), self.validation.get(VAL_SUCCESS)
         if step < 1 or success is None or success <= self.best.get("success", -math.inf):
@@ -401,7 +401,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         """One episode per validation seed at `val_temperature`: orch's `val/*` metrics."""
         from verl.trainer.ppo.ray_trainer import pad_dataproto_to_divisor, unpad_dataproto
 
-        from recipes.rollout_stats import validation_metrics
+        from recipes.stats.rollout_stats import validation_metrics
 
         report(phase="validation")
         trajectories, generated = [], {}
@@ -441,13 +441,13 @@ class OrchPPOTrainer(RayPPOTrainer):
     # -- cross-scoring through the actor workers (the MI diagnostics) --------------------------------------------
 
     def cross_score(self, prompts: list[list[int]], samples: list[list[int]]) -> Any:
-        """`recipes.cross_scoring.CrossScores` of every sample under every prompt column, teacher-forced under the
+        """`recipes.stats.cross_scoring.CrossScores` of every sample under every prompt column, teacher-forced under the
         current policy in the actor workers. `diagnostics.method=prefix` (the default): the workers'
         `orch_cross_score` (recipes.verl.workers), each prompt encoded once and the samples scored on its cache, the
         distinct prompts split in blocks over the actor's ranks. `naive`: the reference N x M method through the fit
         loop's own old-log-prob path (`score_pairs`), each (prompt, sample) pair of distinct token sequences one row.
         Either way identical prompts or samples are scored once and their columns or rows copied."""
-        from recipes.cross_scoring import CrossScores, distinct_rows
+        from recipes.stats.cross_scoring import CrossScores, distinct_rows
 
         distinct_prompts, prompt_of = distinct_rows(prompts)
         distinct_samples, sample_of = distinct_rows(samples)

@@ -4,7 +4,7 @@ methods for the `collapse` diagnostics: `orch_cross_score`, the MI proxies' cros
 
 **Cross-scoring** (`orch_cross_score`): veRL's `compute_log_prob` scores whole sequences, so scoring N prompt
 columns x M samples through it feeds every prompt M times. The worker method instead runs
-`recipes.cross_scoring.cross_score` with `method="prefix"` (each prompt encoded once, the samples on its key/value
+`recipes.stats.cross_scoring.cross_score` with `method="prefix"` (each prompt encoded once, the samples on its key/value
 cache) on the actor's own FSDP module, in the engine's eval mode (parameters loaded if offloaded). Every rank gets
 the whole job (`Dispatch.ONE_TO_ALL`) and scores its own contiguous block of the (sorted, distinct) prompts,
 `prompt_block`; the driver joins the blocks' columns in rank order. FSDP gathers each layer's parameters with a
@@ -17,7 +17,7 @@ that stopped alone would leave the others waiting in their next gather.
 The split needs gradients that are never applied, computed where the actor's parameters live (its FSDP workers,
 possibly on several GPUs and nodes): no public worker call does that (`update_actor` always steps the optimizer), so
 the method runs the actor engine's own `forward_backward_batch` twice over the rows it is given, once with the task
-part of the actor loss and once with its regularisation part (`recipes.actor.ActorLossTerms`, the same definitions as
+part of the actor loss and once with its regularisation part (`recipes.policy.actor.ActorLossTerms`, the same definitions as
 the torch backend), takes the L2 norm of the resulting gradient each time, and zeroes the gradients again. The
 optimizer, its state and the learning-rate schedule are untouched; the next `update_actor` starts from zeroed
 gradients as always.
@@ -43,17 +43,17 @@ from verl.utils.tensordict_utils import maybe_fix_3d_position_ids
 from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import no_padding_2_padding
 
-from recipes.actor import ActorLossTerms, actor_loss_terms
-from recipes.cross_scoring import cross_score
-from recipes.stop import StopRequested, interruptible
-from recipes.tracking import peak_memory_gb
+from recipes.policy.actor import ActorLossTerms, actor_loss_terms
+from recipes.run.tracking import peak_memory_gb
+from recipes.runtime.stop import StopRequested, interruptible
+from recipes.stats.cross_scoring import cross_score
 
 PARTS = ("task", "reg")
 
 
 def loss_terms(config: Any, model_output: dict[str, Any], data: TensorDict) -> ActorLossTerms:
     """The task and regularisation terms of veRL's `ppo_loss` (verl/workers/utils/losses.py) on one micro-batch of
-    the engine, built by `recipes.actor.actor_loss_terms` (vanilla policy loss, as orch's algorithms configure it).
+    the engine, built by `recipes.policy.actor.actor_loss_terms` (vanilla policy loss, as orch's algorithms configure it).
     `task + regularisation` is `ppo_loss`'s loss.
 
     Args:
@@ -131,7 +131,7 @@ def prompt_block(prompts: list[list[int]], rank: int, world: int) -> tuple[list[
 
 
 def collective_stop(stop_file: str | None, device: str = "cpu") -> Any:
-    """A `should_stop` for `recipes.stop.interruptible` that every rank of the default process group answers alike:
+    """A `should_stop` for `recipes.runtime.stop.interruptible` that every rank of the default process group answers alike:
     true once any rank sees `stop_file` (one all-reduce of a flag; every rank must call it at the same point)."""
     import torch.distributed as dist
 
@@ -147,7 +147,7 @@ def block_scores(module: Any, prompts: list[list[int]], samples: list[list[int]]
                  batch_size: int, pad_id: int, should_stop: Any = None) -> tuple[np.ndarray, int] | None:
     """L_sum (M, this rank's real prompts) of every sample under this rank's block of prompts (`prompt_block`),
     prefix reuse on `module`, and the tokens fed (fillers included); None when `should_stop` (polled between
-    forwards, `recipes.stop`) turned true."""
+    forwards, `recipes.runtime.stop`) turned true."""
     block, real = prompt_block(prompts, rank, world)
     try:
         with interruptible(should_stop):
@@ -186,6 +186,6 @@ class OrchActorRolloutRefWorker(ActorRolloutRefWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def orch_peak_memory_gb(self) -> float:
-        """This worker's peak memory so far, GB (`recipes.tracking.peak_memory_gb`: the GPU's peak torch allocation,
+        """This worker's peak memory so far, GB (`recipes.run.tracking.peak_memory_gb`: the GPU's peak torch allocation,
         on cpu the process's peak resident set)."""
         return peak_memory_gb("cuda" if torch.cuda.is_available() else "cpu")

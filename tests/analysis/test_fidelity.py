@@ -147,7 +147,7 @@ REFERENCE = (
 
 
 def _algorithm(cfg: Any) -> tuple[str, str, bool]:
-    from recipes.algorithms import get_algorithm
+    from recipes.policy.algorithms import get_algorithm
 
     estimator = ("critic" if get_algorithm(cfg.algorithm.name).uses_critic else
                  "grpo" if cfg.algorithm.norm_adv_by_std else "grpo-nostd")

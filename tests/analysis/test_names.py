@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis import names
-from recipes.filtering import filter_metrics, group_stats
-from recipes.mi import mi_proxies
+from recipes.stats.filtering import filter_metrics, group_stats
+from recipes.stats.mi import mi_proxies
 
 
 def test_filter_metric_names_are_those_of_recipes_filtering():

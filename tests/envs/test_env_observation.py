@@ -72,7 +72,7 @@ def test_the_environment_validates_the_observation_key():
 
 
 def test_train_refuses_image_observations_without_a_vision_language_model(tmp_path, monkeypatch):
-    from recipes.config import compose_train_config
+    from recipes.config.schema import compose_train_config
 
     monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path))
     with pytest.raises(OrchError, match=r"task.env.observation: image observations need a vision-language model: "

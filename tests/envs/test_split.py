@@ -10,7 +10,7 @@ import pytest
 from envs.episode import Episode
 from envs.registry import build_config, env_class
 from envs.split import EVAL_SEED_BASE, HOLDOUT_EVERY, is_held_out, record_index
-from recipes.seeds import heldout_seeds, train_prompt_seeds, validation_seeds
+from recipes.runtime.seeds import heldout_seeds, train_prompt_seeds, validation_seeds
 
 
 @pytest.mark.parametrize("count", [10, 11, 19, 20, 101, 1000])

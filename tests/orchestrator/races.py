@@ -72,7 +72,7 @@ def run_python_together(code: str, count: int, workdir: Path, env: dict[str, str
         import os, sys, time
         from pathlib import Path
         from orchestrator.store import Store
-        from recipes.tracking import RunTracker, default_tracking_uri
+        from recipes.run.tracking import RunTracker, default_tracking_uri
         index, go = int(sys.argv[1]), Path(sys.argv[2])
         Path(f"{go}.ready-{index}").touch()
         while not go.exists():
@@ -123,14 +123,14 @@ def drop_postgres_schema(url: str) -> None:
 
 def first_runs(workdir: Path, count: int, tracking_uri: str | None = None) -> Outcome:
     """`count` training runs opening their MLflow run at once in a fresh folder (the path `orch train` takes:
-    `recipes.tracking.RunTracker` on `default_tracking_uri()`, SQLite `mlflow.db` here unless `tracking_uri`)."""
+    `recipes.run.tracking.RunTracker` on `default_tracking_uri()`, SQLite `mlflow.db` here unless `tracking_uri`)."""
     env = environment(workdir, **({"MLFLOW_TRACKING_URI": tracking_uri} if tracking_uri else {}))
     outcome = run_python_together("""
         tracker = RunTracker(default_tracking_uri(), "race", run_id=None, run_name=f"run{index}")
         tracker.log_metrics({"loss": float(index)}, step=0)
         tracker.end("FINISHED")
     """, count, workdir, env)
-    from recipes.tracking import default_tracking_uri, mlflow_client
+    from recipes.run.tracking import default_tracking_uri, mlflow_client
 
     client = mlflow_client(tracking_uri or default_tracking_uri(workdir=workdir))
     experiments = [experiment for experiment in client.search_experiments() if experiment.name == "race"]
@@ -210,7 +210,7 @@ def resume_and_cancel(workdir: Path, count: int, store_url: str, tracking_uri: s
 def sweep_facts(store_url: str, tracking_uri: str) -> dict:
     """What the store and MLflow hold for the sweep `race`."""
     from orchestrator.store import Store
-    from recipes.tracking import mlflow_client
+    from recipes.run.tracking import mlflow_client
 
     store = Store.open(store_url, create=False)
     sweep = store.sweep("race")

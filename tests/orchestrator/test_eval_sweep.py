@@ -18,12 +18,12 @@ from orchestrator.engine import submit_plan, wait
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
 from orchestrator.store import Store
-from recipes.checkpoint import BEST_DIR
+from recipes.runtime.checkpoint import BEST_DIR
 from tests.orchestrator.conftest import MICRO
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("recipes.torch_backend") is None, reason="no torch backend"),
+    pytest.mark.skipif(importlib.util.find_spec("recipes.torch_trainer.backend") is None, reason="no torch backend"),
 ]
 
 

@@ -82,7 +82,7 @@ def test_finished_gpu_runs_of_a_model_calibrate_its_cost(workdir: Path, sweep_fi
     import yaml
     from mlflow import MlflowClient
 
-    from recipes.config import TrainConfig, compose_tree, resolve_tree
+    from recipes.config.schema import TrainConfig, compose_tree, resolve_tree
     from recipes.verl.cost import DEVICE_TAG, WORLD_TAG, estimate_cost
     from recipes.verl.memory import BUILTIN
 

@@ -1,4 +1,4 @@
-"""End to end with the REAL torch trainer backend (recipes.torch_backend) and a micro model on CPU:
+"""End to end with the REAL torch trainer backend (recipes.torch_trainer.backend) and a micro model on CPU:
 a sweep submitted to a real single-node SLURM completes with runs in MLflow and the right states in the store,
 a second submission submits nothing, `--cluster local` gives the same results, and a job told to stop by SLURM's
 time-limit signal checkpoints, requeues and resumes into the same MLflow run."""
@@ -22,8 +22,8 @@ from tests.orchestrator.conftest import MICRO
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("recipes.torch_backend") is None,
-                       reason="the torch trainer backend (recipes/torch_backend.py) is not there yet"),
+    pytest.mark.skipif(importlib.util.find_spec("recipes.torch_trainer.backend") is None,
+                       reason="the torch trainer backend (recipes/torch_trainer/backend.py) is not there yet"),
 ]
 
 COMPARED = ("rollout/reward_mean", "rollout/kept_groups", "response_length/mean", "val/reward_mean")

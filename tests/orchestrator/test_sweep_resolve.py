@@ -7,8 +7,8 @@ import math
 import pytest
 
 from orchestrator.resolve import ConfigResolver
-from recipes.compose import hydra_overrides
-from recipes.config import compose_train_config
+from recipes.config.compose import hydra_overrides
+from recipes.config.schema import compose_train_config
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_a_model_and_task_pair_with_a_file_of_its_own_is_composed_whole(tmp_path
     tiny_sokoban.yaml's), yet the pair picks its own file: the planned config must still be Hydra's."""
     import shutil
 
-    from recipes import compose
+    from recipes.config import compose
 
     conf = tmp_path / "conf"
     shutil.copytree(compose.CONF_DIR, conf)

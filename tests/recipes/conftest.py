@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes import hooks
+from recipes.diagnostics import hooks
 
 # The smallest Qwen2 that exercises every code path (and the test trainer profile: 2 prompts x 2 samples, 2 steps).
 MICRO = [
@@ -41,8 +41,8 @@ def train_overrides(session_dir: Path, tmp_path: Path, monkeypatch: pytest.Monke
 @pytest.fixture(scope="session")
 def micro_folder(session_dir: Path) -> Path:
     """The micro preset (random Qwen2 + code-built tokenizer) as a Hugging Face folder in the session cache."""
-    from recipes.config import compose_train_config
-    from recipes.models import preset_folder
+    from recipes.config.schema import compose_train_config
+    from recipes.policy.models import preset_folder
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ORCH_CACHE_DIR", str(session_dir / "cache"))
@@ -51,8 +51,8 @@ def micro_folder(session_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def encoder(micro_folder: Path):
-    from recipes.chat import ChatEncoder
-    from recipes.models import load_tokenizer
+    from recipes.policy.chat import ChatEncoder
+    from recipes.policy.models import load_tokenizer
 
     return ChatEncoder(load_tokenizer(micro_folder))
 

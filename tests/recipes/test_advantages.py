@@ -14,9 +14,9 @@ from verl.trainer.ppo.core_algos import compute_gae_advantage_return, compute_gr
 from verl.utils.torch_functional import masked_whiten
 
 from envs import demonstrations
-from recipes.algorithms import algorithm_names, get_algorithm
-from recipes.batch import build_batch
-from recipes.config import compose_train_config
+from recipes.config.schema import compose_train_config
+from recipes.policy.algorithms import algorithm_names, get_algorithm
+from recipes.policy.batch import build_batch
 
 GROUPS, SAMPLES = 3, 4
 

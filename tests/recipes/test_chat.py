@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from envs import demonstrations
-from recipes.actor import UpdateSettings, actor_config, actor_loss, global_batch_info, token_log_probs
-from recipes.batch import build_batch
-from recipes.config import compose_train_config
+from recipes.config.schema import compose_train_config
+from recipes.policy.actor import UpdateSettings, actor_config, actor_loss, global_batch_info, token_log_probs
+from recipes.policy.batch import build_batch
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_turn_rewards_sit_on_the_last_token_of_each_reply(encoder, chat) -> None
 
 @pytest.mark.parametrize("algorithm", ["ppo", "grpo", "drgrpo"])
 def test_prompt_and_observation_tokens_get_zero_gradient(encoder, micro_folder, chat, algorithm) -> None:
-    from recipes.models import load_policy
+    from recipes.policy.models import load_policy
 
     cfg = compose_train_config(["trainer=test", f"algorithm={algorithm}", "algorithm.use_kl=true"])
     model = load_policy(micro_folder, "float32", "cpu")
@@ -107,7 +107,7 @@ def test_prompt_and_observation_tokens_get_zero_gradient(encoder, micro_folder, 
 
 
 def test_log_probs_on_loss_positions_equal_the_full_forward(encoder, micro_folder, chat) -> None:
-    from recipes.models import load_policy
+    from recipes.policy.models import load_policy
 
     model = load_policy(micro_folder, "float32", "cpu")
     batch = build_batch([chat], [[0.0] * sum(m["role"] == "assistant" for m in chat)], [0], encoder)
@@ -122,8 +122,8 @@ def test_log_probs_on_loss_positions_equal_the_full_forward(encoder, micro_folde
 
 def test_a_template_that_rewrites_history_is_refused(micro_folder, chat) -> None:
     from orchlib.errors import OrchError
-    from recipes.chat import ChatEncoder
-    from recipes.models import load_tokenizer
+    from recipes.policy.chat import ChatEncoder
+    from recipes.policy.models import load_tokenizer
 
     tokenizer = load_tokenizer(micro_folder)
     tokenizer.chat_template = (  # drops the reasoning of earlier replies, as some reasoning-model templates do

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recipes.collapse import CollapseDetector, CollapseRule
+from recipes.stats.collapse import CollapseDetector, CollapseRule
 
 CHANCE = 0.125
 

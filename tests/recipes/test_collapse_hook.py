@@ -10,16 +10,16 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-import recipes.diagnostics
+import recipes.diagnostics.monitor
 from orchlib.errors import OrchError
-from recipes.actor import UpdateSettings, actor_config, global_batch_info, loss_part_gradients
-from recipes.backends import run_training
-from recipes.batch import build_batch
-from recipes.checkpoint import latest_checkpoint, load_checkpoint
-from recipes.collapse import CollapseDetector
-from recipes.config import compose_train_config
-from recipes.diagnostics import reward_variance_buckets
-from recipes.models import load_policy
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
+from recipes.diagnostics.monitor import reward_variance_buckets
+from recipes.policy.actor import UpdateSettings, actor_config, global_batch_info, loss_part_gradients
+from recipes.policy.batch import build_batch
+from recipes.policy.models import load_policy
+from recipes.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from recipes.stats.collapse import CollapseDetector
 from tests.recipes.conftest import MICRO
 
 # Small MI sets so the micro runs stay fast.
@@ -30,7 +30,7 @@ SMALL = ["hooks=[collapse]", "diagnostics.num_samples=8", "diagnostics.batch_siz
 @pytest.fixture()
 def every_reply_is_reasoning(monkeypatch):
     """A random micro model writes no think tags; let every non-empty reply count as reasoning."""
-    monkeypatch.setattr(recipes.diagnostics, "raw_reasoning", lambda response: response or None)
+    monkeypatch.setattr(recipes.diagnostics.monitor, "raw_reasoning", lambda response: response or None)
 
 
 def setting(overrides: list[str], key: str) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from orchlib.errors import OrchError
-from recipes import backends
-from recipes.backends import TrainResult, backend_names, get_backend, register_backend
-from recipes.compose import config_groups
-from recipes.config import compose_train_config, flatten_config
+from recipes.config import backends
+from recipes.config.backends import TrainResult, backend_names, get_backend, register_backend
+from recipes.config.compose import config_groups
+from recipes.config.schema import compose_train_config, flatten_config
 
 
 def test_default_config_composes_every_group() -> None:
@@ -96,9 +96,9 @@ def test_backend_registry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_an_algorithm_without_a_verl_estimator_is_refused_on_verl(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The verl backend maps each algorithm through its declared capabilities (`recipes.algorithms`); a newly
+    """The verl backend maps each algorithm through its declared capabilities (`recipes.policy.algorithms`); a newly
     registered one that declares no veRL estimator is refused when the config is validated, with one line."""
-    from recipes.algorithms import GroupRelative
+    from recipes.policy.algorithms import GroupRelative
 
     assert compose_train_config(["backend=verl", "algorithm=grpo"]).algorithm.name == "grpo"
     monkeypatch.setattr(GroupRelative, "verl_estimator", None)
@@ -111,7 +111,7 @@ def test_an_algorithm_without_a_verl_estimator_is_refused_on_verl(monkeypatch: p
 def test_a_tasks_late_keys_leave_the_identity_alone_at_their_default_and_change_it_when_set(tmp_path) -> None:
     """`EnvConfig.late_keys` (Countdown's data_path and max_instances, added after Countdown cells had run): a cell
     that leaves them at their default keeps the identity it had before they existed; one that sets them is new."""
-    from recipes.config import config_digest
+    from recipes.config.schema import config_digest
 
     base = ["trainer=test", "task=countdown"]
     plain = config_digest(compose_train_config(base))

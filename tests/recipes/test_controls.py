@@ -31,8 +31,8 @@ import math
 import pytest
 from mlflow import MlflowClient
 
-from recipes.backends import run_training
-from recipes.config import compose_train_config
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
 
 BLIND_FROM = 3
 STEPS = 6

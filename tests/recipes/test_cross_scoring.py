@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from recipes.cross_scoring import cross_score
-from recipes.mi import mi_proxies
+from recipes.stats.cross_scoring import cross_score
+from recipes.stats.mi import mi_proxies
 
 VOCAB = 97
 

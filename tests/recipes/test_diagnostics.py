@@ -8,7 +8,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from envs.trajectory import Trajectory, Turn
-from recipes.diagnostics import (
+from recipes.diagnostics.monitor import (
     CollapseMonitor,
     DiagnosticsConfig,
     TurnEncoder,
@@ -109,7 +109,7 @@ def test_an_empty_sample_set_is_said_once_and_counted(caplog):
     monitor = CollapseMonitor(config, seed=0)
     no_reasoning = [trajectory(seed, ["<answer>Up</answer>", "Up"]) for seed in range(3)]
     never = lambda prompts, samples: pytest.fail("nothing to score")  # noqa: E731
-    with caplog.at_level("WARNING", logger="recipes.diagnostics"):
+    with caplog.at_level("WARNING", logger="recipes.diagnostics.monitor"):
         first = monitor.compute(1, never, ENCODER, no_reasoning, success=None)
         again = monitor.compute(5, never, ENCODER, no_reasoning, success=None)
     assert first == again == {"collapse/first_turn/num_samples": 0.0, "collapse/trajectory/num_samples": 0.0}
@@ -140,10 +140,10 @@ WARM = ["task=countdown", "model.warm_start.demos=8", "model.warm_start.epochs=6
 def warm_countdown(micro_folder, session_dir):
     """(warm-started micro policy, its chat encoder, the demonstrated episodes as trajectories); cached per session."""
     from envs import demonstrations
-    from recipes.chat import ChatEncoder
-    from recipes.config import compose_train_config
-    from recipes.models import load_policy, load_tokenizer
-    from recipes.warmstart import warm_start_folder
+    from recipes.config.schema import compose_train_config
+    from recipes.policy.chat import ChatEncoder
+    from recipes.policy.models import load_policy, load_tokenizer
+    from recipes.torch_trainer.warmstart import warm_start_folder
     from tests.recipes.conftest import MICRO
 
     with pytest.MonkeyPatch.context() as patch:
@@ -160,7 +160,7 @@ def warm_countdown(micro_folder, session_dir):
 
 
 def first_turn_metrics(model, encoder, trajectories) -> dict[str, float]:
-    from recipes.collapse_hook import turn_encoder
+    from recipes.diagnostics.collapse_hook import turn_encoder
 
     config = DiagnosticsConfig(sets=("first_turn",), num_samples=len(trajectories), batch_size=8)
     score = scorer(model, config, encoder.tokenizer.pad_token_id)

@@ -11,9 +11,9 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from recipes.backends import run_training
-from recipes.checkpoint import latest_checkpoint, load_checkpoint
-from recipes.config import compose_train_config
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
+from recipes.runtime.checkpoint import latest_checkpoint, load_checkpoint
 
 
 def trained(train_overrides: list[str], *extra: str):
@@ -27,9 +27,9 @@ def test_a_trained_run_exports_as_a_hugging_face_folder(train_overrides, tmp_pat
 
     from envs.episode import Episode
     from envs.registry import build_config, env_class
-    from recipes.chat import ChatEncoder
-    from recipes.models import load_policy, load_tokenizer
-    from recipes.warmstart import model_folder
+    from recipes.policy.chat import ChatEncoder
+    from recipes.policy.models import load_policy, load_tokenizer
+    from recipes.torch_trainer.warmstart import model_folder
 
     overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=2",
                  "trainer.val_every=0"]
@@ -92,7 +92,7 @@ def test_orch_rollouts_writes_every_trajectory_with_its_turns_and_round_trips(tr
 
     import pandas as pd
 
-    from recipes.rollouts import load_rollout_batch
+    from recipes.stats.rollouts import load_rollout_batch
 
     cfg, result, uri = trained(train_overrides, "trainer.total_steps=2", "trainer.dump_every=1")
     runner = CliRunner()
@@ -120,7 +120,7 @@ def test_orch_rollouts_writes_every_trajectory_with_its_turns_and_round_trips(tr
 
 
 def test_pass_at_k_is_the_unbiased_estimator() -> None:
-    from recipes.evaluate import pass_at_k
+    from recipes.trained.evaluate import pass_at_k
 
     assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)
     assert pass_at_k(4, 0, 2) == 0.0 and pass_at_k(4, 3, 2) == 1.0 and pass_at_k(5, 2, 1) == pytest.approx(0.4)

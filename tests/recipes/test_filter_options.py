@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from recipes.backends import run_training
-from recipes.config import compose_train_config
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
 
 
 def train_one_step(train_overrides: list[str], extra: list[str]) -> dict[str, float]:

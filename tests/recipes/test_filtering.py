@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recipes.filtering import (
+from recipes.stats.filtering import (
     FilterConfig,
     filter_groups,
     group_stats,
@@ -429,7 +429,7 @@ def test_is_off_is_the_one_definition_of_no_filtering():
 
 
 def test_a_registered_strategy_is_a_valid_filter_setting(monkeypatch):
-    from recipes import filtering
+    from recipes.stats import filtering
 
     monkeypatch.setattr(filtering.STRATEGIES, "entries", dict(filtering.STRATEGIES.entries))
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.special import logsumexp
 
-from recipes.mi import ZScoreEMA, mi_proxies, retrieval_excess
+from recipes.stats.mi import ZScoreEMA, mi_proxies, retrieval_excess
 
 
 def balanced_columns(num_samples: int, num_columns: int) -> np.ndarray:

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from orchlib.errors import OrchError
-from recipes.rollouts import iter_steps, load_rollout_batch, write_rollout_batch
+from recipes.stats.rollouts import iter_steps, load_rollout_batch, write_rollout_batch
 
 FRAME = pd.DataFrame(
     {

@@ -7,8 +7,8 @@ import torch
 
 from envs import demonstrations
 from orchlib.errors import OrchError
-from recipes.models import load_policy
-from recipes.sampler import Sampler
+from recipes.policy.models import load_policy
+from recipes.policy.sampler import Sampler
 
 
 def greedy_reference(model, context: list[int], steps: int, stop: int) -> list[int]:
@@ -49,7 +49,7 @@ def test_context_limit_is_a_clear_error(micro_folder, encoder) -> None:
 
 
 def test_sampling_follows_the_softmax_at_the_temperature() -> None:
-    from recipes.sampler import sample
+    from recipes.policy.sampler import sample
 
     torch.manual_seed(0)
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).repeat(40000, 1)
@@ -62,7 +62,7 @@ def test_sampling_follows_the_softmax_at_the_temperature() -> None:
 
 def test_the_blind_sampler_generates_every_reply_from_the_first_chat_and_keeps_the_episodes_order() -> None:
     """`control.blind_from_step` (docs/diagnostics.md#controls): replies cannot depend on their own input."""
-    from recipes.sampler import BlindSampler
+    from recipes.policy.sampler import BlindSampler
 
     class Echo:  # stands in for the real sampler: replies name the chat they were generated from
         takes_images = False
@@ -88,7 +88,7 @@ def test_the_blind_sampler_generates_every_reply_from_the_first_chat_and_keeps_t
 
 def test_the_blind_control_is_part_of_a_runs_identity_on_both_backends() -> None:
     """Planted on the torch backend by `BlindSampler`, on veRL by its agent loop (tests/recipes/test_verl_parts.py)."""
-    from recipes.config import compose_train_config
+    from recipes.config.schema import compose_train_config
 
     verl = compose_train_config(["trainer=test", "backend=verl", "control.blind_from_step=2"])
     assert verl.control.blind_from_step == 2

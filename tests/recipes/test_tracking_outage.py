@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import recipes.tracking
-from recipes.tracking import PENDING_FILE, RunTracker
+import recipes.run.tracking
+from recipes.run.tracking import PENDING_FILE, RunTracker
 
 
 class Flaky:
@@ -31,7 +31,7 @@ def tracker(outage_s: float) -> RunTracker:
 
 
 def test_metrics_are_buffered_while_the_store_is_down_and_written_in_order_after(monkeypatch) -> None:
-    monkeypatch.setattr(recipes.tracking, "RETRY_S", 0.0)
+    monkeypatch.setattr(recipes.run.tracking, "RETRY_S", 0.0)
     run = tracker(outage_s=3600)
     run.log_metrics({"a": 1.0}, 1)
     run.client.down = True
@@ -47,7 +47,7 @@ def test_metrics_are_buffered_while_the_store_is_down_and_written_in_order_after
 
 def test_a_long_outage_asks_the_run_to_stop_and_the_next_attempt_writes_what_it_kept(tmp_path: Path,
                                                                                     monkeypatch) -> None:
-    monkeypatch.setattr(recipes.tracking, "RETRY_S", 0.0)
+    monkeypatch.setattr(recipes.run.tracking, "RETRY_S", 0.0)
     run = tracker(outage_s=0.0)
     run.client.down = True
     run.log_metrics({"a": 1.0, "b": 1.0}, 1)
@@ -59,7 +59,7 @@ def test_a_long_outage_asks_the_run_to_stop_and_the_next_attempt_writes_what_it_
 
 
 def test_spilled_metrics_stay_on_disk_while_the_store_is_still_down(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(recipes.tracking, "RETRY_S", 0.0)
+    monkeypatch.setattr(recipes.run.tracking, "RETRY_S", 0.0)
     run = tracker(outage_s=3600)
     run.client.down = True
     run.log_metrics({"a": 1.0}, 1)

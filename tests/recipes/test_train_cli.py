@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from recipes.checkpoint import REQUEUE_EXIT_CODE, latest_checkpoint
+from recipes.runtime.checkpoint import REQUEUE_EXIT_CODE, latest_checkpoint
 
 
 def test_print_config_and_bad_overrides() -> None:
@@ -50,8 +50,8 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line(train_overrides, monkeypatc
     train` turns into one line and exit 130. The handler is called directly: a real signal sent to this process
     may land in another of its threads and reach the handler a few bytecodes later (a race), and two sent at once
     may merge into one. The real first Ctrl-C is the subprocess test above."""
-    import recipes.backends
-    from recipes.stop import StopRequest
+    import recipes.config.backends
+    from recipes.runtime.stop import StopRequest
 
     before = signal.getsignal(signal.SIGINT)
     with StopRequest() as stop:
@@ -66,7 +66,7 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line(train_overrides, monkeypatc
     def interrupted(cfg, should_stop=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(recipes.backends, "run_training", interrupted)
+    monkeypatch.setattr(recipes.config.backends, "run_training", interrupted)
     result = CliRunner().invoke(app, ["train", *train_overrides])
     assert result.exit_code == 130, result.output
     assert result.output.strip().splitlines() == [
@@ -112,8 +112,8 @@ def test_a_run_with_a_time_limit_checkpoints_and_stops_before_it(train_overrides
     longest step so far x 1.5 plus a checkpoint), the run checkpoints and stops as on a stop signal."""
     import re
 
-    from recipes.backends import run_training
-    from recipes.config import compose_train_config
+    from recipes.config.backends import run_training
+    from recipes.config.schema import compose_train_config
 
     cfg = compose_train_config([*train_overrides, "algorithm=grpo", "task=countdown", "filter=none",
                                 "trainer.total_steps=100000", "trainer.val_every=0", "trainer.save_every=0",

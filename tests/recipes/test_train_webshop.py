@@ -7,8 +7,8 @@ import math
 
 from mlflow import MlflowClient
 
-from recipes.backends import run_training
-from recipes.config import compose_train_config
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
 
 
 def test_two_steps_on_webshop(train_overrides) -> None:

@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-import recipes.diagnostics
-import recipes.filtering
+import recipes.diagnostics.monitor
+import recipes.stats.filtering
 from orchlib.errors import OrchError
-from recipes import hooks, torch_backend
-from recipes.backends import run_training
-from recipes.checkpoint import latest_checkpoint
-from recipes.config import compose_train_config
-from recipes.rollouts import load_rollout_batch
-from recipes.tracking import PEAK_MEMORY_METRIC
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
+from recipes.diagnostics import hooks
+from recipes.run.tracking import PEAK_MEMORY_METRIC
+from recipes.runtime.checkpoint import latest_checkpoint
+from recipes.stats.rollouts import load_rollout_batch
+from recipes.torch_trainer import backend as torch_backend
 
 
 def client(overrides: list[str]) -> MlflowClient:
@@ -110,7 +111,7 @@ def test_hook_metrics_and_state_travel_through_checkpoints(train_overrides, monk
 
 def test_filter_shrinks_the_update_to_exactly_the_kept_groups(train_overrides, recorder, monkeypatch) -> None:
     """4 groups; the real filter runs on synthetic rewards in which only the first group has real spread."""
-    real_filter = recipes.filtering.filter_groups
+    real_filter = recipes.stats.filtering.filter_groups
 
     def synthetic(rewards, group_ids, config):
         first = group_ids == group_ids[0]
@@ -118,7 +119,7 @@ def test_filter_shrinks_the_update_to_exactly_the_kept_groups(train_overrides, r
         return real_filter(np.asarray(rewards) * 0 + spread + 0.01 * (~first) * np.arange(len(rewards)), group_ids,
                            config)
 
-    monkeypatch.setattr(recipes.filtering, "filter_groups", synthetic)
+    monkeypatch.setattr(recipes.stats.filtering, "filter_groups", synthetic)
     overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=top_p", "trainer.total_steps=1",
                  "trainer.prompts_per_step=4", "trainer.val_every=0", "hooks=[recorder]"]
     result = run_training(compose_train_config(overrides))
@@ -211,7 +212,7 @@ STRAIGHT: dict[str, str] = {}
 ])
 def test_a_stop_inside_a_phase_ends_it_and_the_resume_equals_an_uninterrupted_run(
         train_overrides, tmp_path, monkeypatch, phase, kept, said) -> None:
-    monkeypatch.setattr(recipes.diagnostics, "raw_reasoning", lambda response: response or None)  # a micro model's
+    monkeypatch.setattr(recipes.diagnostics.monitor, "raw_reasoning", lambda response: response or None)  # a micro model's
     base = [*train_overrides, "algorithm=ppo", "task=countdown", "filter=none", "trainer.val_every=1",  # replies
             "trainer.save_every=0", "trainer.total_steps=3", "hooks=[collapse]", "diagnostics.num_samples=4",
             "diagnostics.batch_size=4", "diagnostics.mi_every=1"]
@@ -236,7 +237,7 @@ def test_a_stop_inside_a_phase_ends_it_and_the_resume_equals_an_uninterrupted_ru
 
 
 def test_a_non_finite_loss_fails_the_run_without_a_checkpoint(train_overrides, tmp_path, monkeypatch) -> None:
-    import recipes.torch_backend as backend
+    import recipes.torch_trainer.backend as backend
 
     real_update = backend.update_actor
     monkeypatch.setattr(backend, "update_actor", lambda *a, **k: {**real_update(*a, **k), "actor/pg_loss": math.nan})
@@ -262,7 +263,7 @@ def test_a_local_hugging_face_checkpoint_is_a_model(train_overrides, micro_folde
     when there is none, as Qwen2.5's does)."""
     import shutil
 
-    from recipes.models import load_tokenizer
+    from recipes.policy.models import load_tokenizer
 
     folder = tmp_path / "checkpoint"
     shutil.copytree(micro_folder, folder, ignore=shutil.ignore_patterns("inputs.json"))

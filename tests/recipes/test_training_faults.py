@@ -17,10 +17,10 @@ import torch
 from mlflow import MlflowClient
 
 from orchlib.errors import OrchError
-from recipes.backends import run_training
-from recipes.checkpoint import latest_checkpoint, load_checkpoint
-from recipes.config import compose_train_config
-from recipes.torch_backend import REPLAYED_METRIC
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
+from recipes.runtime.checkpoint import latest_checkpoint, load_checkpoint
+from recipes.torch_trainer.backend import REPLAYED_METRIC
 
 
 def test_a_full_disk_while_checkpointing_then_a_resume_replays_and_counts_the_lost_steps(
@@ -116,8 +116,8 @@ def test_a_checkpoint_folder_without_room_for_one_checkpoint_is_refused_before_a
                                                                                        tmp_path: Path) -> None:
     """Issue 26 item 1: a file system with less room than one checkpoint refuses the run at once, one line naming
     the key, before the lease, the MLflow run or any folder is written."""
-    from recipes.checkpoint import checkpoint_bytes
-    from recipes.models import base_model_folder, count_parameters_in
+    from recipes.policy.models import base_model_folder, count_parameters_in
+    from recipes.runtime.checkpoint import checkpoint_bytes
 
     overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.total_steps=1",
                  "trainer.val_every=0"]

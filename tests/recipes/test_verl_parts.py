@@ -15,7 +15,7 @@ import torch
 
 from envs.trajectory import Trajectory, Turn
 from orchlib.errors import OrchError
-from recipes.config import compose_train_config
+from recipes.config.schema import compose_train_config
 from tests.recipes.conftest import MICRO
 
 
@@ -257,8 +257,8 @@ def verl_step(cfg, batch_trajectories, rows_multiple: int = 1, setup=None):
 @pytest.mark.parametrize("filter_settings", [["filter=top_p"], ["filter=top_k", "filter.value=0.5"],
                                              ["filter=trajectory", "filter.value=1"], ["filter=none"]])
 def test_the_same_batch_gives_the_same_filter_decision_on_both_backends(filter_settings) -> None:
-    from recipes import filtering
-    from recipes.rollout_stats import rollout_metrics
+    from recipes.stats import filtering
+    from recipes.stats.rollout_stats import rollout_metrics
 
     cfg = compose_train_config([*MICRO, "backend=verl", "trainer.samples_per_prompt=4", *filter_settings])
     batch_trajectories = trajectories([[0, 1, 0, 1], [0, 0, 0, 0], [1, 0.1, 0.1, 0], [0.1, 0.1, 0.1, 1]])
@@ -430,7 +430,7 @@ def test_prefix_cross_scoring_through_the_workers_equals_the_naive_scores_over_a
     its block (`recipes.verl.workers.block_scores`, here run rank by rank in this process on a plain model) and the
     columns come back in place: equal to the reference N x M scores, whatever the rank count (3 ranks: blocks of 2, 2
     and 1 + a filler; 7: more ranks than prompts, two blocks all filler)."""
-    from recipes.cross_scoring import cross_score
+    from recipes.stats.cross_scoring import cross_score
     from recipes.verl.trainer import OrchPPOTrainer
     from recipes.verl.workers import block_scores, prompt_block
 
@@ -486,7 +486,7 @@ def test_prefix_cross_scoring_runs_on_fsdp2_shards_in_lockstep_and_equals_the_na
     import subprocess
     import sys
 
-    from recipes.cross_scoring import cross_score
+    from recipes.stats.cross_scoring import cross_score
 
     model = micro_lm()
     model.save_pretrained(tmp_path / "model")
@@ -550,8 +550,8 @@ def test_a_node_that_never_joins_is_named(tmp_path: Path) -> None:
 # --- image observations: the agent loop's vision path (no Ray, no GPU: a scripted server) ----------------------
 
 def vision_tokenizer():
-    from recipes.models import protocol_corpus
-    from recipes.tokenizer import train_tokenizer
+    from recipes.policy.models import protocol_corpus
+    from recipes.policy.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(protocol_corpus(4), 600)
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|vision_start|>", "<|vision_end|>",
@@ -570,8 +570,8 @@ def vision_processor(tokenizer):
 
 
 def test_image_tokens_expand_each_frame_to_its_features_outside_the_loss() -> None:
-    from recipes.chat import EncodedChat
-    from recipes.vision import ImageTokens
+    from recipes.policy.chat import EncodedChat
+    from recipes.policy.vision import ImageTokens
 
     tokenizer = vision_tokenizer()
     vision = ImageTokens.from_processor(vision_processor(tokenizer))
@@ -603,9 +603,9 @@ def test_the_agent_loop_shows_every_frame_as_image_tokens_never_in_the_loss(tmp_
 
     from verl.workers.rollout.replica import TokenOutput
 
+    from recipes.policy.vision import ImageTokens
     from recipes.verl.agent_loop import OrchEnvAgentLoop
     from recipes.verl.config_map import verl_config
-    from recipes.vision import ImageTokens
 
     cfg = compose_train_config([*MICRO, *vl_checkpoint(tmp_path), "backend=verl", "task=sokoban",
                                 "trainer.device=cuda", "task.env.observation=image"])

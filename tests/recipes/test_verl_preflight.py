@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.config import TrainConfig, compose_tree, resolve_tree
+from recipes.config.schema import TrainConfig, compose_tree, resolve_tree
 from recipes.verl.memory import (
     BUILTIN,
     FSDP_TRAIN_BYTES,
@@ -125,7 +125,7 @@ def _folder(root: Path, arch: Architecture, **files: str) -> Path:
 
 
 def test_hf_folder_problems_name_what_is_missing(tmp_path) -> None:
-    from recipes.hf_folder import hf_folder_problems
+    from recipes.runtime.hf_folder import hf_folder_problems
 
     arch = BUILTIN["Qwen2.5-0.5B"]
     assert hf_folder_problems(tmp_path / "nope")[0].endswith("no such folder (a Hugging Face checkpoint folder is "
@@ -184,7 +184,7 @@ def test_a_setting_verl_rejects_is_reported_with_verls_reason() -> None:
 
 
 def test_a_real_folder_is_read_for_its_architecture_and_a_missing_data_file_is_named(tmp_path) -> None:
-    from recipes.models import preset_folder
+    from recipes.policy.models import preset_folder
 
     arch = Architecture("scaled", hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, vocab=600,
                         tied=True, max_positions=2048)

@@ -17,8 +17,8 @@ import pytest
 from mlflow import MlflowClient
 
 from analysis import names
-from recipes.backends import run_training
-from recipes.config import compose_train_config
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
 
 pytestmark = pytest.mark.slow
 # A brief warm start (as in test_diagnostics): the micro model then writes <think> blocks that the MI proxies score.
@@ -63,7 +63,7 @@ def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orc
     assert {"config.yaml", "verl_config.yaml", "rollouts"} <= artifacts
     # the best checkpoint (issue 28 item 2): the step of the peak validation success, re-evaluated as an evaluation
     # cell of `orch eval --sweep S --best` evaluates it (run_evaluation under the cell's own config)
-    from recipes.evaluate import run_evaluation
+    from recipes.trained.evaluate import run_evaluation
     from recipes.verl.trainer import kept_best
 
     checkpoints = Path(run.data.tags["orch.checkpoint_dir"])

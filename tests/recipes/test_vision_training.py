@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from recipes.batch import build_batch
-from recipes.chat import ChatEncoder
-from recipes.config import compose_train_config
-from recipes.models import load_policy, load_tokenizer, preset_folder
-from recipes.vision import ImageTokens, is_vision_folder
+from recipes.config.schema import compose_train_config
+from recipes.policy.batch import build_batch
+from recipes.policy.chat import ChatEncoder
+from recipes.policy.models import load_policy, load_tokenizer, preset_folder
+from recipes.policy.vision import ImageTokens, is_vision_folder
 
 # The micro vision-language model: the micro text model of conftest.MICRO plus a one-block vision tower.
 MICRO_VL = [
@@ -89,8 +89,8 @@ def test_image_tokens_are_never_in_the_loss_mask(vl_encoder: ChatEncoder, demos:
 
 
 def test_prefix_cross_scoring_equals_naive_with_images(vl_policy, vl_encoder: ChatEncoder, demos: list) -> None:
-    from recipes.diagnostics import turn_frames
-    from recipes.vision_scoring import cross_score_images
+    from recipes.diagnostics.monitor import turn_frames
+    from recipes.stats.vision_scoring import cross_score_images
 
     vision = vl_encoder.vision
     prompts, samples = [], []
@@ -108,7 +108,7 @@ def test_prefix_cross_scoring_equals_naive_with_images(vl_policy, vl_encoder: Ch
 
 
 def test_kv_reuse_across_turns_is_exact_with_images(vl_policy, vl_encoder: ChatEncoder, demos: list) -> None:
-    from recipes.sampler import Sampler
+    from recipes.policy.sampler import Sampler
 
     trajectory = next(t for t in demos if t.num_turns >= 2)
     vision = vl_encoder.vision
@@ -135,8 +135,8 @@ def test_kv_reuse_across_turns_is_exact_with_images(vl_policy, vl_encoder: ChatE
 def test_two_step_training_run_with_image_observations(train_overrides: list[str]) -> None:
     from mlflow import MlflowClient
 
-    from recipes.backends import run_training
-    from recipes.rollouts import load_rollout_batch
+    from recipes.config.backends import run_training
+    from recipes.stats.rollouts import load_rollout_batch
 
     overrides = [*MICRO_VL, *train_overrides, "filter=none", "hooks=[collapse]", "diagnostics.mi_every=1",
                  "diagnostics.num_samples=4"]
@@ -155,8 +155,8 @@ def test_two_step_training_run_with_image_observations(train_overrides: list[str
 def test_mi_diagnostics_score_image_prompts(vl_policy, vl_encoder: ChatEncoder, demos: list) -> None:
     """The collapse hook's sample sets and scorer with frames: first-turn prompts showing different frames are
     different columns, and the MI proxies are computed from the image prompts."""
-    from recipes.collapse_hook import turn_encoder
-    from recipes.diagnostics import CollapseMonitor, DiagnosticsConfig, first_turn_set, scorer
+    from recipes.diagnostics.collapse_hook import turn_encoder
+    from recipes.diagnostics.monitor import CollapseMonitor, DiagnosticsConfig, first_turn_set, scorer
 
     config = DiagnosticsConfig(num_samples=3, batch_size=4)
     encoder = turn_encoder(vl_encoder, {})
@@ -169,7 +169,7 @@ def test_mi_diagnostics_score_image_prompts(vl_policy, vl_encoder: ChatEncoder, 
 
 
 def test_warm_start_learns_from_image_demonstrations(vl_folder: Path, session_dir: Path, monkeypatch) -> None:
-    from recipes.warmstart import warm_start_folder
+    from recipes.torch_trainer.warmstart import warm_start_folder
 
     monkeypatch.setenv("ORCH_CACHE_DIR", str(session_dir / "cache"))
     cfg = compose_train_config([*MICRO_VL, "model.warm_start.demos=4", "model.warm_start.epochs=2",
@@ -185,9 +185,9 @@ def test_the_warm_starts_retrieval_check_scores_image_prompts(vl_folder: Path, v
     """The warm start's held-out retrieval check cross-scores first turns whose prompts show frames (keyed ids)
     through the image scorer: demonstrations' first turns of 3 image episodes give finite figures, chance 1/3."""
     from envs import demonstration_trajectories
-    from recipes.models import load_policy
-    from recipes.sampler import Sampler
-    from recipes.warmstart import first_turn_retrieval
+    from recipes.policy.models import load_policy
+    from recipes.policy.sampler import Sampler
+    from recipes.torch_trainer.warmstart import first_turn_retrieval
 
     cfg = compose_train_config(MICRO_VL)
     trajectories = demonstration_trajectories("sokoban", 3, seed=0, env_config=dict(cfg.task.env))

@@ -67,10 +67,10 @@ def test_grpo_trains_through_vllms_engine_on_cpu_with_the_agent_loop_filter_and_
     # by greedy text: a float32 near-tie parts two greedy replies without anything being wrong).
     script = f"""
 import torch
-from recipes.chat import ChatEncoder
-from recipes.evaluate import load_source, vllm_sampler
-from recipes.models import load_tokenizer
-from recipes.torch_backend import play
+from recipes.policy.chat import ChatEncoder
+from recipes.trained.evaluate import load_source, vllm_sampler
+from recipes.policy.models import load_tokenizer
+from recipes.torch_trainer.backend import play
 
 policy = load_source({run.info.run_id!r}, {uri!r}, "countdown")
 encoder = ChatEncoder(load_tokenizer(policy.folder))

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from recipes import warmstart
-from recipes.config import compose_train_config
-from recipes.warmstart import REPORT_FILE, warm_start_folder
+from recipes.config.schema import compose_train_config
+from recipes.torch_trainer import warmstart
+from recipes.torch_trainer.warmstart import REPORT_FILE, warm_start_folder
 from tests.recipes.conftest import MICRO
 
 SETTINGS = ["model.warm_start.demos=4", "model.warm_start.epochs=1", "model.warm_start.eval_episodes=2",
@@ -49,7 +49,7 @@ def test_a_few_lucky_hits_are_not_reading() -> None:
     """32 held-out episodes at chance 1/32: 2 hits are 2x chance but an input-blind policy scores them 26% of the
     time (this stopped input-blind Sokoban warm starts); a warm start looks up to 10 times, so 4 (p 0.017) and 5
     (p 0.003, Countdown reading only how many numbers it had) are not enough either; 6 (p 0.0004) are reading."""
-    from recipes.mi import retrieval_p_value
+    from recipes.stats.mi import retrieval_p_value
 
     blind = {"format_validity": 1.0, "retrieval_chance": 1 / 32, "first_turn_samples": 32}
     assert retrieval_p_value(2 / 32, 1 / 32, 32) == pytest.approx(0.2642, abs=1e-4)
@@ -119,7 +119,7 @@ def test_a_stopped_warm_start_keeps_its_epochs_and_resumes_to_the_same_weights(m
     from transformers import AutoModelForCausalLM
 
     from envs import demonstrations
-    from recipes.stop import StopRequested
+    from recipes.runtime.stop import StopRequested
 
     retrievals = iter(())
 

@@ -1,9 +1,9 @@
 """TEST-ONLY trainer backend `orch-test`: exercises executors and state transitions without torch.
 
 It is NOT a stand-in for the real trainer (the end-to-end tests use the torch backend). It counts steps, logs one
-metric per step to the cell's pre-created MLflow run (through `recipes.tracking.RunTracker`, as the real backend
+metric per step to the cell's pre-created MLflow run (through `recipes.run.tracking.RunTracker`, as the real backend
 does), writes its step to `trainer.checkpoint_dir` and resumes from it, reports its step and phase in the progress
-file (`recipes.progress`, as the real trainers do), and honours `should_stop` like the real trainer: stop at the
+file (`recipes.run.progress`, as the real trainers do), and honours `should_stop` like the real trainer: stop at the
 next step boundary and return `preempted`.
 
 It also logs `test/score` = step x (1 - |filter.value - 0.8|): an objective whose optimum is known, for the
@@ -21,16 +21,16 @@ import os
 import time
 from pathlib import Path
 
-from recipes.backends import TrainResult, register_backend
+from recipes.config.backends import TrainResult, register_backend
 
 NAME = "orch-test"
 
 
 @register_backend(NAME)
 def run(cfg, should_stop=None) -> TrainResult:
-    """Count `trainer.total_steps` steps, resuming from the checkpoint folder, inside `recipes.tracking.tracked_run`
+    """Count `trainer.total_steps` steps, resuming from the checkpoint folder, inside `recipes.run.tracking.tracked_run`
     as the real backends do (so a tracking-store outage buffers, spills and stops the same way)."""
-    from recipes.tracking import tracked_run
+    from recipes.run.tracking import tracked_run
 
     folder = Path(cfg.infra.checkpoint_dir) if cfg.infra.checkpoint_dir else None
     asked = should_stop or (lambda: False)
@@ -39,7 +39,7 @@ def run(cfg, should_stop=None) -> TrainResult:
 
 
 def _train(cfg, tracker, folder: Path, should_stop) -> TrainResult:
-    from recipes.progress import ProgressFile
+    from recipes.run.progress import ProgressFile
 
     folder.mkdir(parents=True, exist_ok=True)
     checkpoint = folder / "step.txt"

@@ -1,0 +1,616 @@
+"""The `torch` trainer backend: one process, CPU or one GPU, veRL's algorithm math, SNR-Aware Filtering.
+
+`run(cfg, should_stop)` is the whole training run; `train` reads top to bottom, and `train_step` is one step:
+
+    setup      open/attach the MLflow run, build (or load from cache) the warm-started policy, value model and
+               reference, resume from the latest checkpoint (or validate at step 0)
+    each step  1 rollout      prompts x samples episodes through envs.run_episodes (all samples of a prompt share
+                              its seed); DAPO's dynamic sampling tops up zero-variance groups; the whole batch as
+                              token tensors, built once (hooks and the update share it)
+               2 hooks        registered step hooks on the unfiltered batch (MI cross-scoring goes here)
+               3 filter       recipes.stats.filtering.filter_groups on episode returns; an empty batch skips the update
+               4 score        the kept rows: old (and reference) log-probs, values, advantages (veRL) x the filter's
+                              loss scale -- `score_batch`, which the gradient split of the diagnostics also calls
+               5 update       critic then actor, mini-batches of the kept trajectories only
+               6 validate     every `val_every` steps on held-out seeds at temperature 0.5
+               7 log, dump the rollout batch, checkpoint; stop on request at this boundary
+
+A stop asked for inside a step (`recipes.runtime.stop`) ends steps 1-4 or 6 between decoded tokens or micro-batches: during
+1-4 the step is dropped (the model is still the previous step's; hook states are rewound) and the checkpoint is the
+previous step's; during 6 the step is kept and its validation runs first on resume. Step 5 runs to its end.
+
+Every metric is named where it is computed. Timings: `timing_s/<phase>`. Image observations (a vision-language
+policy, `model=tiny_vl` or a Qwen2.5-VL folder) travel as frames beside the chats: the sampler, the batch
+(`TrainBatch.images`) and the hooks feed them to the model (`recipes.policy.vision`).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from orchlib.errors import OrchError
+from recipes.config.backends import TrainResult, register_backend
+from recipes.config.schema import TrainConfig
+from recipes.diagnostics.hooks import StepContext, StepHook, build_hooks
+from recipes.policy.actor import (
+    UpdateSettings,
+    actor_config,
+    batched_forward,
+    state_values,
+    token_log_probs,
+    update_actor,
+    update_critic,
+)
+from recipes.policy.algorithms import Algorithm, get_algorithm
+from recipes.policy.batch import TrainBatch, build_batch
+from recipes.policy.chat import ChatEncoder
+from recipes.policy.models import count_parameters, load_critic, load_policy, load_tokenizer
+from recipes.policy.sampler import BlindSampler, Sampler
+from recipes.policy.vision import ImageTokens
+from recipes.run.progress import PHASES, ProgressFile, TrainProgress, report, reporting
+from recipes.run.tracking import PEAK_MEMORY_METRIC, RunTracker, peak_memory_gb, tracked_run
+from recipes.runtime.checkpoint import (
+    BEST_DIR,
+    latest_checkpoint,
+    load_checkpoint,
+    remove_scratch,
+    restore_rng_states,
+    save_checkpoint,
+)
+from recipes.runtime.seeds import seed_everything, train_prompt_seeds, validation_seeds
+from recipes.runtime.stop import StopRequested, interruptible
+from recipes.stats import filtering
+from recipes.stats.rollout_stats import VAL_SUCCESS, rollout_frame, rollout_metrics, validation_metrics
+from recipes.torch_trainer.warmstart import model_folder
+
+REPLAYED_METRIC = "resume/replayed_steps"  # logged at each resume: steps re-run since the checkpoint
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def timed(metrics: dict[str, float], name: str) -> Iterator[None]:
+    """Add the wall time of the block to `metrics["timing_s/<name>"]` (and show the phase in the progress file)."""
+    report(phase=name)
+    start = time.perf_counter()
+    try:
+        yield
+    except StopRequested as stop:  # name the phase a stop interrupted (the innermost one)
+        stop.phase = stop.phase or name
+        raise
+    metrics[f"timing_s/{name}"] = metrics.get(f"timing_s/{name}", 0.0) + time.perf_counter() - start
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Rollout
+# ------------------------------------------------------------------------------------------------------------
+
+
+def play(cfg: TrainConfig, sampler: Sampler, seeds: list[int], samples: int) -> list[Any]:
+    """`samples` episodes per seed (consecutive; same start state, own dynamics randomness), one batched sampler."""
+    from envs import run_episodes
+
+    return run_episodes(
+        cfg.task.name, cfg.task.env, [seed for seed in seeds for _ in range(samples)], sampler,
+        dynamics_seeds=[sample for _ in seeds for sample in range(samples)],  # independent slips per sample
+    )
+
+
+def collect_rollouts(cfg: TrainConfig, sampler: Sampler, step: int) -> tuple[list[Any], dict[str, float]]:
+    """The step's trajectories, grouped by prompt (consecutive). With dynamic sampling (DAPO), zero-variance groups
+    are replaced by groups from up to `max_extra_gen_batches` extra generation batches of fresh prompts."""
+    from recipes.stats.filtering import group_stats
+
+    prompts, samples = cfg.trainer.prompts_per_step, cfg.trainer.samples_per_prompt
+    trajectories = play(cfg, sampler, train_prompt_seeds(cfg.seed, step, prompts), samples)
+    metrics = {"rollout/gen_batches": 1.0}
+    if not cfg.algorithm.dynamic_sampling:
+        return trajectories, metrics
+    kept: list[Any] = []
+    for extra in range(cfg.algorithm.max_extra_gen_batches + 1):
+        if extra:
+            trajectories = play(cfg, sampler, train_prompt_seeds(cfg.seed, step, prompts, extra), samples)
+            metrics["rollout/gen_batches"] += 1
+        stats = group_stats([t.episode_return for t in trajectories], [t.seed for t in trajectories])
+        for group, zero in enumerate(stats.zero_variance):
+            if not zero:
+                kept.extend(trajectories[group * samples : (group + 1) * samples])
+        if len(kept) >= prompts * samples:
+            break
+    metrics["rollout/dynamic_sampling_groups"] = len(kept) / samples
+    return (kept[: prompts * samples] if kept else trajectories), metrics
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Validation
+# ------------------------------------------------------------------------------------------------------------
+
+
+def validate(cfg: TrainConfig, policy: torch.nn.Module, encoder: ChatEncoder, step: int) -> dict[str, float]:
+    """One episode per validation seed at `val_temperature` (`recipes.stats.rollout_stats.validation_metrics`)."""
+    seed_everything(cfg.seed, step, 1)
+    sampler = Sampler(policy, encoder, cfg.trainer.max_response_tokens, cfg.trainer.val_temperature,
+                      cfg.trainer.max_context_tokens)
+    trajectories = play(cfg, sampler, validation_seeds(cfg.trainer.val_size), 1)
+    return validation_metrics(trajectories, sampler.generated)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Setup
+# ------------------------------------------------------------------------------------------------------------
+
+
+class Models:
+    """Policy, optional value model and frozen reference, their optimisers, and the chat encoder."""
+
+    def __init__(self, cfg: TrainConfig, folder: Path, uses_critic: bool) -> None:
+        device, dtype = cfg.trainer.device, cfg.model.dtype
+        tokenizer = load_tokenizer(folder)
+        self.encoder = ChatEncoder(tokenizer, vision=ImageTokens.from_folder(folder, tokenizer))
+        self.policy = load_policy(folder, dtype, device)
+        self.policy_optimizer = torch.optim.AdamW(
+            self.policy.parameters(), lr=cfg.model.actor_lr, weight_decay=cfg.model.weight_decay
+        )
+        self.critic = load_critic(folder, dtype, device) if uses_critic else None
+        self.critic_optimizer = (
+            torch.optim.AdamW(self.critic.parameters(), lr=cfg.model.critic_lr, weight_decay=cfg.model.weight_decay)
+            if self.critic is not None else None
+        )
+        self.reference = load_policy(folder, dtype, device).eval().requires_grad_(False) if cfg.algorithm.use_kl \
+            else None
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {"policy": self.policy.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict()}
+        if self.critic is not None:
+            state.update(critic=self.critic.state_dict(), critic_optimizer=self.critic_optimizer.state_dict())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.policy_optimizer.load_state_dict(state["policy_optimizer"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The run
+# ------------------------------------------------------------------------------------------------------------
+
+
+def available_cpus() -> int:
+    """CPU cores this run may use: `$ORCH_CPUS` (set by the local sweep executor to the cell's share), else
+    `$SLURM_CPUS_PER_TASK`, else every core this process may run on."""
+    for name in ("ORCH_CPUS", "SLURM_CPUS_PER_TASK"):
+        if os.environ.get(name, "").isdigit():
+            return max(1, int(os.environ[name]))
+    return len(os.sched_getaffinity(0))
+
+
+@register_backend("torch")
+def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
+    """Train `cfg` (see the module docstring). `should_stop` is polled at step boundaries: when it returns True the
+    run checkpoints and returns status 'preempted'."""
+    if cfg.trainer.device.startswith("cuda") and not torch.cuda.is_available():
+        raise OrchError(f"config key trainer.device: {cfg.trainer.device!r} but no CUDA device is available")
+    should_stop = should_stop or (lambda: False)
+    infra = cfg.infra
+    torch.set_num_threads(int(infra.threads or available_cpus()))
+
+    checkpoint_dir = Path(infra.checkpoint_dir) if infra.checkpoint_dir else None
+    if checkpoint_dir and checkpoint_dir.is_dir():  # this run is the folder's one writer (`run_training`'s lease)
+        for name in remove_scratch(checkpoint_dir):
+            log.info("removed %s: a checkpoint a previous writer left half-written", name)
+    latest = latest_checkpoint(checkpoint_dir) if checkpoint_dir and infra.resume == "auto" else None
+    resumed = load_checkpoint(latest) if latest else None
+    if resumed is not None:
+        check_resumable(cfg, resumed, latest)
+    return tracked_run(infra, resumed["mlflow_run_id"] if resumed else None, checkpoint_dir, lambda tracker: train(
+        cfg, tracker, checkpoint_dir or Path("checkpoints") / tracker.run_id, resumed,
+        lambda: should_stop() or tracker.store_down))
+
+
+# What a checkpoint's weights are shaped by: a resume under other values of these cannot load them.
+RESUME_MUST_MATCH = (("model", "name"), ("model", "path"), ("model", "preset"), ("algorithm", "name"))
+
+
+def check_resumable(cfg: TrainConfig, resumed: dict[str, Any], folder: Path) -> None:
+    """OrchError (one line, before anything is written) when the checkpoint in `folder` was written under another
+    model or algorithm than `cfg` (its weights or its critic would not fit); other changes (steps, learning rate)
+    resume as asked."""
+    saved = yaml.safe_load(resumed.get("config") or "{}") or {}
+    tree = cfg.to_tree()
+    for section, key in RESUME_MUST_MATCH:
+        before, now = (saved.get(section) or {}).get(key), tree[section].get(key)
+        if before == now:
+            continue
+        name = f"{section}.{key}"
+        if isinstance(before, dict) and isinstance(now, dict):  # name the first differing sub-key, not the dicts
+            sub = next(k for k in [*before, *now] if before.get(k) != now.get(k))
+            name, before, now = f"{name}.{sub}", before.get(sub), now.get(sub)
+        raise OrchError(
+            f"config key trainer.checkpoint_dir {str(folder.parent)!r}: its checkpoint {folder.name} was written with "
+            f"{name}={before!r}, this run has {now!r}; resume with the same {name}, or use another "
+            "trainer.checkpoint_dir (or trainer.resume=never to start over there)")
+
+
+@dataclass
+class Run:
+    """What a run holds from setup to its end: the config, models, hooks, the update settings, its MLflow run and
+    checkpoint folder, and the counters that travel with checkpoints."""
+
+    cfg: TrainConfig
+    tracker: RunTracker
+    checkpoint_dir: Path
+    models: Models
+    algorithm: Algorithm
+    hooks: dict[str, StepHook]
+    settings: UpdateSettings
+    policy_config: Any  # veRL ActorConfig
+    empty_steps: int = 0
+    validation: dict[str, float] = field(default_factory=dict)  # the latest val/* metrics (hooks read them)
+    best: dict[str, float] = field(default_factory=dict)  # {"step", "success"} of the best validation so far
+
+    def checkpoint(self, step: int, validation_pending: bool = False) -> None:
+        """Save everything a resume needs at `step`; `validation_pending`: a stop interrupted step `step`'s
+        validation, which the resume runs first."""
+        save_checkpoint(self.checkpoint_dir, step, {
+            **self.models.state_dict(), "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
+            "empty_steps": self.empty_steps, "validation": self.validation, "best": self.best,
+            "validation_pending": validation_pending,
+            "mlflow_run_id": self.tracker.run_id, "config": yaml.safe_dump(self.cfg.to_tree(), sort_keys=False),
+        })
+
+    def counters(self) -> dict[str, Any]:
+        """A copy of what a step changes besides the model (hook states, the empty-step count): a step a stop
+        interrupts before its update is undone with `rewind` (the model is as it was)."""
+        return copy.deepcopy({"hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
+                              "empty_steps": self.empty_steps})
+
+    def rewind(self, counters: dict[str, Any]) -> None:
+        for name, hook in self.hooks.items():
+            hook.load_state_dict(counters["hooks"][name])
+        self.empty_steps = counters["empty_steps"]
+
+    def keep_if_best(self, step: int) -> None:
+        """After a validation at `step` (>= 1): if its success beats every earlier one of the run, keep the policy as
+        `<checkpoint_dir>/best/step_N` (weights and config only; the one kept there), where `orch eval --best` and
+        `orch export` find it: the paper reports each run's peak validation success."""
+        success = self.validation.get(VAL_SUCCESS)
+        if success is None or success <= self.best.get("success", -math.inf):
+            return
+        save_checkpoint(self.checkpoint_dir / BEST_DIR, step, {
+            "policy": self.models.policy.state_dict(), "validation": self.validation,
+            "mlflow_run_id": self.tracker.run_id, "config": yaml.safe_dump(self.cfg.to_tree(), sort_keys=False),
+        }, keep=1)
+        self.best = {"step": step, "success": success}
+        self.tracker.set_tags({"orch.best_step": str(step), "orch.best_success": f"{success:.6g}"})
+
+    def restore(self, resumed: dict[str, Any]) -> int:
+        """Continue from a checkpoint; returns its step."""
+        self.models.load_state_dict(resumed)
+        for name, hook in self.hooks.items():
+            hook.load_state_dict(resumed["hooks"].get(name, {}))
+        restore_rng_states(resumed["rng"])
+        self.empty_steps, self.validation = resumed["empty_steps"], resumed["validation"]
+        self.best = resumed.get("best", {})  # checkpoints from before the best was kept carry none
+        last = self.tracker.last_logged_step("timing_s/step")
+        replayed = max(0, last - resumed["step"]) if last is not None else 0
+        # One point per resume, at the checkpoint's step: how many steps the run does twice (at most
+        # `trainer.save_every` - 1 after a crash; 0 after a stop signal, which checkpoints where it stops).
+        self.tracker.log_metrics({REPLAYED_METRIC: replayed}, int(resumed["step"]))
+        if replayed:
+            log.warning("steps %d..%d were logged after the last checkpoint and are re-run", resumed["step"] + 1,
+                        last)
+            self.tracker.set_tags({"orch.replayed_steps": f"{resumed['step'] + 1}-{last}"})
+        return int(resumed["step"])
+
+
+def setup(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
+          should_stop: Callable[[], bool] | None = None) -> tuple[Run, dict[str, float]]:
+    """Models (the warm start is trained once per input hash and cached), hooks, update settings; params and tags
+    on the MLflow run. Returns the run and its setup figures (step 0 metrics of a fresh run)."""
+    seed_everything(cfg.seed)
+    started = time.perf_counter()
+    algorithm = get_algorithm(cfg.algorithm.name)
+    folder, warm_start = model_folder(cfg, should_stop)  # StopRequested: stopped in the warm start (kept per epoch)
+    models = Models(cfg, folder, algorithm.uses_critic)
+    trainer = cfg.trainer
+    settings = UpdateSettings(
+        mini_batch_size=trainer.mini_batch_size, micro_batch_size=trainer.micro_batch_size, epochs=trainer.ppo_epochs,
+        grad_clip=cfg.model.grad_clip, loss_scale_factor=trainer.max_response_tokens * cfg.task.env["max_turns"],
+    )
+    run = Run(cfg, tracker, checkpoint_dir, models, algorithm, build_hooks(cfg.hooks, cfg), settings,
+              actor_config(cfg.algorithm, settings, trainer.samples_per_prompt))
+    setup_seconds = time.perf_counter() - started
+    tracker.log_run_config(cfg, checkpoint_dir)
+    figures = {"setup/policy_parameters": count_parameters(models.policy), "timing_s/setup": setup_seconds,
+               **{f"warm_start/{k}": float(v) for k, v in warm_start.items() if isinstance(v, int | float)}}
+    return run, figures
+
+
+def train(
+    cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path, resumed: dict[str, Any] | None,
+    should_stop: Callable[[], bool],
+) -> TrainResult:
+    """Set up, resume or validate at step 0, then step until done, stopped or asked to stop."""
+    done = int(resumed["step"]) if resumed is not None else 0
+    with reporting(ProgressFile(checkpoint_dir, cfg.trainer.total_steps, done)):
+        return _train(cfg, tracker, checkpoint_dir, resumed, should_stop)
+
+
+def _train(
+    cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path, resumed: dict[str, Any] | None,
+    should_stop: Callable[[], bool],
+) -> TrainResult:
+    clock = TimeLimit(cfg.infra.time_limit)  # counted from here: the warm start and setup count too
+    report(phase="warm start" if cfg.model.warm_start.enabled else "setup")
+    try:
+        run, metrics = setup(cfg, tracker, checkpoint_dir, should_stop)
+    except StopRequested as stop:  # the warm start kept its completed epochs; the next attempt resumes there
+        done = int(resumed["step"]) if resumed is not None else 0
+        return TrainResult("preempted", done, tracker.run_id, f"{stop}; its completed epochs are kept")
+    trainer = cfg.trainer
+    try:
+        with interruptible(should_stop):
+            if resumed is not None:
+                start_step = run.restore(resumed)
+                if resumed.get("validation_pending"):  # a stop interrupted this step's validation: run it now
+                    validate_step(run, start_step, {})
+            else:
+                start_step = 0
+                if trainer.val_every:
+                    validate_step(run, 0, metrics, log_now=False)
+                tracker.log_metrics(metrics, step=0)
+    except StopRequested:
+        done = int(resumed["step"]) if resumed is not None else 0
+        return TrainResult("preempted", done, tracker.run_id, f"stop requested during the validation at step {done}; "
+                           + ("its checkpoint is kept" if resumed is not None else "nothing to keep"))
+
+    status, reason, step = "finished", f"completed {trainer.total_steps} steps", start_step
+    with TrainProgress(trainer.total_steps, start_step, enabled=cfg.infra.progress) as progress:
+        for step in range(start_step + 1, trainer.total_steps + 1):
+            overrun = clock.would_overrun()
+            if should_stop() or overrun:
+                step -= 1
+                status = "preempted"
+                reason = (f"{overrun}; checkpoint at step {step}" if overrun
+                          else f"stop requested; checkpoint at step {step}")
+                run.checkpoint(step)
+                break
+            report(step=step)
+            started, before = time.monotonic(), run.counters()
+            try:
+                outcome = train_step(run, step, should_stop)
+            except StopRequested as stop:  # before the update: the model is still step-1's; the step is dropped
+                run.rewind(before)
+                step -= 1
+                status = "preempted"
+                phase = PHASES.get(stop.phase or "gen", stop.phase)
+                reason = f"stop requested during the {phase} of step {step + 1}; checkpoint at step {step}"
+                run.checkpoint(step)
+                break
+            clock.took(time.monotonic() - started)
+            report(done=step, phase="logging", success=outcome.metrics.get("rollout/success_rate"))
+            tracker.log_metrics(outcome.metrics, step=step)
+            if outcome.tags:
+                tracker.set_tags(outcome.tags)
+            progress.update(step, outcome.metrics)
+            if not cfg.infra.progress:  # batch logs (SLURM) get one line per step instead of the live bar
+                log.info("step %d/%d: success %.3f, kept %.2f, %.1fs", step, trainer.total_steps,
+                         outcome.metrics["rollout/success_rate"], outcome.metrics.get("rollout/kept_ratio", 1.0),
+                         outcome.metrics["timing_s/step"])
+            if outcome.failure:  # logged for diagnosis, never checkpointed
+                status, reason = "failed", outcome.failure
+                break
+            if outcome.validation_pending:  # the update is done; the validation runs first on resume
+                status = "preempted"
+                reason = f"stop requested during the validation of step {step}; checkpoint at step {step}"
+                run.checkpoint(step, validation_pending=True)
+                break
+            if VAL_SUCCESS in outcome.metrics:
+                run.keep_if_best(step)
+            stop_reason = outcome.stop_reason or (
+                f"the filter kept no group for {run.empty_steps} consecutive steps (trainer.max_empty_steps); "
+                "the batch has no reward variance left" if run.empty_steps >= trainer.max_empty_steps else None)
+            if (trainer.save_every and step % trainer.save_every == 0) or step == trainer.total_steps or stop_reason:
+                started = time.monotonic()
+                run.checkpoint(step)
+                clock.took(0.0, checkpoint=time.monotonic() - started)
+            if stop_reason:
+                status, reason = "stopped", stop_reason
+                break
+    return TrainResult(status=status, steps_done=step, mlflow_run_id=tracker.run_id, reason=reason)
+
+
+class TimeLimit:
+    """`trainer.time_limit`: whether the next step (as long as the longest so far) and a checkpoint (as long as the
+    longest so far; 5 s before the first) would end past the limit, counted from this object's creation."""
+
+    MARGIN = 1.5  # the next step may be this much longer than the longest so far
+    FIRST_CHECKPOINT_S = 5.0  # what a checkpoint is assumed to take before one was timed
+
+    def __init__(self, limit_s: float | None) -> None:
+        self.deadline = None if limit_s is None else time.monotonic() + limit_s
+        self.limit_s = limit_s
+        self.step_s = 0.0
+        self.checkpoint_s: float | None = None
+
+    def took(self, step_s: float, checkpoint: float | None = None) -> None:
+        self.step_s = max(self.step_s, step_s)
+        if checkpoint is not None:
+            self.checkpoint_s = max(self.checkpoint_s or 0.0, checkpoint)
+
+    def would_overrun(self) -> str | None:
+        """The reason to stop now, or None."""
+        if self.deadline is None or self.step_s == 0.0:  # no limit, or no step measured yet
+            return None
+        left = self.deadline - time.monotonic()
+        checkpoint = self.FIRST_CHECKPOINT_S if self.checkpoint_s is None else self.checkpoint_s
+        if left >= self.step_s * self.MARGIN + checkpoint:
+            return None
+        return (f"time limit: {left:.0f} s of trainer.time_limit={self.limit_s:g} left, a step takes up to "
+                f"{self.step_s:.1f} s")
+
+
+@dataclass
+class StepOutcome:
+    """One step's metrics, the MLflow tags hooks asked for, and whether the run must stop (`stop_reason`) or has
+    failed (`failure`)."""
+
+    metrics: dict[str, float]
+    tags: dict[str, str]
+    stop_reason: str | None = None
+    failure: str | None = None
+    validation_pending: bool = False  # a stop interrupted the validation after the update
+
+
+def train_step(run: Run, step: int, should_stop: Callable[[], bool] | None = None) -> StepOutcome:
+    """One training step (see the module docstring); returns its metrics. A stop (`should_stop`) before the update
+    raises `StopRequested` out of the rollout, scoring or diagnostics; one during the validation ends it and says
+    so (`validation_pending`)."""
+    cfg, models, trainer = run.cfg, run.models, run.cfg.trainer
+    seed_everything(cfg.seed, step)
+    metrics: dict[str, float] = {}
+    step_start = time.perf_counter()
+    with interruptible(should_stop):
+        context = rollout_and_score(run, step, metrics)
+    batch = context.batch
+
+    failure = None
+    if batch is not None:  # 5 update: critic, then actor, over mini-batches of the kept trajectories
+        if models.critic is not None:
+            with timed(metrics, "update_critic"):
+                metrics.update(update_critic(models.critic, models.critic_optimizer, batch,
+                                             cfg.algorithm.cliprange_value, run.settings))
+        with timed(metrics, "update_actor"):
+            metrics.update(update_actor(models.policy, models.policy_optimizer, batch, run.policy_config,
+                                        run.settings))
+        if not math.isfinite(metrics["actor/pg_loss"]):
+            failure = f"non-finite policy loss at step {step}"
+
+    # 6 validation on held-out seeds
+    pending = False
+    if trainer.val_every and step % trainer.val_every == 0 and failure is None:
+        try:
+            with interruptible(should_stop):
+                validate_step(run, step, metrics, log_now=False)
+        except StopRequested:
+            pending = True
+    metrics[PEAK_MEMORY_METRIC] = peak_memory_gb(trainer.device)
+    metrics["timing_s/step"] = time.perf_counter() - step_start
+    metrics["timing_s/diagnostics_share"] = metrics["timing_s/diagnostics"] / metrics["timing_s/step"]
+    return StepOutcome(metrics, context.tags, context.stop_reason, failure, pending)
+
+
+def validate_step(run: Run, step: int, metrics: dict[str, float], log_now: bool = True) -> None:
+    """Validate the policy at `step` into `run.validation` and `metrics`; `log_now`: log them at `step` and keep
+    the policy if it is the best so far (a validation a stop interrupted, run on resume)."""
+    with timed(metrics, "val"):
+        run.validation = validate(run.cfg, run.models.policy, run.models.encoder, step)
+    metrics.update(run.validation)
+    if log_now:
+        run.tracker.log_metrics(metrics, step=step)
+        run.keep_if_best(step)
+
+
+def rollout_and_score(run: Run, step: int, metrics: dict[str, float]) -> StepContext:
+    """Steps 1-4 of a training step, which leave the model as it was: the rollout, the diagnostics, the filter and
+    the scoring of the kept rows (`context.batch`, None when the filter kept nothing)."""
+    cfg, models, trainer = run.cfg, run.models, run.cfg.trainer
+
+    # 1 rollout: G prompts x K samples through the batched sampler, and the whole batch as tensors (built once)
+    sampler = Sampler(models.policy, models.encoder, trainer.max_response_tokens, trainer.temperature,
+                      trainer.max_context_tokens)
+    if cfg.control.blind_from_step and step >= cfg.control.blind_from_step:
+        sampler = BlindSampler(sampler)  # CONTROL: a planted template collapse (recipes.policy.sampler.BlindSampler)
+    with timed(metrics, "gen"):
+        trajectories, gen_metrics = collect_rollouts(cfg, sampler, step)
+    metrics.update(gen_metrics)
+    metrics.update(rollout_metrics(trajectories, sampler.generated, trainer.max_response_tokens))
+    group_ids = np.array([t.seed for t in trajectories])
+    returns = np.array([t.episode_return for t in trajectories])
+    frames = [t.images for t in trajectories] if any(t.images for t in trajectories) else None
+    rollout_batch = build_batch(
+        [t.messages for t in trajectories], [[turn.reward for turn in t.turns] for t in trajectories], group_ids,
+        models.encoder, sampler.generated, frames,
+    ).to(trainer.device)
+
+    # 2 step hooks (diagnostics) on the unfiltered batch
+    context = StepContext(step=step, cfg=cfg, policy=models.policy, encoder=models.encoder,
+                          trajectories=trajectories, group_ids=group_ids, generated=sampler.generated,
+                          metrics=metrics, validation=run.validation, reference=models.reference,
+                          critic=models.critic, actor_config=run.policy_config, rollout_batch=rollout_batch,
+                          score=lambda batch, **options: score_batch(run, batch, **options))
+    with timed(metrics, "diagnostics"):
+        for hook in run.hooks.values():
+            metrics.update(hook.on_rollout(context))
+
+    # 3 SNR-Aware Filtering (whole groups, by reward variance)
+    with timed(metrics, "filter"):
+        keep, loss_scale, filter_metrics = filtering.filter_step(returns, group_ids, cfg.filter,
+                                                                 trainer.samples_per_prompt)
+        metrics.update(filter_metrics)
+    if trainer.dump_every and step % trainer.dump_every == 0:
+        run.tracker.log_frame(rollout_frame(trajectories, sampler.generated, keep, step), "rollouts",
+                              f"step_{step:04d}.parquet")
+
+    if not keep.any():
+        run.empty_steps += 1
+        metrics["rollout/empty_steps"] = float(run.empty_steps)
+        log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step, run.empty_steps)
+    else:
+        run.empty_steps = 0
+        # 4 score the kept rows (log-probs, values, advantages), scaled for the shrunken batch
+        batch = score_batch(run, rollout_batch.select(keep).trimmed(), metrics)
+        batch.advantages = batch.advantages * loss_scale
+        mask = batch.loss_mask.bool()
+        metrics["critic/advantages/mean"] = float(batch.advantages[mask].mean())
+        metrics["critic/returns/mean"] = float(batch.returns[mask].mean())
+        metrics["critic/score/mean"] = float(batch.episode_returns.mean())
+        metrics["rollout/loss_scale"] = float(loss_scale)
+        metrics["rollout/update_trajectories"] = float(len(batch))
+        metrics["rollout/update_tokens"] = float(batch.loss_mask.sum())
+        context.batch = batch
+        with timed(metrics, "diagnostics"):
+            for hook in run.hooks.values():
+                metrics.update(hook.on_batch(context))
+    return context
+
+
+def score_batch(run: Run, batch: TrainBatch, metrics: dict[str, float] | None = None,
+                old_log_probs: bool = True) -> TrainBatch:
+    """`batch` with the old (unless `old_log_probs` is false) and reference log-probs, the values (PPO) and the run's
+    advantages and returns (veRL's estimator), as a new batch; timings into `metrics` when given. The update and
+    the gradient split of the diagnostics both score through here."""
+    metrics = {} if metrics is None else metrics
+    models, micro = run.models, run.cfg.trainer.micro_batch_size
+
+    def log_probs(model: torch.nn.Module, rows: TrainBatch) -> torch.Tensor:
+        return token_log_probs(model, rows)[0]
+
+    scored = replace(batch)
+    if old_log_probs:
+        with timed(metrics, "old_log_prob"):
+            scored.old_log_probs = batched_forward(log_probs, models.policy, scored, micro)
+    if models.reference is not None:
+        with timed(metrics, "ref"):
+            scored.ref_log_probs = batched_forward(log_probs, models.reference, scored, micro)
+    if models.critic is not None:
+        with timed(metrics, "values"):
+            scored.values = batched_forward(state_values, models.critic, scored, micro)
+    with timed(metrics, "adv"):
+        scored.advantages, scored.returns = run.algorithm.advantages(scored, run.cfg.algorithm)
+    return scored

@@ -1,0 +1,208 @@
+"""A trained policy out of orch as a Hugging Face folder (`orch export SOURCE --hf DIR`).
+
+    folder = resolve_checkpoint("0123abcd...", tracking_uri)   # a run id, a checkpoint dir or one step's folder
+    export_hf(folder, Path("out/"))
+
+SOURCE is an MLflow run id (its `orch.checkpoint_dir` tag, newest checkpoint), a torch-backend checkpoint folder
+(`trainer.checkpoint_dir`, newest through `latest`) or one checkpoint (`step_000010/`). The policy is rebuilt from the
+run's own config (the folder it started from: the preset or `model.path`, warm-started as the run was), loaded with the
+checkpoint's weights and saved with `save_pretrained` (safetensors), its tokenizer and chat template, its generation
+config, a vision-language model's image processor, and a model card (README.md) with the run's config, data and last
+metrics. Everything is written to a scratch folder beside DIR and renamed into place at the end; DIR must not exist or
+be empty. A veRL checkpoint (`<checkpoint_dir>/verl/global_step_N/actor`, the newest through veRL's
+`latest_checkpointed_iteration.txt`) is merged by veRL's own model merger (`python -m verl.model_merger merge
+--backend fsdp`), which writes the weights, config and tokenizer; orch adds the model card.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from orchlib.errors import OrchError
+
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def resolve_checkpoint(source: str, tracking_uri: str | None = None) -> Path:
+    """The checkpoint that `source` names: a torch-backend one (`step_N/` holding `state.pt`) or a veRL actor folder
+    (`global_step_N/actor`). Raises `OrchError` (one line)."""
+    from recipes.runtime.checkpoint import STATE_FILE, latest_checkpoint
+
+    path = Path(source).expanduser()
+    if not path.exists() and RUN_ID.match(source):
+        path = _run_checkpoint_dir(source, tracking_uri)
+    if not path.exists():
+        raise OrchError(f"{source}: no such checkpoint folder or MLflow run")
+    if (path / STATE_FILE).is_file():
+        return path
+    verl = _verl_actor(path)
+    if verl is not None:
+        return verl
+    newest = latest_checkpoint(path) if path.is_dir() else None
+    if newest is None:
+        raise OrchError(f"{source}: no complete checkpoint in it (no {STATE_FILE}, no `latest`)")
+    return newest
+
+
+def _verl_actor(path: Path) -> Path | None:
+    """The veRL actor checkpoint `path` names (a run's checkpoint dir, its `verl/` folder, a `global_step_N` folder or
+    its `actor/`), or None when `path` is no veRL checkpoint."""
+    from recipes.runtime.checkpoint import VERL_ITERATION_FILE
+
+    if path.name == "actor" and path.parent.name.startswith("global_step_"):
+        return path
+    if path.name.startswith("global_step_") and (path / "actor").is_dir():
+        return path / "actor"
+    folder = path / "verl" if (path / "verl").is_dir() else path
+    latest = folder / VERL_ITERATION_FILE
+    if latest.is_file():
+        step = latest.read_text().strip()
+        if not step.isdigit() or not (folder / f"global_step_{step}" / "actor").is_dir():
+            raise OrchError(f"{latest}: names step {step!r}, whose actor checkpoint is missing")
+        return folder / f"global_step_{step}" / "actor"
+    return None
+
+
+def _run_checkpoint_dir(run_id: str, tracking_uri: str | None) -> Path:
+    from recipes.run.tracking import check_tracking_uri, default_tracking_uri, mlflow_client
+
+    uri = default_tracking_uri(tracking_uri)
+    check_tracking_uri(uri, "--tracking-uri")
+    try:
+        run = mlflow_client(uri).get_run(run_id)
+    except Exception:  # MLflow raises its own error for an unknown id
+        raise OrchError(f"{run_id}: no such run in {uri}") from None
+    folder = run.data.tags.get("orch.checkpoint_dir")
+    if not folder:
+        raise OrchError(f"{run_id}: the run names no checkpoint folder (tag orch.checkpoint_dir)")
+    return Path(folder)
+
+
+def run_metrics(source: str, tracking_uri: str | None) -> dict[str, float] | None:
+    """The last logged value of every metric of run `source` (None when `source` is not a run id)."""
+    if Path(source).expanduser().exists() or not RUN_ID.match(source):
+        return None
+    from recipes.run.tracking import default_tracking_uri, mlflow_client
+
+    return dict(mlflow_client(default_tracking_uri(tracking_uri)).get_run(source).data.metrics)
+
+
+def check_target(out: Path) -> None:
+    """DIR may be written: it does not exist or is an empty folder, and its parent can be written."""
+    from recipes.run.tracking import check_writable_folder
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise OrchError(f"--hf {out}: exists and is not an empty folder")
+    check_writable_folder(out.parent, "--hf")
+
+
+def export_hf(checkpoint: Path, out: Path, metrics: dict[str, float] | None = None) -> Path:
+    """Write the policy of `checkpoint` to `out` as a Hugging Face folder (see the module docstring)."""
+
+    from recipes.policy.models import load_tokenizer
+    from recipes.policy.vision import is_vision_folder
+
+    check_target(out)
+    if checkpoint.name == "actor":
+        return _export_verl(checkpoint, out, metrics or {})
+    cfg, base, policy, state = load_trained(checkpoint)
+    scratch = out.parent / f".{out.name}.export-tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        policy.eval().save_pretrained(scratch, safe_serialization=True)
+        load_tokenizer(base).save_pretrained(scratch)
+        if is_vision_folder(base):
+            from transformers import AutoProcessor
+
+            AutoProcessor.from_pretrained(base).save_pretrained(scratch)
+        (scratch / "README.md").write_text(model_card(cfg, checkpoint, state, metrics or {}))
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        scratch.rename(out)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
+def load_trained(checkpoint: Path) -> tuple[Any, Path, Any, dict[str, Any]]:
+    """(the run's `TrainConfig`, the folder it started from, its policy with the checkpoint's weights, the
+    checkpoint's state) of a torch-backend checkpoint. OrchError when it is not one or its weights do not fit."""
+    import yaml
+
+    from recipes.config.schema import TrainConfig
+    from recipes.policy.models import load_policy
+    from recipes.runtime.checkpoint import load_checkpoint
+    from recipes.torch_trainer.warmstart import model_folder
+
+    state = load_checkpoint(checkpoint)
+    if "policy" not in state or "config" not in state:
+        raise OrchError(f"{checkpoint}: not a torch-backend checkpoint (no policy or config in it)")
+    cfg = TrainConfig.from_tree(yaml.safe_load(state["config"]))
+    base, _ = model_folder(cfg)  # the folder the run started from (cached; rebuilt the same way if it is gone)
+    policy = load_policy(base, "float32", "cpu")
+    try:
+        policy.load_state_dict(state["policy"])
+    except RuntimeError as err:
+        raise OrchError(f"{checkpoint}: its weights do not fit the run's model ({str(err).splitlines()[0]})") from None
+    return cfg, base, policy, state
+
+
+def _export_verl(actor: Path, out: Path, metrics: dict[str, float]) -> Path:
+    """veRL's model merger on a veRL actor checkpoint, into a scratch folder renamed to `out`, plus a model card."""
+    import subprocess
+    import sys
+
+    scratch = out.parent / f".{out.name}.export-tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        merged = subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
+                                 str(actor), "--target_dir", str(scratch)], capture_output=True, text=True)
+        if merged.returncode != 0:
+            last = (merged.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise OrchError(f"{actor}: veRL's model merger failed: {last}")
+        lines = ["# Policy trained by orch (veRL backend)", "",
+                 f"- checkpoint: {actor}, merged by veRL's model merger (`python -m verl.model_merger merge "
+                 "--backend fsdp`)", "",
+                 "Load it with `AutoModelForCausalLM.from_pretrained(folder)` (or vLLM).", ""]
+        if metrics:
+            lines += ["## Last logged metrics", "", *[f"- {k}: {v:.4g}" for k, v in sorted(metrics.items())], ""]
+        (scratch / "README.md").write_text("\n".join(lines))
+        if out.exists():
+            out.rmdir()
+        scratch.rename(out)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
+def model_card(cfg: Any, checkpoint: Path, state: dict[str, Any], metrics: dict[str, float]) -> str:
+    """README.md of an exported folder: what was trained, on what, how, and how it scored."""
+    from envs.registry import env_class
+
+    source = env_class(cfg.task.name).data
+    data = ("built-in/generated data: " + source.builtin if source is not None and source.uses_builtin(cfg.task.env)
+            else f"task.env.{source.key} = {cfg.task.env.get(source.key)}" if source is not None and source.key
+            else "the environment's own generator")
+    lines = [
+        f"# {cfg.model.name} trained by orch on {cfg.task.name}",
+        "",
+        f"- algorithm: {cfg.algorithm.name}, filter: {cfg.filter.name}, backend: {cfg.backend}",
+        f"- checkpoint: {checkpoint} (MLflow run {state.get('mlflow_run_id', 'unknown')})",
+        f"- data: {data}",
+        f"- started from: {cfg.model.path or 'the built-in ' + cfg.model.name + ' preset'}"
+        + (" with orch's warm start" if cfg.model.warm_start.enabled else ""),
+        "",
+        "Load it with `AutoModelForCausalLM.from_pretrained(folder)` (or vLLM); the chat template is the tokenizer's.",
+        "",
+    ]
+    if metrics:
+        lines += ["## Last logged metrics", "", *[f"- {key}: {value:.4g}" for key, value in sorted(metrics.items())],
+                  ""]
+    import yaml
+
+    lines += ["## The run's config", "", "```yaml", yaml.safe_dump(cfg.to_tree(), sort_keys=False).rstrip(), "```",
+              ""]
+    return "\n".join(lines)
