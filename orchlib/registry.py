@@ -28,7 +28,8 @@ class Registry(Generic[T]):
     Args:
         kind: what an entry is, for errors ("environment", "trainer backend").
         where: the key or option that names an entry, for errors ("config key backend").
-        lazy: name -> module that registers it when imported (listed by `names()` before it is imported).
+        lazy: name -> `"module:attribute"`, the entry, imported on first lookup (listed by `names()` before), or
+            name -> `"module"` that registers the name itself when imported.
         modules: modules that register entries, all imported on the first lookup (built-in sets).
         name_attr: when set, the decorator also stores the registered name on the entry under this attribute.
     """
@@ -70,7 +71,10 @@ class Registry(Generic[T]):
         if name not in self.entries:
             self._load_modules()
             if name in self.lazy:
-                importlib.import_module(self.lazy[name])
+                module, _, attribute = self.lazy[name].partition(":")
+                loaded = importlib.import_module(module)
+                if attribute and name not in self.entries:
+                    self.register(name)(getattr(loaded, attribute))
         if name not in self.entries:
             raise choices_error(self.kind, name, self.names() or ["(none registered)"], where=self.where)
         return self.entries[name]

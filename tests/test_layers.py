@@ -7,17 +7,41 @@ reaches the orchestrator only through its one published module (`orchestrator.ap
 cells). The CLI modules (`*.cli`, `*_cli`) sit on top. Every import counts, those inside functions and under
 `TYPE_CHECKING` included (read from the AST, not by running anything). And no module imports itself back: the
 import graph between files, and between packages, has no cycle.
+
+Inside `recipes/` the same holds between its rooms (`ROOMS`, in order; `recipes/__init__.py` says what each holds),
+with the exceptions `ROOM_EXCEPTIONS` lists and says why.
+
+A module named in a string is imported all the same, only later: a registry's `lazy={"name": "module:attr"}`, an
+entry point in pyproject.toml (veRL's `verl.plugins`, vLLM's `vllm.general_plugins`), a class path handed to
+another library. Every such string must name a module and attribute that exist; it counts as an import of the
+module that holds it, except that a registry may name its entries above it (`LATE_EDGES`, each listed) as long as
+the entry never imports the registry's module back (the edge goes one way).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"orchlib": 0, "envs": 1, "recipes": 2, "orchestrator": 3, "analysis": 3}
 TOP = 4  # the CLI modules
 PUBLISHED = {"analysis": {"orchestrator.api"}}  # one-way edges between packages of the same layer
+PACKAGES_RE = re.compile(r"^(?:orchlib|envs|recipes|orchestrator|analysis)(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?$")
+
+# The rooms of recipes/, lowest first: a module imports from its own room and the rooms before it.
+ROOMS = ["runtime", "policy", "stats", "diagnostics", "config", "run", "torch_trainer", "verl", "trained"]
+ROOM_EXCEPTIONS = {
+    # config validation refuses verl.rollout=vllm on cpu without the vLLM build P6 was checked against; the guard and
+    # its version live beside P6 (every touch of veRL/vLLM internals in one module), which imports nothing from orch.
+    ("recipes.config.schema", "recipes.verl.patches"): "the vLLM CPU build's version guard",
+}
+# Registries naming entries above them (imported on first lookup): registry module -> the modules it may name.
+LATE_EDGES = {
+    "recipes.config.backends": {"recipes.torch_trainer.backend", "recipes.verl.backend"},
+}
 
 
 def module_name(path: Path) -> str:
@@ -65,7 +89,85 @@ def imports(module: str) -> set[str]:
     return found
 
 
+def named_in_strings(module: str) -> set[str]:
+    """The dotted names (`package.module`, `package.module.attr`, `package.module:attr`) in `module`'s string
+    constants, docstrings excepted."""
+    tree = ast.parse(MODULES[module].read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and PACKAGES_RE.match(node.value)}
+
+
+def entry_points() -> set[str]:
+    """The objects pyproject.toml's entry points name (`module` or `module:attr`)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {target for group in project.get("entry-points", {}).values() for target in group.values()}
+
+
+def target_of(name: str) -> tuple[str | None, str | None]:
+    """(module, attribute or None) a dotted name points at; module None when nothing of that name exists."""
+    if ":" in name:
+        module, attribute = name.split(":")
+        return (module, attribute) if module in MODULES else (None, None)
+    module = resolve(name)
+    if module is None:
+        return None, None
+    rest = name[len(module) + 1:]
+    return module, rest or None
+
+
+def defines(module: str, attribute: str) -> bool:
+    """Whether `module` binds `attribute` at its top level (def, class, assignment or import)."""
+    tree = ast.parse(MODULES[module].read_text())
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == attribute:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        if any(isinstance(target, ast.Name) and target.id == attribute for target in targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (alias.asname or alias.name.split(".")[0]) == attribute for alias in node.names):
+            return True
+    return False
+
+
 GRAPH = {module: imports(module) for module in MODULES}
+STRING_EDGES = {module: {target_of(name)[0] or name for name in named_in_strings(module)} - {module}
+                for module in MODULES}
+# The `module:attr` form: an object to import later (a registry's entry, an entry point), not a process to start.
+LAZY_EDGES = {module: {target_of(name)[0] for name in named_in_strings(module) if ":" in name} - {module, None}
+              for module in MODULES}
+
+
+def reachable(start: str, graph: dict[str, set[str]]) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def room(module: str) -> int | None:
+    """The index of `module`'s room in `ROOMS` (None outside recipes/; -1 for the package itself, len for CLIs)."""
+    parts = module.split(".")
+    if parts[0] != "recipes":
+        return None
+    if is_cli(module):
+        return len(ROOMS)
+    return ROOMS.index(parts[1]) if len(parts) > 2 or (len(parts) == 2 and parts[1] in ROOMS) else -1
+
+
+def against_rooms(module: str, target: str) -> bool:
+    """Whether `module` importing `target` goes against the order of the rooms of recipes/."""
+    source_room, target_room = room(module), room(target)
+    if source_room is None or target_room is None or (module, target) in ROOM_EXCEPTIONS:
+        return False
+    return target_room > source_room
 
 
 def upward(module: str, target: str) -> bool:
@@ -128,6 +230,58 @@ def test_no_import_cycle_between_files() -> None:
     assert cycles(GRAPH) == []
 
 
+def test_recipes_rooms_import_only_from_rooms_before_them() -> None:
+    assert {module.split(".")[1] for module in MODULES if module.count(".") >= 2 and module.startswith("recipes.")} \
+        == set(ROOMS), "a room of recipes/ is missing from ROOMS (or ROOMS names one that does not exist)"
+    violations = sorted(f"{module} -> {target}" for module, targets in GRAPH.items() for target in targets
+                        if against_rooms(module, target))
+    assert violations == []
+
+
+def test_each_room_exception_is_still_needed_and_cannot_close_a_cycle() -> None:
+    for (module, target), why in ROOM_EXCEPTIONS.items():
+        assert target in GRAPH[module], f"{module} no longer imports {target} ({why}): drop the exception"
+        assert module not in reachable(target, GRAPH), f"{target} ({why}) must never import {module} back"
+
+
+def test_every_module_named_in_a_string_exists() -> None:
+    """After a move, a string naming the old place fails here, not at run time on a GPU node."""
+    missing = []
+    for module in MODULES:
+        for name in named_in_strings(module):
+            target, attribute = target_of(name)
+            if target is None or (attribute and "." not in attribute and not defines(target, attribute)):
+                missing.append(f"{module}: {name!r}")
+    for name in entry_points():
+        target, attribute = target_of(name)
+        if target is None or (attribute and not defines(target, attribute)):
+            missing.append(f"pyproject.toml entry point: {name!r}")
+    assert missing == []
+
+
+def test_modules_named_in_strings_follow_the_layers_and_rooms() -> None:
+    """A string-named module counts as an import, except a registry's declared late edges (`LATE_EDGES`)."""
+    violations = sorted(f"{module} -> {target}" for module, targets in STRING_EDGES.items() for target in targets
+                        if target in MODULES and target not in LATE_EDGES.get(module, set())
+                        and (upward(module, target) or against_rooms(module, target)))
+    assert violations == []
+    declared = {(module, target) for module, targets in LATE_EDGES.items() for target in targets}
+    assert declared <= {(module, target) for module, targets in STRING_EDGES.items() for target in targets}, \
+        "LATE_EDGES lists an edge no registry names any more"
+
+
+def test_the_entries_a_registry_names_never_import_it_back() -> None:
+    """The edge from a lazy registry to its entries goes one way: the registry names `module:attr` and the entry
+    does not import the registry to register itself. Nor does it reach the registry through other imports, unless
+    the edge is a declared late edge (a backend is validated by the config that lists the backends)."""
+    back = sorted(f"{target} -> {module}" for module, targets in LAZY_EDGES.items() for target in targets
+                  if module in reachable(target, GRAPH) and target not in LATE_EDGES.get(module, set()))
+    assert back == []
+    direct = sorted(f"{target} -> {module}" for module, targets in LAZY_EDGES.items() for target in targets
+                    if module in GRAPH[target])
+    assert direct == []
+
+
 def test_no_import_cycle_between_packages() -> None:
     """Between the top-level packages; the CLI modules count as one package of their own (the top layer)."""
 
@@ -149,3 +303,22 @@ def test_the_checker_sees_upward_imports_inside_functions(tmp_path: Path) -> Non
     assert upward("recipes.config.schema", "orchestrator.store") and upward("analysis.report", "orchestrator.store")
     assert not upward("analysis.report", "orchestrator.api") and not upward("orchestrator.cli", "analysis.cli")
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def test_the_checker_sees_a_planted_violation_of_the_rooms_and_of_a_string_edge() -> None:
+    """The room order and the string edges can fail: a statistic importing the config, a hook naming the torch
+    trainer in a string, a string naming a module that does not exist, are all caught."""
+    assert against_rooms("recipes.stats.filtering", "recipes.config.schema")
+    assert not against_rooms("recipes.config.schema", "recipes.stats.filtering")
+    assert not against_rooms("recipes.config.schema", "recipes.verl.patches")  # the listed exception
+    assert against_rooms("recipes.config.schema", "recipes.verl.config_map")
+    assert against_rooms("recipes.runtime.stop", "recipes.policy.chat") and not against_rooms("recipes.train_cli",
+                                                                                            "recipes.verl.backend")
+    source = 'REG = Registry("x", lazy={"a": "recipes.torch_trainer.backend:run", "b": "recipes.gone:thing"})\n'
+    names = {node.value for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and PACKAGES_RE.match(node.value)}
+    assert names == {"recipes.torch_trainer.backend:run", "recipes.gone:thing"}
+    assert target_of("recipes.gone:thing") == (None, None)
+    assert target_of("recipes.torch_trainer.backend:run") == ("recipes.torch_trainer.backend", "run")
+    assert defines("recipes.torch_trainer.backend", "run") and not defines("recipes.torch_trainer.backend", "nope")
+    assert against_rooms("recipes.diagnostics.registry", "recipes.torch_trainer.backend")  # unless in LATE_EDGES

@@ -4,8 +4,8 @@
     local  subprocesses on this machine (submitit's LocalExecutor), as many at once as the cores allow
     debug  in this process, one cell after another, for breakpoints
 
-Listing names imports nothing heavy (the CLI shows them in `--help`); `get_executor` imports the module, which
-registers its class with `@register_executor`.
+Listing names imports nothing heavy (the CLI shows them in `--help`); `get_executor` imports the module that
+defines the class named here. The executor modules never import this one (the edge goes one way).
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ from orchlib.registry import Registry
 if TYPE_CHECKING:
     from orchestrator.executors.base import Executor
 
-EXECUTORS: Registry[type[Executor]] = Registry("cluster", where="--cluster", name_attr="name", lazy={
-    "debug": "orchestrator.executors.debug",
-    "local": "orchestrator.executors.local",
-    "slurm": "orchestrator.executors.slurm",
+EXECUTORS: Registry[type[Executor]] = Registry("cluster", where="--cluster", lazy={
+    "debug": "orchestrator.executors.debug:DebugExecutor",
+    "local": "orchestrator.executors.local:LocalExecutor",
+    "slurm": "orchestrator.executors.slurm:SlurmExecutor",
 })
-register_executor = EXECUTORS.register  # class decorator: `@register_executor("slurm")` (sets `cls.name`)
 
 
 def executor_names() -> list[str]:

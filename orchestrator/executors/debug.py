@@ -7,16 +7,16 @@ import os
 
 import submitit
 
-from orchestrator.executors import register_executor
 from orchestrator.executors.base import CellTask, Executor, process_alive
 from orchestrator.job import CellJob
 from orchestrator.states import State
 from orchestrator.store import Attempt, Submission
 
 
-@register_executor("debug")
 class DebugExecutor(Executor):
     """Run each cell now, in-process; a requeue request runs it again at once."""
+
+    name = "debug"
 
     def submit(self, tasks: list[CellTask]) -> list[Submission]:
         """Run every task to its end before returning."""

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import IO
 
-from orchestrator.executors import register_executor
 from orchestrator.executors.base import CellTask, Executor, SweepContext, process_alive
 from orchestrator.local_task import exit_note
 from orchestrator.store import Attempt, Submission
@@ -89,9 +88,10 @@ def ensure_runner(sweep: SweepContext, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-@register_executor("local")
 class LocalExecutor(Executor):
     """Queue cells for the sweep's local runner."""
+
+    name = "local"
 
     def submit(self, tasks: list[CellTask]) -> list[Submission]:
         """The attempts are already queued in the store; the runner assigns job ids as it starts them."""

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.executors import register_executor
 from orchestrator.executors.base import CellTask, Executor, SubmitError
 from orchestrator.store import Attempt, Submission
 from orchlib.errors import OrchError
@@ -50,9 +49,10 @@ def chunks(tasks: list[CellTask], size: int) -> list[list[CellTask]]:
     return [tasks[start:start + size] for start in range(0, len(tasks), size)]
 
 
-@register_executor("slurm")
 class SlurmExecutor(Executor):
     """Submit job arrays with submitit's SlurmExecutor."""
+
+    name = "slurm"
 
     @classmethod
     def check_available(cls) -> None:

@@ -1,7 +1,8 @@
 """Trainer backends: a registry from name to a `run(cfg, should_stop) -> TrainResult` callable.
 
-A backend module registers itself with `@register_backend("name")` when imported. `get_backend(name)` imports the
-module registered lazily for that name first, so listing and validating names stays light (no torch at import).
+A built-in backend is named here as `"module:run"`, imported on first use, so listing and validating names stays
+light (no torch at import) and no backend module imports this one; `@register_backend("name")` adds one from
+outside (the tests' backend).
 
     result = get_backend(cfg.backend)(cfg, should_stop=lambda: preempted)
 """
@@ -9,40 +10,20 @@ module registered lazily for that name first, so listing and validating names st
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from orchlib.errors import OrchError
 from orchlib.registry import Registry
+from recipes.runtime.result import TrainResult
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-Status = Literal["finished", "preempted", "stopped", "failed"]
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """How a training run ended.
-
-    status: finished (all steps done) | preempted (stop requested; checkpoint saved, resume later) |
-        stopped (the run decided to stop early, e.g. too many empty filtered batches) | failed.
-    steps_done: the last completed step (the checkpointed one when preempted).
-    mlflow_run_id: the MLflow run that holds the metrics.
-    reason: one human-readable line.
-    """
-
-    status: Status
-    steps_done: int
-    mlflow_run_id: str
-    reason: str = ""
-
-
 Backend = Callable[..., TrainResult]
-# Backend name -> the module that registers it, imported on first use.
+# Backend name -> its `run`, imported on first use.
 BACKENDS: Registry[Backend] = Registry("trainer backend", where="config key backend",
-                                      lazy={"torch": "recipes.torch_trainer.backend", "verl": "recipes.verl.backend"})
+                                      lazy={"torch": "recipes.torch_trainer.backend:run", "verl": "recipes.verl.backend:run"})
 # Decorator: register `run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult`.
 register_backend = BACKENDS.register
 

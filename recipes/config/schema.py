@@ -283,7 +283,7 @@ def _backend_names() -> list[str]:
 
 
 def _hook_names() -> list[str]:
-    from recipes.diagnostics.hooks import HOOKS
+    from recipes.diagnostics.registry import HOOKS
 
     return HOOKS.names()
 

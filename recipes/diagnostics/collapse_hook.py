@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from recipes.diagnostics.hooks import StepContext, StepHook, register_hook
+from recipes.diagnostics.hooks import StepContext, StepHook
 from recipes.diagnostics.monitor import CollapseMonitor, TurnEncoder, reward_variance_buckets, scorer
 from recipes.policy.actor import global_batch_info, gradient_norm, loss_part_gradients
 from recipes.policy.chat import ChatEncoder
@@ -74,7 +74,6 @@ def local_gradient_norms(ctx: StepContext, row_sets: list[np.ndarray]) -> list[d
     return norms
 
 
-@register_hook("collapse")
 class CollapseHook(StepHook):
     """MI proxies, the collapse early warning and the gradient split (see the module docstring)."""
 

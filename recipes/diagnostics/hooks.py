@@ -1,7 +1,7 @@
 """Step hooks: where training-time measurements (diagnostics) plug into the torch trainer.
 
-A hook is a class registered by name with `@register_hook("name")` and enabled by listing the name in the config's
-`hooks: [...]`. The trainer builds one instance per run and, every step, calls
+A hook is a class named in `recipes.diagnostics.registry.HOOKS` (or registered with `@register_hook("name")`) and
+enabled by listing the name in the config's `hooks: [...]`. The trainer builds one instance per run and, every step, calls
 
 * `on_rollout(ctx)` right after generation, on the **unfiltered** batch (trajectories, their token tensors, the
   policy, the encoder): the place for MI cross-scoring, which the paper computes before filtering;
@@ -10,7 +10,7 @@ A hook is a class registered by name with `@register_hook("name")` and enabled b
 
 Each returns metrics to log at that step. A hook may set `ctx.stop_reason` to stop the run after the step
 (e.g. a collapse alarm with `stop_on_collapse`) and add MLflow tags to `ctx.tags`. `state_dict`/`load_state_dict`
-carry running state (EMA trackers) through checkpoints. Registered hooks: `collapse` (recipes/diagnostics/collapse_hook.py).
+carry running state (EMA trackers) through checkpoints. Hooks: `collapse` (recipes/diagnostics/collapse_hook.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from orchlib.registry import Registry
 
 
 @dataclass
@@ -93,14 +91,3 @@ class StepHook:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` returned."""
-
-
-# Hook name -> module that registers it, imported on first use (so the trainer need not import every hook).
-HOOKS: Registry[type[StepHook]] = Registry("step hook", where="config key hooks",
-                                           lazy={"collapse": "recipes.diagnostics.collapse_hook"})
-register_hook = HOOKS.register  # class decorator: `@register_hook("collapse")`
-
-
-def build_hooks(names: list[str], cfg: Any) -> dict[str, StepHook]:
-    """One instance per enabled name, in order; OrchError for unknown names."""
-    return {name: HOOKS.get(name)(cfg) for name in names}

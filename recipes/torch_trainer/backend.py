@@ -42,9 +42,9 @@ import torch
 import yaml
 
 from orchlib.errors import OrchError
-from recipes.config.backends import TrainResult, register_backend
 from recipes.config.schema import TrainConfig
-from recipes.diagnostics.hooks import StepContext, StepHook, build_hooks
+from recipes.diagnostics.hooks import StepContext, StepHook
+from recipes.diagnostics.registry import build_hooks
 from recipes.policy.actor import (
     UpdateSettings,
     actor_config,
@@ -70,6 +70,7 @@ from recipes.runtime.checkpoint import (
     restore_rng_states,
     save_checkpoint,
 )
+from recipes.runtime.result import TrainResult
 from recipes.runtime.seeds import seed_everything, train_prompt_seeds, validation_seeds
 from recipes.runtime.stop import StopRequested, interruptible
 from recipes.stats import filtering
@@ -199,7 +200,6 @@ def available_cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
-@register_backend("torch")
 def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
     """Train `cfg` (see the module docstring). `should_stop` is polled at step boundaries: when it returns True the
     run checkpoints and returns status 'preempted'."""

@@ -218,8 +218,8 @@ def run_evaluation(cfg: Any, should_stop: Any = None) -> Any:
     under this config (the source run's own, plus `evaluation.*`) into the cell's MLflow run, at the checkpoint's
     step, tagged with its source; the trajectories as its rollout batch. Returns a `TrainResult` (finished, 1 step).
     A stop request before it starts returns `preempted`; once playing, it runs to its end (minutes at most)."""
-    from recipes.config.backends import TrainResult
     from recipes.run.tracking import tracked_run
+    from recipes.runtime.result import TrainResult
     from recipes.trained.export import load_trained
 
     if should_stop is not None and should_stop():

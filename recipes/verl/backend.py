@@ -26,9 +26,9 @@ from typing import Any
 
 from orchlib.background import every
 from orchlib.errors import OrchError
-from recipes.config.backends import TrainResult, register_backend
 from recipes.config.schema import TrainConfig
 from recipes.run.tracking import RunTracker, default_tracking_uri, tracked_run
+from recipes.runtime.result import TrainResult
 
 log = logging.getLogger("orch.verl")
 RUN_FILE = "orch_run.json"  # in the checkpoint folder: the MLflow run its checkpoints belong to
@@ -36,7 +36,6 @@ STOP_FILE = "STOP"
 POLL_S = 0.25
 
 
-@register_backend("verl")
 def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
     """Train `cfg` on veRL (see the module docstring)."""
     from recipes.verl.patches import check_version

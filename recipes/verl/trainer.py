@@ -73,7 +73,7 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def __init__(self, *args: Any, orch: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from recipes.diagnostics.hooks import build_hooks
+        from recipes.diagnostics.registry import build_hooks
         from recipes.policy.chat import ChatEncoder
         from recipes.run.tracking import RunTracker
 

@@ -522,3 +522,14 @@ def test_mlflow_unreachable_to_the_end_fails_resumably_and_a_retry_loses_no_step
         assert wait(store, "nomlflow", poll_s=0.5, timeout_s=300) == {"finished": 2}
         _every_step_once(tracking, "nomlflow", 12)
         assert not list(Path(".orch/sweeps/nomlflow/checkpoints").glob("*/pending_metrics.jsonl"))
+
+
+def test_each_executor_is_found_by_the_name_it_carries() -> None:
+    """The registry names each executor class as `module:Class` (the class never imports the registry); the name
+    a class carries, which its jobs report back to the store, is the name it is looked up by."""
+    from orchestrator.executors import executor_names, get_executor
+    from orchestrator.executors.local import LocalExecutor
+
+    assert executor_names() == ["debug", "local", "slurm"]
+    assert [get_executor(name).name for name in executor_names()] == executor_names()
+    assert get_executor("local") is LocalExecutor and LocalExecutor.name == "local"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.diagnostics import hooks
+from recipes.diagnostics import hooks, registry
 
 # The smallest Qwen2 that exercises every code path (and the test trainer profile: 2 prompts x 2 samples, 2 steps).
 MICRO = [
@@ -73,6 +73,6 @@ class Recorder(hooks.StepHook):
 @pytest.fixture()
 def recorder(monkeypatch: pytest.MonkeyPatch) -> type[Recorder]:
     """The `Recorder` registered as step hook `recorder` (enable it with `hooks=[recorder]`), emptied."""
-    monkeypatch.setattr(hooks.HOOKS, "entries", {**hooks.HOOKS.entries, "recorder": Recorder})
+    monkeypatch.setattr(registry.HOOKS, "entries", {**registry.HOOKS.entries, "recorder": Recorder})
     Recorder.seen = []
     return Recorder

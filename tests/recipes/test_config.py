@@ -6,9 +6,10 @@ import pytest
 
 from orchlib.errors import OrchError
 from recipes.config import backends
-from recipes.config.backends import TrainResult, backend_names, get_backend, register_backend
+from recipes.config.backends import backend_names, get_backend, register_backend
 from recipes.config.compose import config_groups
 from recipes.config.schema import compose_train_config, flatten_config
+from recipes.runtime.result import TrainResult
 
 
 def test_default_config_composes_every_group() -> None:
@@ -120,3 +121,14 @@ def test_a_tasks_late_keys_leave_the_identity_alone_at_their_default_and_change_
     (tmp_path / "countdown.jsonl").write_text('{"target": 3, "nums": [1, 2]}\n')
     assert config_digest(compose_train_config([*base, f"task.env.data_path={tmp_path}/countdown.jsonl"])) != plain
     assert config_digest(compose_train_config([*base, "task.env.max_count=5"])) != plain  # an old key still counts
+
+
+def test_the_built_in_backends_and_hooks_are_named_by_module_and_attribute() -> None:
+    """`recipes.config.backends` and `recipes.diagnostics.registry` name their entries as `module:attr` and import
+    them on first lookup: the entry modules never import their registry."""
+    from recipes.diagnostics.collapse_hook import CollapseHook
+    from recipes.diagnostics.registry import HOOKS
+    from recipes.torch_trainer import backend as torch_backend
+
+    assert get_backend("torch") is torch_backend.run
+    assert HOOKS.get("collapse") is CollapseHook and HOOKS.names() == ["collapse"]

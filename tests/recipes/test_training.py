@@ -15,7 +15,7 @@ import recipes.stats.filtering
 from orchlib.errors import OrchError
 from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
-from recipes.diagnostics import hooks
+from recipes.diagnostics import hooks, registry
 from recipes.run.tracking import PEAK_MEMORY_METRIC
 from recipes.runtime.checkpoint import latest_checkpoint
 from recipes.stats.rollouts import load_rollout_batch
@@ -100,7 +100,7 @@ class Counting(hooks.StepHook):
 
 
 def test_hook_metrics_and_state_travel_through_checkpoints(train_overrides, monkeypatch) -> None:
-    monkeypatch.setattr(hooks.HOOKS, "entries", {**hooks.HOOKS.entries, "counting": Counting})
+    monkeypatch.setattr(registry.HOOKS, "entries", {**registry.HOOKS.entries, "counting": Counting})
     overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "hooks=[counting]"]
     first = run_training(compose_train_config([*overrides, "trainer.total_steps=1"]))
     second = run_training(compose_train_config([*overrides, "trainer.total_steps=2"]))

@@ -21,7 +21,8 @@ import os
 import time
 from pathlib import Path
 
-from recipes.config.backends import TrainResult, register_backend
+from recipes.config.backends import register_backend
+from recipes.runtime.result import TrainResult
 
 NAME = "orch-test"
 
