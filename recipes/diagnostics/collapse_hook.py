@@ -1,7 +1,7 @@
 """The `collapse` step hook: template-collapse diagnostics inside training (enable with `hooks=[collapse]`).
 
-Configured by the `diagnostics:` section of the training config (`recipes.diagnostics.monitor.DiagnosticsConfig`). Runs in
-`on_rollout`, on the step's **unfiltered** batch, before the update:
+Configured by the `diagnostics:` section of the training config (`recipes.diagnostics.monitor.DiagnosticsConfig`).
+Runs in `on_rollout`, on the step's **unfiltered** batch, before the update:
 
 * every `mi_every` steps (and at step 1): the MI proxies of `CollapseMonitor` (`collapse/<set>/*`) and the early
   warning (`collapse/alert`, `collapse/mi_drop`). When the alert first fires it sets the MLflow tag
@@ -10,9 +10,10 @@ Configured by the `diagnostics:` section of the training config (`recipes.diagno
   split by reward-variance bucket (the paper's signal-to-noise analysis): the prompt groups are split into
   `grad_buckets` buckets by within-prompt reward std and, per bucket, the L2 norms of the gradients of the task
   part and of the regularisation part of the actor loss are logged (`grad_norm/bucket_<k>/{task, reg, rv_min,
-  rv_max}`, bucket 0 the lowest reward variance). The trainer's own unfiltered batch is scored by the trainer's
-  own function (`StepContext.score`: reference log-probs, values, advantages of the run's estimator on all
-  groups; on veRL the fit loop's own scoring calls and the actor workers' `orch_gradient_norms`,
+  rv_max}`, bucket 0 the lowest reward variance). The backend answers through `ctx.policy`
+  (`recipes.diagnostics.hooks.PolicyAccess`): the step's unfiltered batch scored by the trainer's own scoring
+  (reference log-probs, values, advantages of the run's estimator on all groups; the torch trainer in this
+  process, veRL through the fit loop's own scoring calls and the actor workers' `orch_gradient_norms`,
   recipes.verl.workers); nothing is applied to the policy.
 """
 
@@ -20,14 +21,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from recipes.diagnostics.hooks import StepContext, StepHook
-from recipes.diagnostics.monitor import CollapseMonitor, TurnEncoder, reward_variance_buckets, scorer
-from recipes.policy.actor import global_batch_info, gradient_norm, loss_part_gradients
+from recipes.diagnostics.monitor import CollapseMonitor, TurnEncoder, reward_variance_buckets
 from recipes.policy.chat import ChatEncoder
 from recipes.stats.collapse import CollapseStatus
 from recipes.stats.rollout_stats import VAL_SUCCESS
@@ -48,30 +47,17 @@ def turn_encoder(encoder: ChatEncoder, generated: dict[str, list[int]]) -> TurnE
 
 def gradient_split(ctx: StepContext, num_buckets: int) -> dict[str, float]:
     """Per reward-variance bucket, the L2 norms of the task and regularisation gradients of the actor loss (each
-    bucket's rows normalised as part of the whole batch, so the bucket gradients sum to the batch gradient): by the
-    backend's own `ctx.gradient_norms` where the policy lives elsewhere (veRL), else here with `ctx.policy`."""
+    bucket's rows normalised as part of the whole batch, so the bucket gradients sum to the batch gradient), by the
+    backend that holds the policy (`ctx.policy.gradient_norms`)."""
     returns = np.array([t.episode_return for t in ctx.trajectories])
     buckets = reward_variance_buckets(returns, ctx.group_ids, num_buckets)
-    norms = (ctx.gradient_norms or partial(local_gradient_norms, ctx))([bucket.rows for bucket in buckets])
+    norms = ctx.policy.gradient_norms([bucket.rows for bucket in buckets])
     metrics = {}
     for index, (bucket, norm) in enumerate(zip(buckets, norms, strict=True)):
         prefix = f"grad_norm/bucket_{index}"
         metrics.update({f"{prefix}/task": norm["task"], f"{prefix}/reg": norm["reg"],
                         f"{prefix}/rv_min": bucket.rv_min, f"{prefix}/rv_max": bucket.rv_max})
     return metrics
-
-
-def local_gradient_norms(ctx: StepContext, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
-    """`StepContext.gradient_norms` with the policy in this process: the trainer's own scoring of the unfiltered
-    batch (`ctx.score`: reference log-probs, values, advantages of the run's estimator on all groups)."""
-    batch = ctx.score(ctx.rollout_batch, old_log_probs=False)  # the loss uses the current log-probs, detached
-    info = global_batch_info(batch, ctx.actor_config.loss_scale_factor)
-    norms = []
-    for rows in row_sets:
-        task, regularisation = loss_part_gradients(
-            ctx.policy, batch.select(rows), ctx.actor_config, info, ctx.cfg.trainer.micro_batch_size)
-        norms.append({"task": gradient_norm(task), "reg": gradient_norm(regularisation)})
-    return norms
 
 
 class CollapseHook(StepHook):
@@ -93,10 +79,8 @@ class CollapseHook(StepHook):
     def mutual_information(self, ctx: StepContext) -> dict[str, float]:
         """The monitor's metrics for this step; raises the alert when it first fires."""
         success = ctx.validation.get(VAL_SUCCESS, ctx.metrics.get("rollout/success_rate"))
-        score = ctx.cross_score or scorer(ctx.policy, self.config, ctx.encoder.tokenizer.pad_token_id,
-                                          getattr(ctx.encoder, "vision", None))
-        metrics = self.monitor.compute(ctx.step, score, turn_encoder(ctx.encoder, ctx.generated), ctx.trajectories,
-                                       success)
+        metrics = self.monitor.compute(ctx.step, ctx.policy.cross_score, turn_encoder(ctx.encoder, ctx.generated),
+                                       ctx.trajectories, success)
         status = self.monitor.last_status
         if "collapse/alert" in metrics and status is not None and status.new_alert:
             self.alert(ctx, status)

@@ -15,11 +15,30 @@ carry running state (EMA trackers) through checkpoints. Hooks: `collapse` (recip
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from recipes.stats.cross_scoring import CrossScores
+
+
+class PolicyAccess(Protocol):
+    """What a hook can ask of the step's policy, the same on every backend: the torch trainer answers in this process
+    (`recipes.torch_trainer.policy_access.LocalPolicy`), the verl backend through its actor workers
+    (`recipes.verl.trainer.WorkerPolicy`). A hook never needs to know which."""
+
+    def cross_score(self, prompts: list[Any], samples: list[list[int]]) -> CrossScores:
+        """Every sample (reasoning token ids) scored teacher-forced under every prompt column (token ids, or keyed
+        ids where prompts show frames) by the current policy, with the run's `diagnostics.method` and batch size."""
+        ...
+
+    def gradient_norms(self, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
+        """One `{"task": norm, "reg": norm}` per set of rows of the step's unfiltered batch: the L2 norms of the actor
+        loss's task and regularisation gradients over those rows at the current policy (the batch scored as the
+        update batch is, every row normalised by the whole batch); nothing is applied."""
+        ...
 
 
 @dataclass
@@ -28,47 +47,28 @@ class StepContext:
 
     step: the training step (1-based).
     cfg: the resolved run config.
-    policy: the current policy model (causal LM).
+    policy: what the hook may ask of the current policy (`PolicyAccess`: cross-scoring, gradient norms).
     encoder: `recipes.policy.chat.ChatEncoder` of the policy's tokenizer (`encoder.tokenizer`).
     trajectories: the step's `envs.Trajectory` list, before filtering (T of them).
     group_ids: (T,) prompt id of each trajectory.
     generated: reply text -> sampled token ids (to rebuild exact sequences via `encoder.encode`).
     metrics: the step's metrics computed so far (rollout, filter, ...); read them, return yours.
     validation: the latest `val/*` metrics (from step 0 on; empty when validation is off).
-    reference: the frozen reference policy (None unless `algorithm.use_kl`).
-    critic: the value model (None unless the algorithm uses one, e.g. PPO).
-    actor_config: the veRL ActorConfig of the actor loss (clip ranges, aggregation, entropy / KL coefficients).
-    rollout_batch: every trajectory of the step as a `recipes.policy.batch.TrainBatch` (token tensors, unscored), built
-        once by the trainer: its kept rows are what the update trains on.
-    score: `score(batch, old_log_probs=True)` -> the batch with the run's log-probs, values and advantages, as the
-        trainer scores its update batch (the same function); None where the backend has no such batch (veRL).
-    cross_score: `cross_score(prompts, samples)` -> `recipes.stats.cross_scoring.CrossScores` under the current policy,
-        where the policy is not in this process (veRL: through its actor workers); None: score with `policy`.
-    gradient_norms: `gradient_norms(row_sets)` -> one `{"task": norm, "reg": norm}` per set of trajectory rows: the
-        norms of the actor loss's task and regularisation gradients over those rows at the current policy, every
-        row normalised by the whole batch, nothing applied; where the policy is not in this process (veRL: its
-        actor workers); None: computed with `policy` and `score`.
-    batch: the kept trajectories as a `recipes.policy.batch.TrainBatch` with advantages (only in `on_batch`).
+    batch: the kept trajectories as a `recipes.policy.batch.TrainBatch` with advantages (only in `on_batch`, which
+        the torch trainer calls).
     stop_reason: set to stop the run after this step.
     tags: MLflow tags to set on the run after this step (e.g. `collapse_alert_step`).
     """
 
     step: int
     cfg: Any
-    policy: Any
+    policy: PolicyAccess
     encoder: Any
     trajectories: list[Any]
     group_ids: np.ndarray
     generated: dict[str, list[int]]
     metrics: dict[str, float]
     validation: dict[str, float]
-    reference: Any = None
-    critic: Any = None
-    actor_config: Any = None
-    rollout_batch: Any = None
-    score: Callable[..., Any] | None = None
-    cross_score: Callable[..., Any] | None = None
-    gradient_norms: Callable[..., Any] | None = None
     batch: Any = None
     stop_reason: str | None = None
     tags: dict[str, str] = field(default_factory=dict)

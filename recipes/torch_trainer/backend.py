@@ -75,6 +75,7 @@ from recipes.runtime.seeds import seed_everything, train_prompt_seeds, validatio
 from recipes.runtime.stop import StopRequested, interruptible
 from recipes.stats import filtering
 from recipes.stats.rollout_stats import VAL_SUCCESS, rollout_frame, rollout_metrics, validation_metrics
+from recipes.torch_trainer.policy_access import LocalPolicy
 from recipes.torch_trainer.warmstart import model_folder
 
 REPLAYED_METRIC = "resume/replayed_steps"  # logged at each resume: steps re-run since the checkpoint
@@ -549,11 +550,11 @@ def rollout_and_score(run: Run, step: int, metrics: dict[str, float]) -> StepCon
     ).to(trainer.device)
 
     # 2 step hooks (diagnostics) on the unfiltered batch
-    context = StepContext(step=step, cfg=cfg, policy=models.policy, encoder=models.encoder,
-                          trajectories=trajectories, group_ids=group_ids, generated=sampler.generated,
-                          metrics=metrics, validation=run.validation, reference=models.reference,
-                          critic=models.critic, actor_config=run.policy_config, rollout_batch=rollout_batch,
-                          score=lambda batch, **options: score_batch(run, batch, **options))
+    policy = LocalPolicy(models.policy, models.encoder, cfg.diagnostics, run.policy_config, trainer.micro_batch_size,
+                         rollout_batch, lambda batch, **options: score_batch(run, batch, **options))
+    context = StepContext(step=step, cfg=cfg, policy=policy, encoder=models.encoder, trajectories=trajectories,
+                          group_ids=group_ids, generated=sampler.generated, metrics=metrics,
+                          validation=run.validation)
     with timed(metrics, "diagnostics"):
         for hook in run.hooks.values():
             metrics.update(hook.on_rollout(context))

@@ -35,7 +35,6 @@ import logging
 import math
 import time
 import uuid
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,21 @@ class Stop(Exception):  # noqa: N818  (a control-flow signal, not an error)
     def __init__(self, status: str, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
+
+
+class WorkerPolicy:
+    """`recipes.diagnostics.hooks.PolicyAccess` on veRL: the policy lives in the actor workers, so a hook's questions
+    go to the trainer's worker calls (`OrchPPOTrainer.cross_score`, `OrchPPOTrainer.gradient_norms` over the step's
+    unfiltered `batch`)."""
+
+    def __init__(self, trainer: OrchPPOTrainer, batch: DataProto) -> None:
+        self.trainer, self.batch = trainer, batch
+
+    def cross_score(self, prompts: list[Any], samples: list[list[int]]) -> Any:
+        return self.trainer.cross_score(prompts, samples)
+
+    def gradient_norms(self, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
+        return self.trainer.gradient_norms(self.batch, row_sets)
 
 
 class OrchPPOTrainer(RayPPOTrainer):
@@ -210,9 +224,9 @@ class OrchPPOTrainer(RayPPOTrainer):
 
         started = time.perf_counter()
         report(phase="diagnostics")
-        context = StepContext(step=step, cfg=cfg, policy=None, encoder=self.encoder, trajectories=trajectories,
-                              group_ids=group_ids, generated=generated, metrics=out, validation=self.validation,
-                              cross_score=self.cross_score, gradient_norms=partial(self.gradient_norms, batch))
+        context = StepContext(step=step, cfg=cfg, policy=WorkerPolicy(self, batch), encoder=self.encoder,
+                              trajectories=trajectories, group_ids=group_ids, generated=generated, metrics=out,
+                              validation=self.validation)
         for hook in self.hooks.values():
             out.update(hook.on_rollout(context))
         self.step_tags.update(context.tags)
@@ -506,7 +520,7 @@ class OrchPPOTrainer(RayPPOTrainer):
     # -- the gradient split through the actor workers (the `collapse` diagnostics, diagnostics.grad_every) --------
 
     def gradient_norms(self, batch: DataProto, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
-        """`StepContext.gradient_norms` on veRL: the unfiltered `batch` scored as the fit loop scores its update
+        """`PolicyAccess.gradient_norms` on veRL: the unfiltered `batch` scored as the fit loop scores its update
         batch (the current log-probs as old log-probs: ratio 1; reference log-probs, values and advantages of the
         run's estimator over all groups), then per row set the actor workers' `orch_gradient_norms`
         (recipes.verl.workers), every row normalised by the whole batch. Nothing is applied."""
