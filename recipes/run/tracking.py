@@ -147,6 +147,9 @@ def check_tracking_uri(uri: str, key: str, existing: bool = False) -> None:
     if scheme == "sqlite":
         _check_sqlite_file(uri, where, existing)
     elif scheme in ("", "file"):
+        if not _folder_store_allowed():
+            raise OrchError(f"{where}: the installed MLflow keeps folder stores in maintenance mode and opens one only "
+                            "with MLFLOW_ALLOW_FILE_STORE=true; use sqlite:///<folder>/mlflow.db (or set it)")
         folder = Path(urlsplit(uri).path if scheme else uri)
         if folder.exists() and not folder.is_dir():
             raise OrchError(f"{where}: {folder} is a file, not an MLflow file-store folder")
@@ -156,6 +159,16 @@ def check_tracking_uri(uri: str, key: str, existing: bool = False) -> None:
         _probe_server(uri, where)
     elif scheme in ("postgresql", "mysql", "mssql"):
         check_database_url(uri, where)
+
+
+def _folder_store_allowed() -> bool:
+    """Whether the installed MLflow opens a folder store (`file:`, a path): MLflow 3's folder store refuses to open
+    unless `MLFLOW_ALLOW_FILE_STORE` is true; older versions have no such switch and open it."""
+    try:
+        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+    except ImportError:
+        return True
+    return bool(MLFLOW_ALLOW_FILE_STORE.get())
 
 
 def _check_sqlite_file(uri: str, where: str, existing: bool) -> None:
