@@ -27,7 +27,7 @@ def test_mi_metric_names_are_those_of_recipes_mi():
 def _recipes_source() -> str:
     import recipes
 
-    return "\n".join(path.read_text() for path in sorted(Path(recipes.__file__).parent.glob("*.py")))
+    return "\n".join(path.read_text() for path in sorted(Path(recipes.__file__).parent.rglob("*.py")))
 
 
 def test_trainer_metric_names_appear_in_the_trainer_code():
