@@ -1,4 +1,4 @@
-"""Step hooks: where training-time measurements (diagnostics) plug into the torch trainer.
+"""Step hooks: where training-time measurements (diagnostics) plug into the trainers (torch and verl).
 
 A hook is a class named in `recipes.diagnostics.registry.HOOKS` (or registered with `@register_hook("name")`) and
 enabled by listing the name in the config's `hooks: [...]`. The trainer builds one instance per run and, every step, calls
