@@ -1,14 +1,15 @@
 """One registry helper for every open set of orch (environments, algorithms, filter strategies, trainer backends,
 step hooks, executors): entries are registered by name with a decorator, the way veRL registers its advantage
-estimators, and modules that register entries can be imported lazily on first lookup, so that listing names or
-validating a config stays light.
+estimators, or named as `"module:attribute"` strings imported on first lookup, so that listing names or validating
+a config stays light.
 
-    BACKENDS = Registry("trainer backend", where="config key backend", lazy={"torch": "recipes.torch_trainer.backend"})
+    BACKENDS = Registry("trainer backend", where="config key backend",
+                        lazy={"torch": "recipes.torch_trainer.backend:run"})
+    BACKENDS.get("torch")     # imports recipes.torch_trainer.backend and registers its `run` on first use;
+                              # OrchError listing the names otherwise
 
-    @BACKENDS.register("torch")
-    def run(cfg, should_stop=None): ...
-
-    BACKENDS.get("torch")     # imports recipes.torch_trainer.backend on first use; OrchError listing the names otherwise
+A lazy entry names its attribute, so the module that defines it need not import the registry: the edge from a
+registry to its entries goes one way, and tests/test_layers.py reads these strings as imports.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ class Registry(Generic[T]):
     Args:
         kind: what an entry is, for errors ("environment", "trainer backend").
         where: the key or option that names an entry, for errors ("config key backend").
-        lazy: name -> `"module:attribute"`, the entry, imported on first lookup (listed by `names()` before), or
-            name -> `"module"` that registers the name itself when imported.
+        lazy: name -> `"module:attribute"`, the entry, imported and registered on first lookup (listed by
+            `names()` before).
         modules: modules that register entries, all imported on the first lookup (built-in sets).
         name_attr: when set, the decorator also stores the registered name on the entry under this attribute.
     """
@@ -71,10 +72,8 @@ class Registry(Generic[T]):
         if name not in self.entries:
             self._load_modules()
             if name in self.lazy:
-                module, _, attribute = self.lazy[name].partition(":")
-                loaded = importlib.import_module(module)
-                if attribute and name not in self.entries:
-                    self.register(name)(getattr(loaded, attribute))
+                module, attribute = self.lazy[name].split(":")
+                self.register(name)(getattr(importlib.import_module(module), attribute))
         if name not in self.entries:
             raise choices_error(self.kind, name, self.names() or ["(none registered)"], where=self.where)
         return self.entries[name]
