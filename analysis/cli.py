@@ -1,4 +1,5 @@
-"""`orch runs` and `orch report`: query MLflow runs as a table, and write a sweep's HTML report.
+"""`orch runs`, `orch report` and `orch archive`: query MLflow runs as a table, write a sweep's HTML report, and
+keep a sweep's results as a small folder that can be committed and reported from later.
 
 Only typer is imported at module level (`orch --help` stays fast); pandas, mlflow, sqlalchemy and plotly are
 imported inside the commands.
@@ -251,6 +252,9 @@ def report(
     strict: Annotated[bool, typer.Option(
         "--strict", help="With --paper: exit 1 when a finished cell lacks a finite value of a metric its map item "
                          "needs (the CI rehearsal's check).")] = False,
+    archive: Annotated[list[Path] | None, typer.Option(
+        "--archive", help="Read the sweep's runs from this archive folder (`orch archive`) instead of the tracking "
+                          "store; repeatable (archives of one sweep's cells from different sessions).")] = None,
 ) -> None:
     """Write a sweep's report: tables, training curves, correlations, predictor verdicts (offline HTML)."""
     from orchlib.errors import OrchError
@@ -262,10 +266,19 @@ def report(
             raise OrchError("orch report: give a sweep name or --paper (not both)")
         if strict and not whole_paper:
             raise OrchError("orch report: --strict checks the paper map's metrics: use it with --paper")
+        if archive and (whole_paper or tracking_uri):
+            raise OrchError("orch report: --archive reads one sweep's archive folders: not with --paper or "
+                            "--tracking-uri")
         if fmt not in FORMATS:
             raise OrchError(f"unknown --format {fmt!r}; valid choices: {', '.join(FORMATS)}")
         _check_output(out)
-        _check_tracking(tracking_uri)
+        if archive:
+            from analysis.archive import check_archive
+
+            for folder in archive:
+                check_archive(folder)
+        else:
+            _check_tracking(tracking_uri)
         if fmt != "html" and not kaleido_available():
             raise OrchError(f"--format {fmt} needs the kaleido package (pip install kaleido); use --format html")
         with _progress_bar() as progress:
@@ -275,7 +288,8 @@ def report(
                 built = build_paper_report(tracking_uri, n_boot=bootstrap, rollouts=rollouts, progress=progress)
             else:
                 built = build_report(
-                    sweep, tracking_uri, store_url=store, n_boot=bootstrap, rollouts=rollouts, progress=progress
+                    sweep, tracking_uri, store_url=store, n_boot=bootstrap, rollouts=rollouts, progress=progress,
+                    archives=archive or (),
                 )
         written = write_report(built, out, fmt)
     except OrchError as err:
@@ -357,3 +371,35 @@ def paper_command(
             typer.echo(f"paper --check: {len(problems)} problem(s) in {len(rows)} items", err=bool(problems))
     if problems:
         raise typer.Exit(1)
+
+
+@app.command("archive")
+def archive_command(
+    sweep: Annotated[str, typer.Argument(help="Sweep name (its MLflow experiment, or the sweep tag of its runs).")],
+    out: Annotated[Path, typer.Option(help="The archive folder to write (must not exist yet).")],
+    rollouts: Annotated[bool, typer.Option(
+        "--rollouts/--no-rollouts", help="Keep the predictor on the baseline runs' first rollout batch.")] = True,
+    tracking_uri: UriOpt = None,
+) -> None:
+    """Keep a sweep's results -- its runs, every metric history, the predictor on its first rollout batches -- as a
+    small folder of Parquet files that `orch report SWEEP --archive DIR` reads without the tracking store (e.g. to
+    commit a long run's results, or carry them off a cluster's scratch space). No checkpoint or rollout batch."""
+    from orchlib.errors import OrchError
+
+    try:
+        if out.exists():
+            raise OrchError(f"--out {out}: already exists; an archive is written into a new folder")
+        from recipes.run.tracking import check_writable_folder
+
+        check_writable_folder(out.parent, "--out")
+        _check_tracking(tracking_uri)
+        from analysis.report import archive_sweep
+
+        with _progress_bar() as progress:
+            folder, count, notes = archive_sweep(sweep, out, tracking_uri, rollouts=rollouts, progress=progress)
+    except OrchError as err:
+        _fail(str(err))
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+    size = sum(path.stat().st_size for path in folder.iterdir())
+    typer.echo(f"wrote {folder}: {count} runs, {size / 1e6:.2f} MB")

@@ -20,11 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysis import names
+from analysis.archive import READER as ARCHIVE_READER
+from analysis.archive import read_archives, write_archive
 from analysis.mlflow_store import Progress
 from analysis.sections import Section, html_table  # noqa: F401  (html_table: part of this module's interface)
 from orchlib.errors import OrchError
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
+
     import pandas as pd
     import plotly.graph_objects as go
 
@@ -247,11 +251,11 @@ def _first_batches(
 
 
 def _predictor(
-    data: RunData, summary: pd.DataFrame, t4: pd.DataFrame, first: dict[str, pd.DataFrame], predictions: pd.DataFrame,
+    data: RunData, summary: pd.DataFrame, t4: pd.DataFrame, first: Collection[str], predictions: pd.DataFrame,
     progress: Progress | None,
 ) -> Section:
-    """Table 8 from the baseline runs' first dumped batch; RV histograms from every dumped batch of one baseline
-    run per task (the runs with results, lowest seed first)."""
+    """Table 8 from the baseline runs' first dumped batch (``first``: the runs that have one); RV histograms from
+    every dumped batch of one baseline run per task (the runs with results, lowest seed first)."""
     from analysis import figures, rollout_artifacts, tables
 
     section = Section("Will filtering help? The Std(RV)/Mean(RV) predictor")
@@ -263,6 +267,10 @@ def _predictor(
         section.table(t8, "Table 8 — predictor on each baseline run's first dumped batch vs realised filter gain")
         if t8["gain"].notna().any():
             section.figure(figures.predictor_figure(t8))
+    if data.reader == ARCHIVE_READER:
+        section.note("RV histograms need the runs' rollout batches, which an archive does not keep "
+                     "(report from the tracking store for them)")
+        return section
     baseline = summary[summary["run_id"].isin(first)].sort_values(["task", "variant", "seed"])
     picked = baseline.drop_duplicates("task")
     every = rollout_artifacts.load_batches(data.tracking_uri, list(picked["run_id"]), which="all", progress=progress)
@@ -352,34 +360,46 @@ def build_report(
     n_boot: int = 1000,
     rollouts: bool = True,
     progress: Progress | None = None,
+    archives: Sequence[Path] = (),
 ) -> Report:
     """Load the sweep's runs (and its cells from the orch store at ``store_url``, default ``$ORCH_STORE`` or
-    ``.orch/orch.db``, when that store knows the sweep) and build every section (see the module docstring)."""
+    ``.orch/orch.db``, when that store knows the sweep) and build every section (see the module docstring).
+    ``archives``: read the runs from these archive folders (:mod:`analysis.archive`) instead; the tracking store,
+    the orch store and any re-evaluation are then not read."""
     from analysis.mlflow_store import RunQuery, load_runs
     from analysis.science import filter_effect, science
     from analysis.summary import metric_summary, summarize, use_reevaluation
     from analysis.sweep_state import store_cells
 
-    data = load_runs(RunQuery(sweep=sweep), tracking_uri, progress=progress)
+    if archives:
+        data, archived = read_archives(list(archives), sweep)
+    else:
+        data = load_runs(RunQuery(sweep=sweep), tracking_uri, progress=progress)
     summary = summarize(data)
     if summary.empty:
         raise OrchError(f"sweep {sweep!r} has no cell runs in {data.tracking_uri}")
-    summary, reevaluated = use_reevaluation(summary, reevaluations([sweep], tracking_uri))
+    store, reevaluated = None, None
+    if not archives:
+        summary, reevaluated = use_reevaluation(summary, reevaluations([sweep], tracking_uri))
+        store = store_cells(sweep, store_url)
     finals = metric_summary(data, [names.MI_EST, names.ENTROPY], "final").reset_index()
-    store = store_cells(sweep, store_url)
     notes = cell_notes(summary, store) + ([reevaluated] if reevaluated else [])
     tables_section, t4 = _paper_tables(summary, finals, notes)
     sections = [_cells(summary), tables_section, _curves(data, summary), _correlations(data, summary, n_boot),
                 _early_warning(data, summary)]
     predictions = None
     if rollouts:
-        first, predictions, predictor_notes = _first_batches(data, summary, progress)
+        if archives:
+            first, predictions, predictor_notes = set(archived["run_id"]), archived, []
+        else:
+            batches, predictions, predictor_notes = _first_batches(data, summary, progress)
+            first = set(batches)
         sections.append(_predictor(data, summary, t4, first, predictions, progress))
         notes.extend(predictor_notes)
     found = science(data, summary, predictions)
     if not found.reason:
         sections.insert(0, _science(found))
-    study_section = _study(sweep, store_url)
+    study_section = None if archives else _study(sweep, store_url)
     if study_section is not None:
         sections.append(study_section)
     from analysis.paper import items_of_sweep
@@ -394,6 +414,36 @@ def build_report(
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Report(sweep=sweep, tracking_uri=data.tracking_uri, generated=generated, notes=notes, sections=sections,
                   science=found)
+
+
+def archive_sweep(sweep: str, out: Path, tracking_uri: str | None = None, *, rollouts: bool = True,
+                  progress: Progress | None = None) -> tuple[Path, int, list[str]]:
+    """`orch archive`: write the sweep's finished runs, their metric histories and the predictor on its baseline
+    runs' first rollout batch (``rollouts``) as the archive folder ``out`` (:mod:`analysis.archive`); returns the
+    folder, the number of runs and notes (runs left out, batches the predictor refused)."""
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData, RunQuery, load_runs
+    from analysis.rollout_artifacts import PREDICTION_COLUMNS
+    from analysis.summary import summarize
+
+    data = load_runs(RunQuery(sweep=sweep), tracking_uri, progress=progress)
+    role = data.runs.get("tags.orch.role", pd.Series(None, index=data.runs.index))
+    ended = (data.runs["status"] == "FINISHED") | (role == "sweep")  # the sweep's parent run is kept as it is
+    notes = []
+    if not ended.all():
+        notes.append(f"left out {int((~ended).sum())} run(s) not finished (their cells rerun from the start "
+                     "elsewhere would be a second run of one cell)")
+        data = RunData(runs=data.runs[ended].reset_index(drop=True),
+                       metrics=data.metrics[data.metrics["run_id"].isin(data.runs.loc[ended, "run_id"])]
+                       .reset_index(drop=True), tracking_uri=data.tracking_uri, reader=data.reader)
+    if data.runs.empty:
+        raise OrchError(f"sweep {sweep!r} has no finished runs in {data.tracking_uri}")
+    predictions = pd.DataFrame(columns=list(PREDICTION_COLUMNS))
+    if rollouts:
+        _, predictions, refused = _first_batches(data, summarize(data), progress)
+        notes += refused
+    return write_archive(data, predictions, sweep, out), len(data.runs), notes
 
 
 def reevaluations(sweeps, tracking_uri: str | None):

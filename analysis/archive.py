@@ -1,0 +1,112 @@
+"""A sweep's results as a small folder of Parquet files: committed, shared and reported from without the MLflow
+store that produced them (``orch archive SWEEP --out DIR``, then ``orch report SWEEP --archive DIR``).
+
+A long sweep on a machine that does not keep its files (a working session, a cluster's scratch space) loses its
+tracking store; what it measured need not go with it. An archive keeps what every analysis of ``orch report``
+reads -- the runs with their params and tags, every metric history, and the Std(RV)/Mean(RV) predictor on the
+baseline runs' first dumped rollout batch -- and nothing it does not (no checkpoints, no rollout batches). Several
+archives of one sweep (cells run in different sessions) are read as one; a run in two of them is refused.
+
+Files of an archive folder:
+
+    runs.parquet         RunData.runs (analysis.mlflow_store), one row per run
+    metrics.parquet      RunData.metrics, one row per logged value
+    predictions.parquet  the predictor's rows (analysis.rollout_artifacts.PREDICTION_COLUMNS)
+    archive.json         {"format": 1, "sweep": ..., "tracking_uri": ..., "written": ..., "runs": N}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchlib.errors import OrchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData
+
+FORMAT = 1
+FILES = ("runs.parquet", "metrics.parquet", "predictions.parquet", "archive.json")
+READER = "archive"
+
+
+def write_archive(data: RunData, predictions: pd.DataFrame, sweep: str, folder: Path) -> Path:
+    """Write ``data`` and ``predictions`` as the archive folder ``folder`` (which must not exist yet); all or
+    nothing: the files are written into a temporary folder beside it, then renamed into place."""
+    folder = Path(folder)
+    if folder.exists():
+        raise OrchError(f"{folder}: already exists; an archive is written into a new folder")
+    parent = folder.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=parent))
+    try:
+        data.runs.to_parquet(staging / "runs.parquet", index=False)
+        data.metrics.to_parquet(staging / "metrics.parquet", index=False)
+        predictions.to_parquet(staging / "predictions.parquet", index=False)
+        meta = {"format": FORMAT, "sweep": sweep, "tracking_uri": data.tracking_uri,
+                "written": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "runs": len(data.runs)}
+        (staging / "archive.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return folder
+
+
+def check_archive(folder: Path) -> dict:
+    """The archive's ``archive.json``, after checking the folder holds every file of an archive this version
+    reads; OrchError naming the folder and what is wrong otherwise."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise OrchError(f"{folder}: no such archive folder (write one with `orch archive SWEEP --out DIR`)")
+    missing = [name for name in FILES if not (folder / name).is_file()]
+    if missing:
+        raise OrchError(f"{folder}: not an orch archive: missing {', '.join(missing)}")
+    try:
+        meta = json.loads((folder / "archive.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise OrchError(f"{folder / 'archive.json'}: unreadable ({err})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise OrchError(f"{folder / 'archive.json'}: archive format {found!r}; this orch reads format {FORMAT}")
+    return meta
+
+
+def read_archives(folders: list[Path], sweep: str | None = None) -> tuple[RunData, pd.DataFrame]:
+    """The runs, metric histories and predictor rows of one or more archive folders, as one :class:`RunData`
+    (reader ``archive``) and one predictions frame. ``sweep``: every archive must be of this sweep."""
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData
+    from analysis.rollout_artifacts import PREDICTION_COLUMNS
+
+    if not folders:
+        raise OrchError("no archive folder given")
+    runs, metrics, predictions = [], [], []
+    for folder in folders:
+        meta = check_archive(folder)
+        if sweep is not None and meta.get("sweep") != sweep:
+            raise OrchError(f"{folder}: an archive of sweep {meta.get('sweep')!r}, not {sweep!r}")
+        try:
+            runs.append(pd.read_parquet(Path(folder) / "runs.parquet"))
+            metrics.append(pd.read_parquet(Path(folder) / "metrics.parquet"))
+            predictions.append(pd.read_parquet(Path(folder) / "predictions.parquet"))
+        except (OSError, ValueError) as err:
+            raise OrchError(f"{folder}: unreadable archive file ({err})") from None
+    table = pd.concat(runs, ignore_index=True)
+    twice = table["run_id"][table["run_id"].duplicated()]
+    if not twice.empty:
+        raise OrchError(f"run {twice.iloc[0]} is in more than one of the archives {', '.join(map(str, folders))}")
+    table = table.sort_values(["start_time", "run_id"], na_position="last", kind="stable").reset_index(drop=True)
+    history = pd.concat(metrics, ignore_index=True).sort_values(["run_id", "key", "step", "timestamp"], kind="stable")
+    found = [p for p in predictions if not p.empty]
+    predicted = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=list(PREDICTION_COLUMNS))
+    uri = "archive:" + ",".join(str(folder) for folder in folders)
+    return RunData(runs=table, metrics=history.reset_index(drop=True), tracking_uri=uri, reader=READER), predicted
