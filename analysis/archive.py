@@ -110,3 +110,13 @@ def read_archives(folders: list[Path], sweep: str | None = None) -> tuple[RunDat
     predicted = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=list(PREDICTION_COLUMNS))
     uri = "archive:" + ",".join(str(folder) for folder in folders)
     return RunData(runs=table, metrics=history.reset_index(drop=True), tracking_uri=uri, reader=READER), predicted
+
+
+def finished_cells(folders: list[Path], sweep: str) -> set[str]:
+    """The digests of the cells of ``sweep`` that have a finished run in the archive folders (the ``cell`` tag the
+    sweep engine gives a cell's run): what `orch sweep --done-in` leaves out."""
+    data, _ = read_archives(list(folders), sweep)
+    runs = data.runs
+    if "tags.cell" not in runs.columns:
+        return set()
+    return set(runs.loc[(runs["status"] == "FINISHED") & runs["tags.cell"].notna(), "tags.cell"])

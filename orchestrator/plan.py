@@ -64,6 +64,14 @@ class Plan:
         """The sweep name."""
         return self.definition.spec.name
 
+    def drop_done(self, digests: set[str], where: str) -> None:
+        """Leave out the cells whose digest is in ``digests`` (finished elsewhere, e.g. in an archive: ``where``)
+        and say how many in a note."""
+        kept = [cell for cell in self.cells if cell.digest not in digests]
+        if len(kept) < len(self.cells):
+            self.notes.append(f"{len(self.cells) - len(kept)} cell(s) finished in {where}: not submitted")
+        self.cells = kept
+
     def resource_groups(self) -> dict[Resources, list[PlannedCell]]:
         """Cells grouped by identical resources (one job array each), in order of first appearance."""
         groups: dict[Resources, list[PlannedCell]] = defaultdict(list)

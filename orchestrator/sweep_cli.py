@@ -64,6 +64,7 @@ def sweep_command(
     limit: Annotated[int, typer.Option("--limit", help="Dry run: rows to print (0: all).")] = 200,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).")] = None,
     store_url: StoreOpt = None,
+    done_in: Annotated[list[Path] | None, typer.Option("--done-in", help="An archive folder (`orch archive`): its sweep's cells with a finished run there are done and not submitted (a long sweep run session by session). Repeatable.")] = None,
 ) -> None:
     """Expand a sweep file into cells and submit the ones not done yet (only what is missing)."""
     from orchlib.errors import OrchError
@@ -80,6 +81,10 @@ def sweep_command(
             _run_preflight(file, profile, sets or [], as_json, model_config, tracking_uri)
             return
         plan = build_plan(load_sweep(file, profile=profile, sets=sets or []))
+        if done_in:
+            from analysis.archive import finished_cells
+
+            plan.drop_done(finished_cells(done_in, plan.name), ", ".join(map(str, done_in)))
         if dry_run:
             from orchestrator.views import print_plan
 

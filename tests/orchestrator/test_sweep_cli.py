@@ -106,3 +106,38 @@ def test_sweep_status_logs_cancel_resume_round(workdir: Path, sweep_file, test_b
     again = invoke("sweep", str(path), "--cluster", "debug", "--wait")
     assert "submitted 0" in again.output and "2 finished" in again.output
     assert again.output.endswith("sweep cli: finished 2\n")  # not a terminal: whole lines, the last one ended
+
+
+def test_cells_finished_in_an_archive_are_not_submitted_again(workdir: Path, sweep_file, test_backend: str,
+                                                               tracking: str, mlflow_template: Path) -> None:
+    import shutil
+
+    text = f"""
+        name: kept
+        backend: {test_backend}
+        base: {{trainer: test, trainer.total_steps: 2}}
+        grid:
+          task: [TASKS]
+    """
+    path = sweep_file(text.replace("TASKS", "sokoban, countdown"))
+    assert invoke("sweep", str(path), "--cluster", "debug", "--tracking-uri", tracking).exit_code == 0
+    archive = workdir / "archive"
+    result = invoke("archive", "kept", "--out", str(archive), "--tracking-uri", tracking, "--no-rollouts")
+    assert result.exit_code == 0 and "3 runs" in result.output, result.output  # the sweep's parent run and 2 cells
+
+    later = workdir / "later"  # another machine: a new store and tracking store, the archive committed
+    later.mkdir()
+    shutil.copy(mlflow_template, later / "mlflow.db")
+    wider = sweep_file(text.replace("TASKS", "sokoban, countdown, frozenlake"), name="later/sweep.yaml")
+    store = f"sqlite:///{later / 'orch.db'}"
+    uri = f"sqlite:///{later / 'mlflow.db'}"
+    result = invoke("sweep", str(wider), "--done-in", str(archive), "--dry-run", "--store", store)
+    assert result.exit_code == 0 and "1 cells" in result.output, result.output
+    assert f"2 cell(s) finished in {archive}: not submitted" in " ".join(result.output.split())  # rich wraps
+    result = invoke("sweep", str(wider), "--cluster", "debug", "--done-in", str(archive), "--store", store,
+                    "--tracking-uri", uri)
+    assert result.exit_code == 0 and "submitted 1 with --cluster debug" in result.output, result.output
+    status = json.loads(invoke("status", "kept", "--json", "--store", store).output)
+    assert [cell["varied"] for cell in status["cells"]] == [{"task": "frozenlake"}]
+    result = invoke("sweep", str(wider), "--done-in", str(workdir / "nope"), "--dry-run")
+    assert result.exit_code == 2 and "no such archive folder" in result.output
