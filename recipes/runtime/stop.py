@@ -10,7 +10,8 @@ line).
 Inside a step, the phases that leave the model as it was (rollout, scoring, diagnostics, validation) run inside
 `interruptible(should_stop)`; their loops call `poll()` between decoded tokens and micro-batches, which raises
 `StopRequested` once a stop is asked for, so the phase ends within a fraction of a second and the trainer discards
-the unfinished step. The update is the one phase that changes the model: it runs to its end (seconds on a CPU model).
+the unfinished step. The update changes the model: the torch trainer keeps a copy of the models and optimisers
+while it runs and puts it back when a stop ends it (`recipes.torch_trainer.backend.UpdateUndo`).
 
 `orch train` and the sweep job both use it. Handlers can only be installed in the main thread; elsewhere (a debug
 executor running cells in a thread) the signals keep their handlers and `stop()` stays false.

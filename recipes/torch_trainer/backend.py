@@ -15,9 +15,11 @@
                6 validate     every `val_every` steps on held-out seeds at temperature 0.5
                7 log, dump the rollout batch, checkpoint; stop on request at this boundary
 
-A stop asked for inside a step (`recipes.runtime.stop`) ends steps 1-4 or 6 between decoded tokens or micro-batches: during
+A stop asked for inside a step (`recipes.runtime.stop`) ends steps 1-6 between decoded tokens or micro-batches: during
 1-4 the step is dropped (the model is still the previous step's; hook states are rewound) and the checkpoint is the
-previous step's; during 6 the step is kept and its validation runs first on resume. Step 5 runs to its end.
+previous step's; during 5 the models and optimisers are put back as the previous step left them (`UpdateUndo`: a copy
+kept while the update runs) and the step is dropped likewise; during 6 the step is kept and its validation runs first
+on resume.
 
 Every metric is named where it is computed. Timings: `timing_s/<phase>`. Image observations (a vision-language
 policy, `model=tiny_vl` or a Qwen2.5-VL folder) travel as frames beside the chats: the sampler, the batch
@@ -395,7 +397,7 @@ def _train(
             started, before = time.monotonic(), run.counters()
             try:
                 outcome = train_step(run, step, should_stop)
-            except StopRequested as stop:  # before the update: the model is still step-1's; the step is dropped
+            except StopRequested as stop:  # before the validation: the models are step-1's; the step is dropped
                 run.rewind(before)
                 step -= 1
                 status = "preempted"
@@ -479,9 +481,9 @@ class StepOutcome:
 
 
 def train_step(run: Run, step: int, should_stop: Callable[[], bool] | None = None) -> StepOutcome:
-    """One training step (see the module docstring); returns its metrics. A stop (`should_stop`) before the update
-    raises `StopRequested` out of the rollout, scoring or diagnostics; one during the validation ends it and says
-    so (`validation_pending`)."""
+    """One training step (see the module docstring); returns its metrics. A stop (`should_stop`) before the
+    validation raises `StopRequested` out of the rollout, scoring, diagnostics or update (the update undone first);
+    one during the validation ends it and says so (`validation_pending`)."""
     cfg, models, trainer = run.cfg, run.models, run.cfg.trainer
     seed_everything(cfg.seed, step)
     metrics: dict[str, float] = {}
@@ -492,13 +494,23 @@ def train_step(run: Run, step: int, should_stop: Callable[[], bool] | None = Non
 
     failure = None
     if batch is not None:  # 5 update: critic, then actor, over mini-batches of the kept trajectories
+        trained = [(models.policy, models.policy_optimizer)]
         if models.critic is not None:
-            with timed(metrics, "update_critic"):
-                metrics.update(update_critic(models.critic, models.critic_optimizer, batch,
-                                             cfg.algorithm.cliprange_value, run.settings))
-        with timed(metrics, "update_actor"):
-            metrics.update(update_actor(models.policy, models.policy_optimizer, batch, run.policy_config,
-                                        run.settings))
+            trained.insert(0, (models.critic, models.critic_optimizer))
+        undo = UpdateUndo(trained)
+        try:
+            with interruptible(should_stop if undo.kept else None):
+                if models.critic is not None:
+                    with timed(metrics, "update_critic"):
+                        metrics.update(update_critic(models.critic, models.critic_optimizer, batch,
+                                                     cfg.algorithm.cliprange_value, run.settings))
+                with timed(metrics, "update_actor"):
+                    metrics.update(update_actor(models.policy, models.policy_optimizer, batch, run.policy_config,
+                                                run.settings))
+        except StopRequested:  # the models and optimisers as step - 1 left them: the step is dropped
+            undo.restore()
+            raise
+        del undo
         if not math.isfinite(metrics["actor/pg_loss"]):
             failure = f"non-finite policy loss at step {step}"
 
@@ -514,6 +526,37 @@ def train_step(run: Run, step: int, should_stop: Callable[[], bool] | None = Non
     metrics["timing_s/step"] = time.perf_counter() - step_start
     metrics["timing_s/diagnostics_share"] = metrics["timing_s/diagnostics"] / metrics["timing_s/step"]
     return StepOutcome(metrics, context.tags, context.stop_reason, failure, pending)
+
+
+class UpdateUndo:
+    """The models and optimisers as the previous step left them, kept while the update runs so that a stop inside
+    it can put them back (the step is then dropped, as a stop before the update drops it). A copy per step of the
+    parameters and the optimiser's state: kept only while that is at most `LIMIT_BYTES` (the tiny model's is about
+    24 MB, copied in 25-40 ms: benchmarks/bench_update_undo.py); above it `kept` is false and the update runs to
+    its end, as it did before."""
+
+    LIMIT_BYTES = 1 << 30
+
+    def __init__(self, trained: list[tuple[torch.nn.Module, torch.optim.Optimizer]]) -> None:
+        self.trained = trained
+        self.kept: list[tuple[dict, dict]] | None = None
+        if self.size_bytes(trained) <= self.LIMIT_BYTES:
+            self.kept = [(copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()))
+                         for model, optimizer in trained]
+
+    @staticmethod
+    def size_bytes(trained: list[tuple[torch.nn.Module, torch.optim.Optimizer]]) -> int:
+        """Bytes of the parameters and of the optimiser state (Adam's two moments: twice the parameters, counted
+        before the first step creates them)."""
+        return sum(3 * p.numel() * p.element_size() for model, _ in trained for p in model.parameters())
+
+    def restore(self) -> None:
+        """Put the kept models and optimisers back (a no-op when nothing was kept)."""
+        if self.kept is None:
+            return
+        for (model, optimizer), (weights, state) in zip(self.trained, self.kept, strict=True):
+            model.load_state_dict(weights)
+            optimizer.load_state_dict(state)
 
 
 def validate_step(run: Run, step: int, metrics: dict[str, float], log_now: bool = True) -> None:

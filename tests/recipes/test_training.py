@@ -204,11 +204,12 @@ def test_stop_request_checkpoints_and_resume_finishes(train_overrides, tmp_path,
 STRAIGHT: dict[str, str] = {}
 
 
-# (phase the stop lands in, at step 2 of 3) -> (steps kept, the reason's phase): a stop before the update drops the
-# step (the model is still step 1's); the update runs to its end and the validation after it is what stops.
+# (phase the stop lands in, at step 2 of 3) -> (steps kept, the reason's phase): a stop before the validation drops
+# the step (the model is still step 1's, or, in the update, put back as step 1 left it: the critic's update, done
+# before the actor's, undone too); a stop in the validation keeps the step.
 @pytest.mark.parametrize(("phase", "kept", "said"), [
     ("gen", 1, "the rollout"), ("diagnostics", 1, "the diagnostics"), ("old_log_prob", 1, "the scoring"),
-    ("update_actor", 2, "the validation"), ("val", 2, "the validation"),
+    ("update_critic", 1, "the update"), ("update_actor", 1, "the update"), ("val", 2, "the validation"),
 ])
 def test_a_stop_inside_a_phase_ends_it_and_the_resume_equals_an_uninterrupted_run(
         train_overrides, tmp_path, monkeypatch, phase, kept, said) -> None:
