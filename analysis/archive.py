@@ -46,7 +46,10 @@ def write_archive(data: RunData, predictions: pd.DataFrame, sweep: str, folder: 
     parent = folder.parent
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=parent))
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        staging.chmod(0o777 & ~umask)  # a folder as any other (mkdtemp's is private)
         data.runs.to_parquet(staging / "runs.parquet", index=False)
         data.metrics.to_parquet(staging / "metrics.parquet", index=False)
         predictions.to_parquet(staging / "predictions.parquet", index=False)
