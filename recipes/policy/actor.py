@@ -251,7 +251,7 @@ def minibatch_steps(
             info = global_batch_info(mini, settings.loss_scale_factor)
             sums: dict[str, float] = defaultdict(float)
             for micro in micro_batches(mini, settings.micro_batch_size):
-                poll()  # a stop inside an interruptible update (the trainer undoes it: recipes.torch_trainer.undo)
+                poll()  # a stop inside an interruptible update (the torch trainer undoes it: UpdateUndo)
                 loss, shares = micro_loss(micro, info)
                 loss.backward()
                 for key, value in shares.items():
