@@ -57,6 +57,9 @@ def write_archive(data: RunData, predictions: pd.DataFrame, sweep: str, folder: 
                 "written": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "runs": len(data.runs)}
         (staging / "archive.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         os.replace(staging, folder)
+    except OSError as err:  # a full disk, a folder made unwritable meanwhile: one line, nothing left behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OrchError(f"{folder}: the archive could not be written ({err.strerror or err})") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

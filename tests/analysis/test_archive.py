@@ -99,3 +99,17 @@ def test_the_commands_and_their_bad_input(demo_store, archived, tmp_path):
         assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "n").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "kept", "report.html"]
+
+
+def test_an_archive_that_cannot_be_written_is_one_error_and_leaves_nothing(archived, tmp_path, monkeypatch):
+    import errno
+
+    data, predictions = read_archives([archived[0]])
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
+    with pytest.raises(OrchError, match="could not be written \\(No space left on device\\)"):
+        write_archive(data, predictions, "demo", tmp_path / "full")
+    assert list(tmp_path.iterdir()) == []
