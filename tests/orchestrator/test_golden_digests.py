@@ -29,9 +29,16 @@ def _digests(case: str) -> list[str]:
     return [cell.digest for cell in plan.cells]
 
 
+@pytest.fixture(scope="module")
+def fresh_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache root for every case of this file: no conf-tree cache from another version, and the trees resolved
+    for one sweep are reused by the next (the cache is keyed by a fingerprint of every file in conf/)."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_cell_digests_are_unchanged(case: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path))  # no conf-tree cache from another version
+def test_cell_digests_are_unchanged(case: str, monkeypatch: pytest.MonkeyPatch, fresh_cache: Path) -> None:
+    monkeypatch.setenv("ORCH_CACHE_DIR", str(fresh_cache))
     if os.environ.get("ORCH_REGENERATE_GOLDEN"):
         golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
         golden[case] = _digests(case)

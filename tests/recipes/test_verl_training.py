@@ -93,6 +93,7 @@ def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orc
     assert model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] > ids.shape[1]
 
 
+@pytest.mark.full  # CI keeps GRPO end to end and the SIGUSR2 resume; this and DAPO run in the full tier
 def test_ppo_with_a_critic_plays_a_multi_turn_task_and_splits_the_gradient(train_overrides) -> None:
     overrides = [*train_overrides, "backend=verl", "algorithm=ppo", "task=frozenlake", "filter=none",
                  "trainer.val_every=0", "trainer.mini_batch_size=4", "hooks=[collapse]", "diagnostics.mi_every=0",
@@ -120,6 +121,7 @@ def test_ppo_with_a_critic_plays_a_multi_turn_task_and_splits_the_gradient(train
     assert abs(first["actor/grad_norm"] - task) <= reg * 1.001 + 1e-6, (first, task, reg)
 
 
+@pytest.mark.full
 def test_dapo_dynamic_tops_up_zero_variance_groups_with_extra_generation_batches(train_overrides) -> None:
     overrides = [*train_overrides, "backend=verl", "algorithm=dapo_dynamic", "task=countdown", "filter=none",
                  "trainer.total_steps=1", "trainer.val_every=0"]
@@ -158,7 +160,7 @@ def signal_session(process: subprocess.Popen, number: int) -> None:
             os.kill(int(pid), number)
 
 
-@pytest.mark.parametrize("stop", ["SIGUSR2", "SIGKILL"])
+@pytest.mark.parametrize("stop", ["SIGUSR2", pytest.param("SIGKILL", marks=pytest.mark.full)])
 def test_a_stopped_run_resumes_into_the_same_run_without_a_lost_or_repeated_step(train_overrides, tmp_path,
                                                                                  stop) -> None:
     own_store = [o for o in train_overrides if not o.startswith("mlflow.tracking_uri=")]
