@@ -11,7 +11,7 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--full", action="store_true", default=False,
-                     help="also run the tests marked `full` (the paper rehearsal; tens of minutes)")
+                     help="also run the tests marked `full` (tests/README.md lists them and their cost)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

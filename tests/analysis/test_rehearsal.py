@@ -29,7 +29,7 @@ def orch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.full  # 28 min on CI's 2 cores (2026-11-27): the full tier, `bash scripts/test.sh --full`
+@pytest.mark.full  # the full tier (`bash scripts/test.sh --full`; its cost: tests/README.md)
 def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path / "cache"))  # the warm starts, once per task
     for name in ("ORCH_STORE", "MLFLOW_TRACKING_URI"):
