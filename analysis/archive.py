@@ -5,7 +5,9 @@ A long sweep on a machine that does not keep its files (a working session, a clu
 tracking store; what it measured need not go with it. An archive keeps what every analysis of ``orch report``
 reads -- the runs with their params and tags, every metric history, and the Std(RV)/Mean(RV) predictor on the
 baseline runs' first dumped rollout batch -- and nothing it does not (no checkpoints, no rollout batches). Several
-archives of one sweep (cells run in different sessions) are read as one; a run in two of them is refused.
+archives of one sweep (cells run in different sessions) are read as one. A run in more than one of them (the sweep's
+parent run, or a cell's run continued in a later session of the same tracking store) is read from the archive written
+last: an archive is a snapshot, the later one holds all the earlier one did and what came after.
 
 Files of an archive folder:
 
@@ -95,25 +97,34 @@ def read_archives(folders: list[Path], sweep: str | None = None) -> tuple[RunDat
 
     if not folders:
         raise OrchError("no archive folder given")
-    runs, metrics, predictions = [], [], []
-    for folder in folders:
+    snapshots = []
+    for position, folder in enumerate(folders):
         meta = check_archive(folder)
         if sweep is not None and meta.get("sweep") != sweep:
             raise OrchError(f"{folder}: an archive of sweep {meta.get('sweep')!r}, not {sweep!r}")
         try:
-            runs.append(pd.read_parquet(Path(folder) / "runs.parquet"))
-            metrics.append(pd.read_parquet(Path(folder) / "metrics.parquet"))
-            predictions.append(pd.read_parquet(Path(folder) / "predictions.parquet"))
+            frames = tuple(pd.read_parquet(Path(folder) / name)
+                           for name in ("runs.parquet", "metrics.parquet", "predictions.parquet"))
         except (OSError, ValueError) as err:
             raise OrchError(f"{folder}: unreadable archive file ({err})") from None
+        snapshots.append((str(meta.get("written") or ""), position, frames))
+    # newest snapshot first (the ISO time it was written; the later on the command line at equal times): a run is
+    # read from the first archive that holds it, its metric history and predictor rows with it
+    snapshots.sort(key=lambda snapshot: snapshot[:2], reverse=True)
+    runs, metrics, predictions, seen = [], [], [], set()
+    for _, _, (run_rows, metric_rows, prediction_rows) in snapshots:
+        fresh = ~run_rows["run_id"].isin(seen)
+        ids = set(run_rows.loc[fresh, "run_id"])
+        runs.append(run_rows[fresh])
+        metrics.append(metric_rows[metric_rows["run_id"].isin(ids)])
+        predictions.append(prediction_rows[prediction_rows["run_id"].isin(ids)])
+        seen |= ids
     table = pd.concat(runs, ignore_index=True)
-    twice = table["run_id"][table["run_id"].duplicated()]
-    if not twice.empty:
-        raise OrchError(f"run {twice.iloc[0]} is in more than one of the archives {', '.join(map(str, folders))}")
     table = table.sort_values(["start_time", "run_id"], na_position="last", kind="stable").reset_index(drop=True)
     history = pd.concat(metrics, ignore_index=True).sort_values(["run_id", "key", "step", "timestamp"], kind="stable")
     found = [p for p in predictions if not p.empty]
     predicted = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=list(PREDICTION_COLUMNS))
+    predicted = predicted.sort_values(["run_id", "step"], kind="stable").reset_index(drop=True)
     uri = "archive:" + ",".join(str(folder) for folder in folders)
     return RunData(runs=table, metrics=history.reset_index(drop=True), tracking_uri=uri, reader=READER), predicted
 

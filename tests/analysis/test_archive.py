@@ -3,6 +3,7 @@ tracking store, the same findings as from the store."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pandas as pd
@@ -54,7 +55,7 @@ def test_the_report_from_an_archive_finds_what_the_store_finds(demo_store, archi
     assert any(isinstance(b, str) and "Table 8" in b for b in predictor.blocks)
 
 
-def test_archives_of_one_sweep_read_as_one_and_a_run_in_two_is_refused(archived, tmp_path):
+def test_archives_of_one_sweep_read_as_one_and_a_run_in_two_is_read_from_the_later(archived, tmp_path):
     data, predictions = read_archives([archived[0]])
     ids = list(data.runs["run_id"])
     halves = []
@@ -65,9 +66,32 @@ def test_archives_of_one_sweep_read_as_one_and_a_run_in_two_is_refused(archived,
     joined, joined_predictions = read_archives(halves, "demo")
     pd.testing.assert_frame_equal(joined.runs, data.runs, check_dtype=False)
     pd.testing.assert_frame_equal(joined.metrics, data.metrics, check_dtype=False)
-    assert len(joined_predictions) == len(predictions)
-    with pytest.raises(OrchError, match="is in more than one of the archives"):
-        read_archives([halves[0], archived[0]])
+    pd.testing.assert_frame_equal(joined_predictions, predictions.sort_values(["run_id", "step"]).reset_index(drop=True),
+                                  check_dtype=False)
+
+    # A session archived a run cut short (fewer steps, not finished); the next session of the same tracking store
+    # continued it and archived it again: the run is read once, from the archive written last, wherever it stands
+    # on the command line.
+    run = data.runs.loc[data.runs["params.filter.strategy"].eq("none"), "run_id"].iloc[0]
+    history = data.metrics[data.metrics["run_id"] == run]
+    cut = RunData(runs=data.runs[data.runs["run_id"] == run].assign(status="RUNNING"),
+                  metrics=history[history["step"] <= history["step"].median()], tracking_uri=data.tracking_uri, reader="sql")
+    earlier = write_archive(cut, predictions.iloc[:0], "demo", tmp_path / "earlier")
+    meta = json.loads((earlier / "archive.json").read_text())
+    (earlier / "archive.json").write_text(json.dumps({**meta, "written": "2000-01-01T00:00:00Z"}))
+    for order in ([earlier, archived[0]], [archived[0], earlier]):
+        both, both_predictions = read_archives(order, "demo")
+        pd.testing.assert_frame_equal(both.runs, data.runs, check_dtype=False)
+        pd.testing.assert_frame_equal(both.metrics, data.metrics, check_dtype=False)
+        assert set(both_predictions["run_id"]) == set(predictions["run_id"])
+    # written in the same second: the later on the command line is the later snapshot
+    newest = json.loads((archived[0] / "archive.json").read_text())["written"]
+    (earlier / "archive.json").write_text(json.dumps({**meta, "written": newest}))
+    last = read_archives([archived[0], earlier], "demo")[0]
+    assert last.runs.loc[last.runs["run_id"] == run, "status"].tolist() == ["RUNNING"]
+    assert last.metrics.loc[last.metrics["run_id"] == run, "step"].max() == cut.metrics["step"].max() < history["step"].max()
+    assert len(last.runs) == len(data.runs)
+
     with pytest.raises(OrchError, match="an archive of sweep 'demo', not 'other'"):
         read_archives(halves, "other")
 
