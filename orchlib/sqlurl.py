@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from orchlib.errors import OrchError
+from orchlib.signals import held_by_children
 
 SQLITE_PREFIX = "sqlite:///"
 
@@ -42,16 +43,23 @@ def sqlite_tables(path: Path, where: str) -> set[str]:
     their locks, and a process opening the file next then takes itself for its only user and rewinds the WAL
     under them, losing their committed writes (SQLite's documentation warns against it; it lost store writes here
     until the look moved out). A child process has locks of its own."""
+    command = [sys.executable, "-I", "-c", _LOOK, str(path.resolve()), "1" if _in_use(path) else "0"]
     try:
-        done = subprocess.run([sys.executable, "-I", "-c", _LOOK, str(path.resolve()),
-                               "1" if _in_use(path) else "0"], capture_output=True, text=True, timeout=60,
-                              check=False)
+        with held_by_children():  # a job's stop signal reaches the look too (SLURM signals every process of the job)
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with process:
+            try:
+                stdout, stderr = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
     except (OSError, subprocess.TimeoutExpired) as err:
         raise OrchError(f"{where}: cannot read {path} ({err})") from None
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["unknown error"])[-1]
+    if process.returncode != 0:
+        fallback = f"the look at PATH ended with exit status {process.returncode}"
+        reason = (stderr.strip().splitlines() or [fallback])[-1]
         raise OrchError(f"{where}: {reason.replace('PATH', str(path))}")
-    return set(json.loads(done.stdout))
+    return set(json.loads(stdout))
 
 
 # The child's script: argv = path, whether the file is in use. Exit status 1 with one line on stderr on error.

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
+from orchlib.signals import STOP_SIGNALS
 
 
 class StopRequested(Exception):  # noqa: N818 (a request, not an error)

@@ -113,7 +113,7 @@ def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
 
 @contextmanager
 def _signals_ignored() -> Iterator[None]:
-    """The stop signals (`recipes.runtime.stop.STOP_SIGNALS`: SIGUSR2, SIGTERM, SIGINT) ignored while Ray's processes start
+    """The stop signals (`orchlib.signals.STOP_SIGNALS`: SIGUSR2, SIGTERM, SIGINT) ignored while Ray's processes start
     (they inherit it, so a Ctrl-C or a preemption reaches only the driver, which checkpoints), then the job's
     handlers back."""
     import signal
@@ -121,7 +121,7 @@ def _signals_ignored() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    from recipes.runtime.stop import STOP_SIGNALS
+    from orchlib.signals import STOP_SIGNALS
 
     previous = {number: signal.signal(number, signal.SIG_IGN) for number in STOP_SIGNALS}
     try:

@@ -18,6 +18,7 @@ from orchestrator.engine import submit_plan, wait
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
 from orchestrator.store import Store
+from recipes.runtime.checkpoint import latest_checkpoint
 from tests.orchestrator.conftest import MICRO
 
 pytestmark = [
@@ -96,7 +97,7 @@ def test_torch_job_requeued_by_slurm_resumes_into_the_same_run(workdir: Path, tr
     (cell,) = store.cell_rows(sweep.id)
     checkpoints = Path(sweep.run_dir) / "checkpoints" / cell.digest
     deadline = time.monotonic() + 600
-    while not (checkpoints.exists() and any(checkpoints.iterdir())):  # a few steps in, a checkpoint saved
+    while latest_checkpoint(checkpoints) is None:  # a few steps in, a checkpoint saved (not the writer's lease file)
         assert time.monotonic() < deadline, "no checkpoint appeared"
         time.sleep(1)
     (cell,) = store.cell_rows(sweep.id)

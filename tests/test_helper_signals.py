@@ -1,0 +1,82 @@
+"""A job's stop signal reaches every process of the job (SLURM signals the whole job step; a Ctrl-C the terminal's
+foreground group); the short helper processes a job starts -- `orchlib.sqlurl`'s look at an SQLite file -- run to
+their end through it (`orchlib.signals.held_by_children`), and the job still receives it. Issue 31, loaded CI run L1:
+a SIGUSR2 that landed while the SLURM job looked at its MLflow store killed the look, and the cell failed with
+"unknown error" instead of checkpointing and requeueing."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchlib import sqlurl
+from orchlib.errors import OrchError
+from orchlib.signals import STOP_SIGNALS, held_by_children
+
+
+def database(tmp_path: Path) -> Path:
+    path = tmp_path / "mlflow.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE runs (id TEXT)")
+        conn.commit()
+    return path
+
+
+@pytest.fixture
+def signalled_at_start(monkeypatch) -> list[subprocess.Popen]:
+    """Every process `orchlib.sqlurl` starts gets the three stop signals the moment it exists (before its Python
+    has run a line): the worst moment, on any machine's speed."""
+    started: list[subprocess.Popen] = []
+    real = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        process = real(*args, **kwargs)
+        for number in STOP_SIGNALS:
+            os.kill(process.pid, number)
+        started.append(process)
+        return process
+
+    monkeypatch.setattr(sqlurl.subprocess, "Popen", popen)
+    return started
+
+
+def test_the_look_at_an_sqlite_file_runs_to_its_end_through_a_stop_signal(tmp_path, signalled_at_start):
+    assert sqlurl.sqlite_tables(database(tmp_path), "mlflow.tracking_uri") == {"runs"}
+    (look,) = signalled_at_start
+    assert look.returncode == 0
+
+
+def test_without_the_shield_the_signal_kills_the_look(tmp_path, signalled_at_start, monkeypatch):
+    # the control: the same signals, the look started unshielded, dies of them -- the failure of run L1
+    monkeypatch.setattr(sqlurl, "held_by_children", contextlib.nullcontext)
+    with pytest.raises(OrchError, match=r"mlflow.tracking_uri: the look at .*mlflow.db ended with exit status -"):
+        sqlurl.sqlite_tables(database(tmp_path), "mlflow.tracking_uri")
+    (look,) = signalled_at_start
+    assert look.returncode < 0
+
+
+def test_the_process_that_holds_the_signals_still_receives_its_own():
+    received: list[int] = []
+    previous = signal.signal(signal.SIGUSR2, lambda number, frame: received.append(number))
+    try:
+        with held_by_children():
+            child = subprocess.Popen([sys.executable, "-I", "-c", "import signal, sys; "
+                                      "sys.exit(0 if signal.SIGUSR2 in signal.pthread_sigmask(signal.SIG_BLOCK, []) else 3)"])
+            os.kill(os.getpid(), signal.SIGUSR2)
+        assert child.wait(timeout=60) == 0  # the child started with the stop signals blocked
+        deadline = time.monotonic() + 30
+        while not received:  # delivered to another thread meanwhile, or on leaving the context
+            assert time.monotonic() < deadline, "the signal sent to this process was lost"
+            time.sleep(0.01)
+        assert received == [signal.SIGUSR2]
+        assert signal.SIGUSR2 not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask is back as it was
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
