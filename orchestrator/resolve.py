@@ -10,7 +10,7 @@ Composing with Hydra costs ~0.2 s per call, far too slow for 10,000 cells, so th
   and caches the subtrees on disk (`<cache root>/conf-trees/`, keyed by a fingerprint of every file in `conf/`).
   An option that reaches outside its group, or choices of two groups that together pick a file of their own
   (`recipes.config.compose.paired_groups`: a model and a task pick their warm-start file), makes it compose that whole
-  combination instead;
+  combination instead (cached on disk too: a paper grid composes a few dozen combinations);
 * `ConfigResolver` sets a cell's dotted keys on its combination's tree (`recipes.config.compose.apply_settings`, with the
   types `conf/` gives them) and validates the result once per distinct *shape* (settings except the seed) with
   `TrainConfig.from_tree`; per cell, only the seed is set on a copy of the shape's config, then hashed.
@@ -91,7 +91,8 @@ class ConfigResolver:
 
 
 class ConfTrees:
-    """`conf/` composed per config-group option, cached in memory and on disk (see the module docstring)."""
+    """`conf/` composed per config-group option (and per combination that must be composed whole), cached in memory
+    and on disk (see the module docstring)."""
 
     def __init__(self, cache_dir: Path | None = None) -> None:
         from recipes.config.compose import config_groups, paired_groups
@@ -108,6 +109,7 @@ class ConfTrees:
             tuple(key.split("=", 1)): tree for key, tree in data.get("groups", {}).items()
         }
         self._combos: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+        self._whole: dict[str, dict[str, Any]] = data.get("combinations", {})  # "g=o,g=o" -> composed whole
         self._dirty = False
 
     def default(self) -> dict[str, Any]:
@@ -136,7 +138,12 @@ class ConfTrees:
             # an option that reaches outside its group, or a pair of choices that picks a file of its own
             chosen = dict(combo).keys()
             if any(subtree is None for _, subtree in subtrees) or any(len(pair & chosen) > 1 for pair in self.paired):
-                tree = compose_tree([f"{group}={option}" for group, option in combo])[0]
+                overrides = [f"{group}={option}" for group, option in combo]
+                key = ",".join(overrides)
+                if key not in self._whole:
+                    self._whole[key] = compose_tree(overrides)[0]
+                    self._dirty = True
+                tree = self._whole[key]
             else:
                 tree.update(subtrees)
             self._combos[combo] = tree
@@ -150,7 +157,7 @@ class ConfTrees:
         try:
             self._file.parent.mkdir(parents=True, exist_ok=True)
             scratch = self._file.with_suffix(f".{os.getpid()}.tmp")
-            scratch.write_text(json.dumps({"default": self._default, "groups": groups}))
+            scratch.write_text(json.dumps({"default": self._default, "groups": groups, "combinations": self._whole}))
             scratch.replace(self._file)
         except OSError:
             pass

@@ -102,3 +102,33 @@ def test_a_model_and_task_pair_with_a_file_of_its_own_is_composed_whole(tmp_path
     resolved = resolver.resolve({"task": "countdown", "model": "small"})
     assert resolved.config.model.warm_start.demos == 77
     assert resolved.digest == composed_digest(resolved.settings, resolver)
+
+
+def test_a_combination_composed_whole_is_cached_on_disk_until_conf_changes(tmp_path, monkeypatch) -> None:
+    """A paper grid composes dozens of model x task pairs whole (seconds each under Hydra); the next plan reads them
+    from the cache file, and an edit of `conf/` composes them again."""
+    import shutil
+
+    from recipes.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(compose.CONF_DIR, conf)
+    monkeypatch.setattr(compose, "CONF_DIR", conf)
+    composed = []
+    real = compose._compose
+    monkeypatch.setattr(compose, "_compose", lambda overrides: composed.append(list(overrides)) or real(overrides))
+    pair = {"task": "countdown", "model": "small", "seed": 3}
+
+    first = ConfigResolver(cache_dir=tmp_path / "cache")
+    digest = first.resolve(pair).digest
+    assert ["model=small", "task=countdown"] in composed
+    first.flush()
+
+    composed.clear()
+    again = ConfigResolver(cache_dir=tmp_path / "cache").resolve(pair)
+    assert composed == [] and again.digest == digest
+
+    (conf / "model" / "warm_start" / "small_countdown.yaml").write_text("demos: 77\n")
+    edited = ConfigResolver(cache_dir=tmp_path / "cache").resolve(pair)
+    assert ["model=small", "task=countdown"] in composed
+    assert edited.config.model.warm_start.demos == 77 and edited.digest == composed_digest(edited.settings, first)
