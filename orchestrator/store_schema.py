@@ -208,8 +208,7 @@ def make_engine(url: str, readonly: bool = False, first_look: bool = False) -> E
         if readonly:
             if url.startswith("sqlite"):
                 return create_engine(readonly_url(url, first_look=first_look))
-            return create_engine(url, pool_pre_ping=True,
-                                 connect_args={"options": "-c default_transaction_read_only=on"})
+            return create_engine(url, pool_pre_ping=True, connect_args={"options": _readonly_options(url)})
         if url.startswith("sqlite"):
             return _sqlite_engine(url)
         return create_engine(url, pool_pre_ping=True)
@@ -217,6 +216,17 @@ def make_engine(url: str, readonly: bool = False, first_look: bool = False) -> E
         raise missing_driver(f"store {hide_password(url)!r}", url, err.name) from None
     except Exception as err:  # bad URL: one clear line
         raise OrchError(f"store {hide_password(url)!r}: {err}") from None
+
+
+def _readonly_options(url: str) -> str:
+    """libpq `options` for a read-only connection: the URL's own (`?options=-csearch_path%3Dteam` picks the store's
+    schema) plus read-only transactions. `connect_args` replaces the URL's `options` rather than adding to it, and a
+    read-only look without the URL's search path reads another schema's tables."""
+    from sqlalchemy.engine import make_url
+
+    given = make_url(url).query.get("options", ())
+    given = [given] if isinstance(given, str) else list(given)
+    return " ".join([*given, "-c default_transaction_read_only=on"])
 
 
 def _sqlite_engine(url: str) -> Engine:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -152,29 +153,40 @@ def test_empty_selection_gives_empty_frames(demo_store):
 
 @pytest.fixture
 def mlflow_server(demo_store, tmp_path):
-    """A real `mlflow server` on loopback over a copy of the demo store (MLflow's REST API: the client path)."""
+    """A real `mlflow server` on loopback over a copy of the demo store (MLflow's REST API: the client path). A port
+    taken by another process between the probe and the server's bind makes the server exit: it starts again on a
+    new port (three tries); one that does not answer fails the test with its log, never skips it."""
     store = tmp_path / "served.db"
     shutil.copy(demo_store.path, store)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     mlflow_cli = Path(sys.executable).with_name("mlflow")
-    process = subprocess.Popen(
-        [str(mlflow_cli), "server", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,  # its own process group
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
+    log = tmp_path / "server.log"
+    for _ in range(3):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        with log.open("w") as handle:
+            process = subprocess.Popen(
+                [str(mlflow_cli), "server", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1",
+                 "--port", str(port), "--workers", "1"],
+                stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,  # its own process group
+            )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300  # generous: a loaded 2-core machine starts it in seconds to a minute
+        while process.poll() is None and time.monotonic() < deadline:
             try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
+                urllib.request.urlopen(f"{url}/health", timeout=5)
                 break
             except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.skip("mlflow server did not start")
                 time.sleep(0.5)
+        else:
+            with contextlib.suppress(ProcessLookupError):  # exited by itself (its port was taken)
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+            continue
+        break
+    else:
+        pytest.fail(f"mlflow server did not answer on three ports; its log ends: {log.read_text()[-2000:]}")
+    try:
         yield url, f"sqlite:///{store}"
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the server and its workers: nothing to shut down gracefully

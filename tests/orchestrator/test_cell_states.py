@@ -8,10 +8,10 @@ import itertools
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 
 from orchestrator.states import (
     ACTIVE,
@@ -29,6 +29,7 @@ from orchestrator.states import (
 )
 from orchestrator.store import Store
 from orchlib.errors import OrchError
+from tests.orchestrator.races import drop_postgres_schema, fresh_postgres_schema
 
 POSTGRES_ENV = "ORCH_TEST_POSTGRES_URL"
 P, Q, R, RQ = State.PENDING, State.QUEUED, State.RUNNING, State.REQUEUED
@@ -104,17 +105,21 @@ def test_reported_state() -> None:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A new store: an SQLite file, or a new empty schema of the test database (dropped afterwards)."""
     if request.param == "sqlite":
-        return Store.open(f"sqlite:///{tmp_path / 'orch.db'}")
+        yield Store.open(f"sqlite:///{tmp_path / 'orch.db'}")
+        return
     url = os.environ.get(POSTGRES_ENV)
     if not url:
         pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (bash scripts/setup_postgres.sh starts one and prints it)")
-    fresh = Store(url)
-    with fresh.engine.begin() as connection:
-        connection.execute(text("DROP TABLE IF EXISTS progress, attempts, cells, sweeps, orch_meta CASCADE"))
-    fresh.dispose()
-    return Store.open(url)
+    fresh = fresh_postgres_schema(url)
+    opened = Store.open(fresh)
+    try:
+        yield opened
+    finally:
+        opened.dispose()
+        drop_postgres_schema(fresh)
 
 
 def _cells(store: Store, count: int) -> list[int]:

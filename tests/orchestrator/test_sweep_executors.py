@@ -263,7 +263,7 @@ def test_a_job_killed_by_sigkill_is_lost_and_a_plain_resume_finishes_it(make_swe
 
 def _stall_sweep(make_sweep, name: str, action: str) -> Path:
     path = make_sweep(name=name, steps=400, seeds="[1]")
-    text = path.read_text().replace("max_requeues: 5}", f"max_requeues: 5, stall: {{after_s: 3, action: {action}}}}}")
+    text = path.read_text().replace("max_requeues: 5}", f"max_requeues: 5, stall: {{after_s: 10, action: {action}}}}}")
     path.write_text(text)
     return path
 

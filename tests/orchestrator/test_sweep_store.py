@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,27 +18,26 @@ from sqlalchemy import text
 from orchestrator.states import State
 from orchestrator.store import Store, Submission
 from orchlib.errors import OrchError
+from tests.orchestrator.races import drop_postgres_schema, fresh_postgres_schema
 
 POSTGRES_ENV = "ORCH_TEST_POSTGRES_URL"
 
 
-def _fresh_postgres(url: str) -> str:
-    """A clean schema for each test: drop every table of the test database."""
-    store = Store(url)
-    with store.engine.begin() as connection:
-        connection.execute(text("DROP TABLE IF EXISTS progress, attempts, cells, sweeps, orch_meta CASCADE"))
-    store.dispose()
-    return url
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new store: an SQLite file, or a new empty schema of the test database (dropped afterwards), so tests that
+    share the PostgreSQL server (another run, another worker) never see each other's tables."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'orch.db'}"
+        yield f"sqlite:///{tmp_path / 'orch.db'}"
+        return
     url = os.environ.get(POSTGRES_ENV)
     if not url:
         pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (bash scripts/setup_postgres.sh starts one and prints it)")
-    return _fresh_postgres(url)
+    fresh = fresh_postgres_schema(url)
+    try:
+        yield fresh
+    finally:
+        drop_postgres_schema(fresh)
 
 
 def _cells(count: int, start: int = 0) -> list[dict]:
@@ -230,6 +230,25 @@ def test_a_read_only_store_reads_and_cannot_write(store_url: str) -> None:
     with pytest.raises(Exception, match="(?i)read-only|readonly"):
         reader.update_sweep(reader.require_sweep("s").id, executor="slurm")
     assert store.require_sweep("s").executor == "local"
+
+
+def test_a_read_only_look_at_a_postgresql_store_stays_in_the_schema_its_url_names() -> None:
+    """`?options=-csearch_path%3Dteam` puts a team's store in its own schema: `orch status` and the reports (read-only
+    connections) read that schema, not `public` (the read-only setting used to replace the URL's options)."""
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (bash scripts/setup_postgres.sh starts one and prints it)")
+    team_a, team_b = fresh_postgres_schema(url), fresh_postgres_schema(url)
+    try:
+        _sweep(Store.open(team_a), "a")
+        _sweep(Store.open(team_b), "b")
+        reader = Store.open_readonly(team_a)
+        assert reader.sweep_names() == ["a"]
+        with pytest.raises(Exception, match="(?i)read-only|readonly"):
+            reader.update_sweep(reader.require_sweep("a").id, executor="slurm")
+    finally:
+        drop_postgres_schema(team_a)
+        drop_postgres_schema(team_b)
 
 
 @pytest.mark.parametrize(("action", "state"), [("flag", "running"), ("fail", "failed"), ("requeue", "lost")])
