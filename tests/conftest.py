@@ -14,6 +14,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run the tests marked `full` (tests/README.md lists them and their cost)")
 
 
+# Run in parallel (`pytest -n 2`, scripts/test.sh), the tests of a group run one after another in one worker: what
+# shares a resource that two tests cannot share, or an expensive fixture (tests/README.md). Every other test is a
+# unit of its own. (xdist's `xdist_group` mark does not take under pytest 9.2, whose node ids it can no longer suffix:
+# the scheduler below groups by file instead.)
+GROUPS = {
+    # the single-node SLURM (2 CPUs: some tests need both at once) and the Ray/veRL/vLLM stacks (GBs each)
+    "cluster": ("orchestrator/test_sweep_e2e.py", "orchestrator/test_sweep_slurm.py",
+                "orchestrator/test_sweep_slurm_verl.py", "orchestrator/test_sweep_injection.py",
+                "recipes/test_verl_training.py", "recipes/test_verl_parts.py", "recipes/test_vllm_cpu.py",
+                "test_gpu_stack.py"),
+    # test_deepcoder asserts no sandbox process is left anywhere on the machine
+    "deepcoder": ("envs/test_deepcoder.py", "recipes/test_train_deepcoder.py"),
+    # module fixtures of tens of seconds, built once
+    "fidelity": ("analysis/test_fidelity.py",),
+    "golden": ("orchestrator/test_golden_digests.py",),
+    "report": ("analysis/test_report.py",),
+}
+_GROUP_OF = {f"tests/{path}": group for group, paths in GROUPS.items() for path in paths}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's scope scheduler with `GROUPS` as the scopes (a test outside them is its own scope)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _GROUP_OF.get(nodeid.split("::", 1)[0], nodeid)
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--full") or os.environ.get("ORCH_FULL_SUITE") == "1":
         return
