@@ -14,10 +14,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run the tests marked `full` (tests/README.md lists them and their cost)")
 
 
-# Run in parallel (`pytest -n 2`, scripts/test.sh), the tests of a group run one after another in one worker: what
-# shares a resource that two tests cannot share, or an expensive fixture (tests/README.md). Every other test is a
-# unit of its own. (xdist's `xdist_group` mark does not take under pytest 9.2, whose node ids it can no longer suffix:
-# the scheduler below groups by file instead.)
+# Run in parallel (`pytest -n 2`; `ORCH_TEST_WORKERS=2 bash scripts/test.sh`, opt-in), whatever `--dist` says, the
+# tests of a group run one after another in one worker: what shares a resource that two tests cannot share, or an
+# expensive fixture (tests/README.md). Every other test is a unit of its own. (xdist's `xdist_group` mark does not
+# take under pytest 9.2, whose node ids it can no longer suffix: the scheduler below groups by file instead.)
 GROUPS = {
     # the single-node SLURM (2 CPUs: some tests need both at once) and the Ray/veRL/vLLM stacks (GBs each)
     "cluster": ("orchestrator/test_sweep_e2e.py", "orchestrator/test_sweep_slurm.py",
