@@ -10,6 +10,8 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +108,16 @@ def fresh_postgres_schema(url: str) -> str:
     engine.dispose()
     separator = "&" if "?" in url else "?"
     return f"{url}{separator}options=-csearch_path%3D{schema}"
+
+
+@contextmanager
+def postgres_schema(url: str) -> Iterator[str]:
+    """`fresh_postgres_schema(url)` for the block, dropped at its end."""
+    fresh = fresh_postgres_schema(url)
+    try:
+        yield fresh
+    finally:
+        drop_postgres_schema(fresh)
 
 
 def drop_postgres_schema(url: str) -> None:

@@ -29,7 +29,7 @@ from orchestrator.states import (
 )
 from orchestrator.store import Store
 from orchlib.errors import OrchError
-from tests.orchestrator.races import drop_postgres_schema, fresh_postgres_schema
+from tests.orchestrator.races import postgres_schema
 
 POSTGRES_ENV = "ORCH_TEST_POSTGRES_URL"
 P, Q, R, RQ = State.PENDING, State.QUEUED, State.RUNNING, State.REQUEUED
@@ -113,13 +113,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     url = os.environ.get(POSTGRES_ENV)
     if not url:
         pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (bash scripts/setup_postgres.sh starts one and prints it)")
-    fresh = fresh_postgres_schema(url)
-    opened = Store.open(fresh)
-    try:
-        yield opened
-    finally:
-        opened.dispose()
-        drop_postgres_schema(fresh)
+    with postgres_schema(url) as fresh:
+        opened = Store.open(fresh)
+        try:
+            yield opened
+        finally:
+            opened.dispose()
 
 
 def _cells(store: Store, count: int) -> list[int]:

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from orchestrator.states import State
 from orchestrator.store import Store, Submission
 from orchlib.errors import OrchError
-from tests.orchestrator.races import drop_postgres_schema, fresh_postgres_schema
+from tests.orchestrator.races import postgres_schema
 
 POSTGRES_ENV = "ORCH_TEST_POSTGRES_URL"
 
@@ -33,11 +33,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     url = os.environ.get(POSTGRES_ENV)
     if not url:
         pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (bash scripts/setup_postgres.sh starts one and prints it)")
-    fresh = fresh_postgres_schema(url)
-    try:
+    with postgres_schema(url) as fresh:
         yield fresh
-    finally:
-        drop_postgres_schema(fresh)
 
 
 def _cells(count: int, start: int = 0) -> list[dict]:
@@ -238,17 +235,13 @@ def test_a_read_only_look_at_a_postgresql_store_stays_in_the_schema_its_url_name
     url = os.environ.get(POSTGRES_ENV)
     if not url:
         pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (bash scripts/setup_postgres.sh starts one and prints it)")
-    team_a, team_b = fresh_postgres_schema(url), fresh_postgres_schema(url)
-    try:
+    with postgres_schema(url) as team_a, postgres_schema(url) as team_b:
         _sweep(Store.open(team_a), "a")
         _sweep(Store.open(team_b), "b")
         reader = Store.open_readonly(team_a)
         assert reader.sweep_names() == ["a"]
         with pytest.raises(Exception, match="(?i)read-only|readonly"):
             reader.update_sweep(reader.require_sweep("a").id, executor="slurm")
-    finally:
-        drop_postgres_schema(team_a)
-        drop_postgres_schema(team_b)
 
 
 @pytest.mark.parametrize(("action", "state"), [("flag", "running"), ("fail", "failed"), ("requeue", "lost")])
