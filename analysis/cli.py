@@ -306,6 +306,8 @@ def report(
         typer.echo("findings over seeds (rules: docs/science.md):")
         for finding in found.findings:
             typer.echo(f"  {finding.line()}")
+        for gap in found.untested:
+            typer.echo(f"note: not tested yet: {gap}", err=True)
     if strict and built.gaps:
         typer.echo(f"orch report --strict: {len(built.gaps)} gap(s): a map item's metric without a finite value "
                    "in a finished cell", err=True)

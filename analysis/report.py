@@ -310,6 +310,8 @@ def _science(result: Science) -> Section:
     section.note(", ".join(f"{verdict}: {counts.get(verdict, 0)}" for verdict in
                            (science.REPRODUCED, science.NOT_REPRODUCED, science.INCONCLUSIVE)))
     section.table(result.frame())
+    for gap in result.untested:
+        section.note(f"Not tested yet: {gap}.")
     if result.effects is not None and not result.effects.dropna(subset=["delta"]).empty:
         section.figure(figures.effect_intervals(result.effects))
     return section

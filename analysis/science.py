@@ -101,10 +101,13 @@ class Finding:
 
 @dataclass
 class Science:
-    """The verdicts of a sweep, or why the sweep cannot test the story (``reason``; then no findings)."""
+    """The verdicts of a sweep, or why the sweep cannot test the story (``reason``; then no findings). A sweep
+    where some tasks can test it and others cannot yet (one seed so far) is tested on the former; ``untested``
+    names the others and why."""
 
     findings: list[Finding] = field(default_factory=list)
     reason: str = ""
+    untested: list[str] = field(default_factory=list)  # "scope: why" of each (task, variant) left untested
     effects: pd.DataFrame | None = None  # filter_effect(): the deltas behind findings 2 and 4
 
     def frame(self) -> pd.DataFrame:
@@ -304,16 +307,30 @@ def _finding_4(scope: str, ratios: np.ndarray | None, effect: pd.Series) -> Find
     return Finding("4", scope, REPRODUCED if agrees else NOT_REPRODUCED, text)
 
 
+def untested(summary: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """Each (task, variant) with finished runs that cannot test the story, and why: it needs runs without and
+    with the filter, and at least 2 seeds with results in every filter setting. The other scopes are tested."""
+    done = summary[summary["final_success"].notna()]
+    gaps: dict[tuple[str, str], str] = {}
+    for scope, group in done.groupby(["task", "variant"], sort=True):
+        if not (group["filtered"].eq(True).any() and group["filtered"].eq(False).any()):
+            gaps[scope] = "needs finished runs both without and with the filter"
+            continue
+        seeds = group.groupby("filter")["run_id"].nunique()
+        if seeds.min() < 2:
+            gaps[scope] = f"every filter setting needs at least 2 seeds with results; {seeds.idxmin()} has {seeds.min()}"
+    return gaps
+
+
 def testable(summary: pd.DataFrame) -> str:
-    """'' when the sweep can test the story (runs without and with the filter, at least 2 seeds in every
-    (task, variant, filter) cell with results), else why not."""
+    """'' when at least one (task, variant) of the sweep can test the story (:func:`untested`), else why not."""
     done = summary[summary["final_success"].notna()]
     if not (done["filtered"].eq(True).any() and done["filtered"].eq(False).any()):
         return "the sweep needs finished runs both without and with the filter"
-    seeds = done.groupby(["task", "variant", "filter"])["run_id"].nunique()
-    if seeds.min() < 2:
-        return f"every cell needs at least 2 seeds with results; {seeds.idxmin()} has {seeds.min()}"
-    return ""
+    gaps = untested(summary)
+    if len(gaps) < done.groupby(["task", "variant"]).ngroups:
+        return ""
+    return "; ".join(f"{_scope(*scope)}: {why}" for scope, why in gaps.items())
 
 
 def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | None = None,
@@ -326,6 +343,7 @@ def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | No
     reason = testable(summary)
     if reason:
         return Science(reason=reason)
+    gaps = untested(summary)
     data = with_retrieval_excess(data)
     done = summary[summary["final_success"].notna() & summary["filtered"].notna()]
     fall = falls(data, (names.MI_ZSCORE_EMA, names.RETRIEVAL_EXCESS, names.ENTROPY))
@@ -336,6 +354,8 @@ def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | No
     state = diagnostics_state(data)
     findings: list[Finding] = []
     for (task, variant), group in done.groupby(["task", "variant"], sort=True):
+        if (task, variant) in gaps:
+            continue
         scope = _scope(task, variant)
         base = group[~group["filtered"].astype(bool)]
         if state != "logged":
@@ -362,4 +382,5 @@ def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | No
             findings.append(_finding_4(_scope(task, variant, effect["filter"]), ratios, effect))
     order = list(CLAIMS)
     findings.sort(key=lambda f: order.index(f.key))
-    return Science(findings=findings, effects=effects)
+    return Science(findings=findings, effects=effects,
+                   untested=[f"{_scope(*scope)}: {why}" for scope, why in gaps.items()])

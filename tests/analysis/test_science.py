@@ -7,6 +7,7 @@ on synthetic sweeps written to a real SQLite MLflow store, each built so its ans
 * ``against`` -- the opposite (4 seeds per arm, FrozenLake): MI flat, entropy falls by half, the filter lowers
   success (-20 points) although the first batch is bimodal ("likely helps").
 * ``few`` -- 2 seeds per arm and the MI diagnostics off (``hooks=[]``): every finding inconclusive.
+* ``one-seed`` -- ``against``'s FrozenLake with one seed per arm: not testable yet.
 * ``plain`` -- one run per task, no filter, no diagnostics, no rollout batches.
 """
 
@@ -109,6 +110,7 @@ def sweeps(tmp_path_factory) -> Sweeps:
     _write_sweep(client, root, "story", "sokoban", (False, True), range(4), _story, "['collapse']", True)
     _write_sweep(client, root, "against", "frozenlake", (False, True), range(4), _against, "['collapse']", True)
     _write_sweep(client, root, "few", "sokoban", (False, True), range(2), _no_diagnostics, "[]", False)
+    _write_sweep(client, root, "one-seed", "frozenlake", (False, True), range(1), _against, "['collapse']", False)
     for task in ("sokoban", "frozenlake"):
         _write_sweep(client, root, f"plain-{task}", task, (False,), range(1), _no_diagnostics, "[]", False)
     return Sweeps(uri, root)
@@ -163,6 +165,20 @@ def test_too_few_seeds_and_no_diagnostics_are_inconclusive(sweeps):
     assert "the MI diagnostics were off" in verdicts["1a evidence"]
     assert "fewer than 3 seeds in an arm" in verdicts["2 evidence"]
     assert "not read (--no-rollouts)" in verdicts["4 evidence"]
+
+
+def test_a_task_one_seed_short_is_left_untested_while_a_complete_task_is_tested(sweeps):
+    """A long sweep lands task by task: Sokoban's verdicts must not wait for FrozenLake's second seed."""
+    data, summary = _load(sweeps, "story", "one-seed")
+    found = science.science(data, summary, _predictions(sweeps, summary))
+    assert not found.reason
+    assert {f.scope.split(" · ")[0] for f in found.findings} == {"sokoban"}
+    assert [f.verdict for f in found.findings] == [REPRODUCED] * 5
+    assert found.untested == ["frozenlake: every filter setting needs at least 2 seeds with results; none has 1"]
+
+    alone = science.science(*_load(sweeps, "one-seed"))
+    assert alone.reason == "frozenlake: every filter setting needs at least 2 seeds with results; none has 1"
+    assert not alone.findings
 
 
 def test_interval_rules():
