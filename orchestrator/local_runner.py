@@ -36,9 +36,11 @@ LOG_TAIL_LINES = 20
 class _Running:
     job: Any  # submitit LocalJob
     cell_id: int
-    attempt_id: int
+    attempt_id: int  # the attempt the job was submitted for (for a restart: the requeued attempt it continues)
     cpus: int
     stopping: bool = False
+    resources: Resources | None = None  # what the job was given (a restart gets the same)
+    restart: bool = False  # submitted by the runner to continue a requeued attempt
 
 
 class LocalRunner:
@@ -68,10 +70,6 @@ class LocalRunner:
             time.sleep(POLL_S)
 
     def _start(self, queued: list[Attempt]) -> None:
-        import submitit
-
-        from orchestrator.job import CellJob
-
         for attempt in queued:
             if self.cluster.local_max_parallel and len(self.running) >= self.cluster.local_max_parallel:
                 return
@@ -80,38 +78,57 @@ class LocalRunner:
             used = sum(item.cpus for item in self.running.values())
             if self.running and used + cpus > self.cores:
                 continue
-            python = shlex.quote(sys.executable)
-            executor = submitit.LocalExecutor(folder=self.log_dir, max_num_timeout=self.cluster.max_requeues,
-                                              python=f"{python} -m orchestrator.local_task {python}")
-            executor.update_parameters(timeout_min=resources.time_min, signal_delay_s=self.cluster.signal_delay_s)
-            os.environ["ORCH_CPUS"] = str(cpus)  # the job inherits it: its trainer uses this many threads
-            job = executor.submit(CellJob(self.store.url, attempt.cell_id, LocalExecutor.name,
-                                          LocalExecutor.requeue_current_job, attempt.id))
+            job = self._submit(attempt.cell_id, attempt.id, resources)
             self.store.assign_jobs([Submission(attempt.cell_id, attempt.id, str(job.job_id),
                                                str(job.paths.stdout), str(job.paths.stderr))])
-            self.running[attempt.id] = _Running(job, attempt.cell_id, attempt.id, cpus)
+
+    def _submit(self, cell_id: int, attempt_id: int, resources: Resources, restart: bool = False) -> Any:
+        """Start the cell's job under a submitit controller of its own (time limit, signal, restarts); returns it."""
+        import submitit
+
+        from orchestrator.job import CellJob
+
+        cpus = min(resources.cpus_per_task, self.cores)
+        python = shlex.quote(sys.executable)
+        executor = submitit.LocalExecutor(folder=self.log_dir, max_num_timeout=self.cluster.max_requeues,
+                                          python=f"{python} -m orchestrator.local_task {python}")
+        executor.update_parameters(timeout_min=resources.time_min, signal_delay_s=self.cluster.signal_delay_s)
+        os.environ["ORCH_CPUS"] = str(cpus)  # the job inherits it: its trainer uses this many threads
+        job = executor.submit(CellJob(self.store.url, cell_id, LocalExecutor.name, LocalExecutor.requeue_current_job,
+                                      attempt_id))
+        self.running[attempt_id] = _Running(job, cell_id, attempt_id, cpus, resources=resources, restart=restart)
+        return job
 
     def _reap(self) -> None:
         for item in [item for item in self.running.values() if item.job.done()]:
             del self.running[item.attempt_id]
             unreported = self.store.open_attempts(self.sweep.id, str(item.job.job_id))
+            if item.restart and not unreported:
+                # a restart that ended before its job opened an attempt: the requeued attempt it was to continue
+                unreported = {row.id: row.state for row in self.store.attempts_by_id([item.attempt_id])
+                              if row.state == State.REQUEUED}
+                if unreported:
+                    self._lost_or_failed(item, list(unreported))
+                continue
             waiting = [attempt for attempt, state in unreported.items() if state == State.REQUEUED]
-            if waiting:
+            for attempt in waiting:
                 # It checkpointed and recorded its requeue, but submitit's controller ended instead of restarting
-                # it: the job was still exiting when the time limit came (signal_delay_s after the signal), so the
-                # controller killed it. Lost, not failed: `orch resume` continues from the checkpoint.
-                self.store.end_attempts(waiting, State.LOST, (
-                    f"local job {item.job.job_id} recorded its requeue but was killed at its time limit before it "
-                    f"restarted: it took more than cluster.signal_delay_s={self.cluster.signal_delay_s} s to exit "
-                    "after the time-limit signal; `orch resume` continues from its checkpoint"))
+                # it: the controller restarts a job at most 6 times whatever its `max_num_timeout` (submitit
+                # local.py, Controller.run's max_retry), or the job was still exiting when the time limit came
+                # (signal_delay_s after the signal) and was killed. Either way its checkpoint is written: restart it
+                # under a new controller; the restart counts against cluster.max_requeues (Store.job_started).
+                self._submit(item.cell_id, attempt, item.resources or Resources(), restart=True)
             unreported = [attempt for attempt in unreported if attempt not in waiting]
             if unreported:
-                # Killed by a signal (kill -9, the OOM killer): lost, so a plain `orch resume` runs it again.
-                # Any other silent exit is the job's own failure.
-                how = exit_note(self.log_dir, str(item.job.job_id)) or "exited"
-                state = State.LOST if how.startswith("killed") else State.FAILED
-                reason = f"local job {item.job.job_id} {how} without reporting an end\n{_tail(item.job.paths.stderr)}"
-                self.store.end_attempts(unreported, state, reason.strip())
+                self._lost_or_failed(item, unreported)
+
+    def _lost_or_failed(self, item: _Running, attempts: list[int]) -> None:
+        """End the attempts of a job that ended without reporting: lost when a signal killed it (kill -9, the OOM
+        killer), so a plain `orch resume` runs it again; any other silent exit is the job's own failure."""
+        how = exit_note(self.log_dir, str(item.job.job_id)) or "exited"
+        state = State.LOST if how.startswith("killed") else State.FAILED
+        reason = f"local job {item.job.job_id} {how} without reporting an end\n{_tail(item.job.paths.stderr)}"
+        self.store.end_attempts(attempts, state, reason.strip())
 
     def _stop_cancelled(self) -> None:
         if not self.running:

@@ -45,6 +45,6 @@ trap stop_background EXIT
 trap 'exit 130' INT  # a signal ends the script through its EXIT trap (nothing left in /tmp)
 trap 'exit 143' TERM
 
-# ORCH_TEST_WORKERS=2 runs the suite in two xdist workers (opt-in, not yet proven by whole-suite runs; tests sharing
-# a resource run in one: tests/conftest.py GROUPS); unset, it runs in one process, as CI does
+# ORCH_TEST_WORKERS=N runs the suite in N xdist workers (for a machine with more cores: on 2 cores it saves nothing,
+# tests/README.md; tests sharing a resource run in one: tests/conftest.py GROUPS); unset, one process, as CI runs it
 .venv/bin/python -m pytest -q --durations=30 ${ORCH_TEST_WORKERS:+-n "$ORCH_TEST_WORKERS"} "$@"

@@ -131,6 +131,9 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(number, handler)
 
 
+HEAD_START_S = 120.0  # the longest `ray start --head` may take to answer on its port
+
+
 def _start_multi_node(plan: ClusterPlan, scratch: Path, processes: list[subprocess.Popen],
                       auth: dict[str, str]) -> str:
     head = plan.nodes[0]
@@ -141,8 +144,16 @@ def _start_multi_node(plan: ClusterPlan, scratch: Path, processes: list[subproce
     env = {**os.environ, **plan.env, **auth}
     head_command = [ray, "start", "--head", f"--node-ip-address={ip}", f"--port={port}", "--include-dashboard=false",
                     f"--temp-dir={scratch}", *common]
-    processes.append(subprocess.Popen(head_command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    _wait_until(lambda: _answers(ip, port), plan.join_timeout_s, f"the Ray head on {head}:{port} did not start")
+    started = subprocess.Popen(head_command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    processes.append(started)
+    # the head's own start-up is not the cluster's assembly: it gets HEAD_START_S even under a short join timeout
+    # (a loaded machine took more than 5 s to start it), and a head that exits fails at once, with its last words
+    _wait_until(lambda: _answers(ip, port) or started.poll() is not None, max(plan.join_timeout_s, HEAD_START_S),
+                f"the Ray head on {head}:{port} did not start")
+    if started.poll() is not None:
+        said = (started.stderr.read() or b"").decode(errors="replace").strip().splitlines() if started.stderr else []
+        raise OrchError(f"the Ray head on {head}:{port} exited with code {started.returncode}"
+                        + (f": {said[-1]}" if said else ""))
     worker_command = [*plan.launcher, ray, "start", f"--address={ip}:{port}", *common]
     processes.append(subprocess.Popen(worker_command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     return f"{ip}:{port}"

@@ -272,11 +272,15 @@ def test_reconcile_ends_stalled_cells_under_the_stall_rule(store_url: str, tmp_p
         assert store.attempts(hung.id)[-1].state == state
 
 
-def test_a_local_job_killed_after_it_recorded_its_requeue_is_lost_not_failed(tmp_path: Path) -> None:
+def test_a_requeued_local_job_whose_controller_ended_is_restarted_within_max_requeues(tmp_path: Path) -> None:
     """The local runner reaps a job whose submitit controller ended: an attempt still running failed ("exited
-    without reporting an end"); one whose job had recorded its requeue (checkpoint written) but was killed at the time
-    limit before the controller restarted it (it took longer than signal_delay_s to exit) is lost, so `orch resume`
-    continues it, and the reason says why."""
+    without reporting an end"); one whose job had recorded its requeue (checkpoint written) but was not restarted --
+    submitit's local controller restarts a job at most 6 times whatever its max_num_timeout (local.py,
+    Controller.run: max_retry=6), or the job was killed at the time limit while it exited -- is restarted under a new
+    controller, and that restart counts against cluster.max_requeues like any other. (It was `lost`: a cell with
+    max_requeues above 5 could never use them, seen as a CI failure of test_local_time_limit_checkpoints_and_requeues
+    on a loaded machine.) A restart whose job ends before it starts ends the requeued attempt as any silent exit
+    does (failed, or lost when a signal killed it), rather than leaving the cell waiting forever."""
     from types import SimpleNamespace
 
     from orchestrator.local_runner import LocalRunner, _Running
@@ -294,12 +298,33 @@ def test_a_local_job_killed_after_it_recorded_its_requeue_is_lost_not_failed(tmp
     runner = object.__new__(LocalRunner)
     runner.store, runner.sweep, runner.log_dir = store, store.require_sweep("s"), tmp_path
     runner.cluster = SimpleNamespace(signal_delay_s=30)
+    restarted = []
+
+    def submit(cell_id, attempt_id, resources, restart=False):  # what would start a new submitit controller
+        job = SimpleNamespace(job_id="300", done=lambda: False, paths=SimpleNamespace(stderr=tmp_path / "none.err"))
+        runner.running[attempt_id] = _Running(job, cell_id, attempt_id, 1, resources=resources, restart=restart)
+        restarted.append((cell_id, attempt_id, restart))
+        return job
+
+    runner._submit = submit
     ended = SimpleNamespace(done=lambda: True, paths=SimpleNamespace(stderr=tmp_path / "none.err"))
     runner.running = {attempt: _Running(SimpleNamespace(**vars(ended), job_id=job), cell, attempt, 1)
                       for attempt, job, cell in ((first, "100", requeued.id), (attempts[running.id], "200", running.id))}
     runner._reap()
     rows = {row.id: row for row in store.cell_rows(sweep_id)}
-    assert rows[requeued.id].state == "lost" and "recorded its requeue but was killed at its time limit" in (
-        rows[requeued.id].reason) and "signal_delay_s=30" in rows[requeued.id].reason
+    assert restarted == [(requeued.id, first, True)]
+    assert rows[requeued.id].state == "requeued"  # waiting for its new controller, not lost
     assert rows[running.id].state == "failed" and "exited without reporting an end" in rows[running.id].reason
+    # the new job starts as a restart of the requeued attempt (a new attempt, one more requeue) ...
+    second = store.job_started(requeued.id, "local", "300", "vm", 3, attempt_id=first)
+    assert second is not None and second != first
+    assert [a.state for a in store.attempts(requeued.id)] == ["requeued", "running"]
+    assert store.cell_rows(sweep_id)[0].requeues == 1
+    # ... and a restart whose job ended before it opened an attempt ends the cell, not left waiting forever
+    store.job_ended(second, State.REQUEUED, "checkpointed at step 2", steps_done=2)
+    runner.running = {second: _Running(SimpleNamespace(**vars(ended), job_id="400"), requeued.id, second, 1,
+                                       restart=True)}
+    runner._reap()
+    cell = store.cell_rows(sweep_id)[0]
+    assert cell.state == "failed" and "local job 400 exited without reporting an end" in cell.reason
     assert runner.running == {}

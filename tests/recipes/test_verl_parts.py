@@ -547,6 +547,27 @@ def test_a_node_that_never_joins_is_named(tmp_path: Path) -> None:
         pass
 
 
+def test_a_ray_head_that_exits_is_named_at_once_with_its_last_words(tmp_path: Path, monkeypatch) -> None:
+    """A head that cannot start fails the run when it exits, not after the join timeout (here 300 s)."""
+    import sys
+    import time
+
+    from recipes.verl.cluster import ClusterPlan, ray_cluster
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ray").write_text("#!/bin/sh\necho 'starting' >&2\necho 'ray: the port is taken' >&2\nexit 3\n")
+    (fake / "ray").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake / "python"))  # the cluster starts the `ray` beside the interpreter
+    plan = ClusterPlan(nodes=(socket.gethostname(), "other"), gpus_per_node=1, logical_gpus=True,
+                       join_timeout_s=300, launcher=("false",))
+    started = time.monotonic()
+    with pytest.raises(OrchError, match=r"the Ray head on .* exited with code 3: ray: the port is taken$"), \
+            ray_cluster(plan):
+        pass
+    assert time.monotonic() - started < 60
+
+
 # --- image observations: the agent loop's vision path (no Ray, no GPU: a scripted server) ----------------------
 
 def vision_tokenizer():
