@@ -322,12 +322,13 @@ def untested(summary: pd.DataFrame) -> dict[tuple[str, str], str]:
     return gaps
 
 
-def testable(summary: pd.DataFrame) -> str:
-    """'' when at least one (task, variant) of the sweep can test the story (:func:`untested`), else why not."""
+def testable(summary: pd.DataFrame, gaps: dict[tuple[str, str], str] | None = None) -> str:
+    """'' when at least one (task, variant) of the sweep can test the story (``gaps``: :func:`untested`'s, computed
+    when not given), else why not."""
     done = summary[summary["final_success"].notna()]
     if not (done["filtered"].eq(True).any() and done["filtered"].eq(False).any()):
         return "the sweep needs finished runs both without and with the filter"
-    gaps = untested(summary)
+    gaps = untested(summary) if gaps is None else gaps
     if len(gaps) < done.groupby(["task", "variant"]).ngroups:
         return ""
     return "; ".join(f"{_scope(*scope)}: {why}" for scope, why in gaps.items())
@@ -340,10 +341,10 @@ def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | No
     from analysis.early_warning import early_warning
     from analysis.summary import metric_summary
 
-    reason = testable(summary)
+    gaps = untested(summary)
+    reason = testable(summary, gaps)
     if reason:
         return Science(reason=reason)
-    gaps = untested(summary)
     data = with_retrieval_excess(data)
     done = summary[summary["final_success"].notna() & summary["filtered"].notna()]
     fall = falls(data, (names.MI_ZSCORE_EMA, names.RETRIEVAL_EXCESS, names.ENTROPY))

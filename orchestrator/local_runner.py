@@ -38,8 +38,8 @@ class _Running:
     cell_id: int
     attempt_id: int  # the attempt the job was submitted for (for a restart: the requeued attempt it continues)
     cpus: int
+    resources: Resources  # what the job was given (a restart gets the same)
     stopping: bool = False
-    resources: Resources | None = None  # what the job was given (a restart gets the same)
     restart: bool = False  # submitted by the runner to continue a requeued attempt
 
 
@@ -96,7 +96,7 @@ class LocalRunner:
         os.environ["ORCH_CPUS"] = str(cpus)  # the job inherits it: its trainer uses this many threads
         job = executor.submit(CellJob(self.store.url, cell_id, LocalExecutor.name, LocalExecutor.requeue_current_job,
                                       attempt_id))
-        self.running[attempt_id] = _Running(job, cell_id, attempt_id, cpus, resources=resources, restart=restart)
+        self.running[attempt_id] = _Running(job, cell_id, attempt_id, cpus, resources, restart=restart)
         return job
 
     def _reap(self) -> None:
@@ -117,7 +117,7 @@ class LocalRunner:
                 # local.py, Controller.run's max_retry), or the job was still exiting when the time limit came
                 # (signal_delay_s after the signal) and was killed. Either way its checkpoint is written: restart it
                 # under a new controller; the restart counts against cluster.max_requeues (Store.job_started).
-                self._submit(item.cell_id, attempt, item.resources or Resources(), restart=True)
+                self._submit(item.cell_id, attempt, item.resources, restart=True)
             unreported = [attempt for attempt in unreported if attempt not in waiting]
             if unreported:
                 self._lost_or_failed(item, unreported)

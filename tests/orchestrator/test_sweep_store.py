@@ -284,6 +284,7 @@ def test_a_requeued_local_job_whose_controller_ended_is_restarted_within_max_req
     from types import SimpleNamespace
 
     from orchestrator.local_runner import LocalRunner, _Running
+    from orchestrator.resources import Resources
 
     store = Store.open(f"sqlite:///{tmp_path / 'orch.db'}")
     sweep_id = _sweep(store)
@@ -302,13 +303,13 @@ def test_a_requeued_local_job_whose_controller_ended_is_restarted_within_max_req
 
     def submit(cell_id, attempt_id, resources, restart=False):  # what would start a new submitit controller
         job = SimpleNamespace(job_id="300", done=lambda: False, paths=SimpleNamespace(stderr=tmp_path / "none.err"))
-        runner.running[attempt_id] = _Running(job, cell_id, attempt_id, 1, resources=resources, restart=restart)
+        runner.running[attempt_id] = _Running(job, cell_id, attempt_id, 1, resources, restart=restart)
         restarted.append((cell_id, attempt_id, restart))
         return job
 
     runner._submit = submit
     ended = SimpleNamespace(done=lambda: True, paths=SimpleNamespace(stderr=tmp_path / "none.err"))
-    runner.running = {attempt: _Running(SimpleNamespace(**vars(ended), job_id=job), cell, attempt, 1)
+    runner.running = {attempt: _Running(SimpleNamespace(**vars(ended), job_id=job), cell, attempt, 1, Resources())
                       for attempt, job, cell in ((first, "100", requeued.id), (attempts[running.id], "200", running.id))}
     runner._reap()
     rows = {row.id: row for row in store.cell_rows(sweep_id)}
@@ -323,7 +324,7 @@ def test_a_requeued_local_job_whose_controller_ended_is_restarted_within_max_req
     # ... and a restart whose job ended before it opened an attempt ends the cell, not left waiting forever
     store.job_ended(second, State.REQUEUED, "checkpointed at step 2", steps_done=2)
     runner.running = {second: _Running(SimpleNamespace(**vars(ended), job_id="400"), requeued.id, second, 1,
-                                       restart=True)}
+                                       Resources(), restart=True)}
     runner._reap()
     cell = store.cell_rows(sweep_id)[0]
     assert cell.state == "failed" and "local job 400 exited without reporting an end" in cell.reason
