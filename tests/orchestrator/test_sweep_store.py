@@ -298,7 +298,6 @@ def test_a_requeued_local_job_whose_controller_ended_is_restarted_within_max_req
     store.job_ended(first, State.REQUEUED, "checkpointed at step 1", steps_done=1)
     runner = object.__new__(LocalRunner)
     runner.store, runner.sweep, runner.log_dir = store, store.require_sweep("s"), tmp_path
-    runner.cluster = SimpleNamespace(signal_delay_s=30)
     restarted = []
 
     def submit(cell_id, attempt_id, resources, restart=False):  # what would start a new submitit controller
