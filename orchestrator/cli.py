@@ -310,7 +310,12 @@ def filter_batch(
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    from orchlib.shutdown import before_exit
+
+    try:
+        app()
+    finally:
+        before_exit()  # the process exits now: skip the shutdown collections over torch's and MLflow's objects
 
 
 if __name__ == "__main__":

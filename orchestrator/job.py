@@ -33,6 +33,7 @@ from orchestrator.states import FROM_TRAIN_STATUS, State, TransitionError
 from orchestrator.store import JobContext, Store
 from orchlib.background import every
 from orchlib.errors import OrchError, fault_line
+from orchlib.shutdown import before_exit
 from recipes.runtime.stop import StopRequest
 
 if TYPE_CHECKING:
@@ -56,15 +57,20 @@ class CellJob(submitit.helpers.Checkpointable):
     between them runs one way (orchestrator.executors -> orchestrator.job)."""
 
     def __init__(self, store_url: str, cell_id: int, executor: str, requeue: Requeue,
-                 attempt_id: int | None = None) -> None:
+                 attempt_id: int | None = None, ends_process: bool = True) -> None:
         self.store_url = store_url
         self.cell_id = cell_id
         self.executor = executor
         self.requeue = requeue
         self.attempt_id = attempt_id  # the submission (claim) this job runs: a newer one supersedes it
+        self.ends_process = ends_process  # False where the job runs inside a process that goes on (debug)
 
     def __call__(self) -> str:
-        return run_cell(self.store_url, self.cell_id, self.executor, self.requeue, self.attempt_id)
+        try:
+            return run_cell(self.store_url, self.cell_id, self.executor, self.requeue, self.attempt_id)
+        finally:
+            if self.ends_process:  # submitit's job process only stores the result and exits now
+                before_exit()
 
 
 def run_cell(store_url: str, cell_id: int, executor: str, requeue: Requeue,

@@ -35,6 +35,7 @@ from orchestrator.engine import _ensure_runs, reconcile, save_sweep_row, stop_ce
 from orchestrator.states import ACTIVE, DONE, MISSING, State
 from orchestrator.study import StudySpec, objective_value, probe_points, trial_definition
 from orchlib.errors import OrchError
+from orchlib.shutdown import before_exit
 
 if TYPE_CHECKING:
     from orchestrator.plan import Plan
@@ -394,4 +395,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    finally:
+        before_exit()  # the tuner's process ends here: skip the shutdown collections over MLflow's objects
+    sys.exit(code)

@@ -25,7 +25,7 @@ class DebugExecutor(Executor):
         for task in tasks:
             for _ in range(self.sweep.cluster.max_requeues + 1):
                 job = executor.submit(CellJob(self.sweep.store_url, task.cell_id, self.name, self.requeue_current_job,
-                                                  task.attempt_id))
+                                              task.attempt_id, ends_process=False))  # runs in this process
                 if job.result() != State.REQUEUED:
                     break
         return []

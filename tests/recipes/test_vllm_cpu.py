@@ -54,24 +54,22 @@ def test_grpo_trains_through_vllms_engine_on_cpu_with_the_agent_loop_filter_and_
     assert history == {"actor/pg_loss": [1, 2], "rollout/kept_ratio": [1, 2], names.RETRIEVAL_ACC: [1]}
 
     # Its checkpoint (veRL's FSDP shards, merged by veRL's merger) evaluates on vLLM's offline engine (issue 28
-    # item 1), through the CLI into a linked MLflow run ...
-    argv = [str(python()), "-m", "orchestrator.cli", "eval", run.info.run_id, "--task", "countdown", "--engine",
-            "vllm", "--episodes", "4", "--samples", "2", "--pass-k", "2", "--tracking-uri", uri]
-    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    (evaluated,) = client.search_runs([client.get_experiment_by_name("orch-eval").experiment_id])
-    assert evaluated.data.params["eval.engine"] == "vllm" and "eval/pass_at_2" in evaluated.data.metrics
-    assert evaluated.data.tags["orch.eval.source_run"] == run.info.run_id
-    # ... and plays the same policy on the same contexts as orch's own sampler: every token vLLM sampled has the
-    # log-probability orch's torch policy gives it, teacher-forced on orch's context (compared by probability, not
-    # by greedy text: a float32 near-tie parts two greedy replies without anything being wrong).
+    # item 1), through the CLI into a linked MLflow run; and vLLM plays the same policy on the same contexts as orch's
+    # own sampler: every token vLLM sampled has the log-probability orch's torch policy gives it, teacher-forced on
+    # orch's context (compared by probability, not by greedy text: a float32 near-tie parts two greedy replies
+    # without anything being wrong). Both in one process (`orch eval` through its console entry point's app), which
+    # saves an interpreter start and the import of vLLM, torch and MLflow.
     script = f"""
 import torch
+from orchestrator.cli import app
 from recipes.policy.chat import ChatEncoder
 from recipes.trained.evaluate import load_source, vllm_sampler
 from recipes.policy.models import load_tokenizer
 from recipes.torch_trainer.backend import play
 
+code = app(["eval", {run.info.run_id!r}, "--task", "countdown", "--engine", "vllm", "--episodes", "4", "--samples",
+            "2", "--pass-k", "2", "--tracking-uri", {uri!r}], standalone_mode=False)
+print("ORCH-EVAL", code or 0, flush=True)
 policy = load_source({run.info.run_id!r}, {uri!r}, "countdown")
 encoder = ChatEncoder(load_tokenizer(policy.folder))
 sampler = vllm_sampler(policy, encoder, 1.0, 0, logprobs=True)
@@ -89,8 +87,12 @@ for trajectory in play(policy.cfg, sampler, [2**30 + 7, 2**30 + 8, 2**30 + 9], 2
 print("ORCH-WORST", worst, tokens, flush=True)
 """
     compared = subprocess.run([str(python()), "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=1200, env={**os.environ, "PYTHONPATH": str(REPO)})
+                              timeout=1800, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert compared.returncode == 0, (compared.stdout + compared.stderr)[-4000:]
+    assert "ORCH-EVAL 0" in compared.stdout, (compared.stdout + compared.stderr)[-4000:]
+    (evaluated,) = client.search_runs([client.get_experiment_by_name("orch-eval").experiment_id])
+    assert evaluated.data.params["eval.engine"] == "vllm" and "eval/pass_at_2" in evaluated.data.metrics
+    assert evaluated.data.tags["orch.eval.source_run"] == run.info.run_id
     (line,) = [line for line in compared.stdout.splitlines() if line.startswith("ORCH-WORST ")]
     worst, tokens = line.split()[1:]
     assert int(tokens) >= 6 and float(worst) < 1e-3, line
