@@ -42,3 +42,14 @@ except RuntimeError:
 """
     frozen, output = frozen_at_exit(body)
     assert frozen is ends_process, output
+
+
+def test_a_cell_job_pickled_before_the_field_existed_still_ends_its_process() -> None:
+    """A job submitted by an older orch (no `ends_process` in its pickle) and run, or requeued, by this one."""
+    import pickle
+
+    from orchestrator.job import CellJob
+
+    old = CellJob("sqlite:///x.db", 1, "slurm", print)
+    del old.__dict__["ends_process"]
+    assert pickle.loads(pickle.dumps(old)).ends_process is True
