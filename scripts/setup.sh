@@ -14,4 +14,7 @@ pip_install() {  # pip, minus the machine's noisy "Location ... is ignored" line
 pip_install --upgrade pip
 pip_install "torch==2.13.0"
 pip_install -c scripts/constraints.txt -e '.[dev]'
+# Compile orch's own modules once (pip compiled the installed packages): where PYTHONDONTWRITEBYTECODE is set, as on
+# this project's machines, every process would otherwise compile the ones it imports from source each time it starts.
+.venv/bin/python -m compileall -q -j 0 orchlib envs recipes orchestrator analysis tests > /dev/null
 echo "setup.sh: .venv ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

@@ -21,6 +21,7 @@ the entry never imports the registry's module back (the edge goes one way).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -67,11 +68,18 @@ def resolve(name: str) -> str | None:
     return name or None
 
 
+@functools.cache
+def syntax(module: str) -> ast.Module:
+    """`module`'s parsed source (parsed once: the checks below walk every module several times)."""
+    path = MODULES[module]
+    return ast.parse(path.read_text(), str(path))
+
+
 def imports(module: str) -> set[str]:
     """The project modules `module` imports, anywhere in its body."""
     path = MODULES[module]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(syntax(module)):
         if isinstance(node, ast.Import):
             found.update(filter(None, (resolve(alias.name) for alias in node.names)))
         elif isinstance(node, ast.ImportFrom):
@@ -89,15 +97,16 @@ def imports(module: str) -> set[str]:
     return found
 
 
-def named_in_strings(module: str) -> set[str]:
+@functools.cache
+def named_in_strings(module: str) -> frozenset[str]:
     """The dotted names (`package.module`, `package.module.attr`, `package.module:attr`) in `module`'s string
     constants, docstrings excepted."""
-    tree = ast.parse(MODULES[module].read_text())
+    tree = syntax(module)
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                   and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and id(node) not in docstrings and PACKAGES_RE.match(node.value)}
+    return frozenset(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                     and isinstance(node.value, str) and id(node) not in docstrings and PACKAGES_RE.match(node.value))
 
 
 def entry_points() -> set[str]:
@@ -120,7 +129,7 @@ def target_of(name: str) -> tuple[str | None, str | None]:
 
 def defines(module: str, attribute: str) -> bool:
     """Whether `module` binds `attribute` at its top level (def, class, assignment or import)."""
-    tree = ast.parse(MODULES[module].read_text())
+    tree = syntax(module)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == attribute:
             return True
