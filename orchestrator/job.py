@@ -56,7 +56,10 @@ class CellJob(submitit.helpers.Checkpointable):
     requeue function, pickled by reference). Executors build it; the job never looks an executor up, so the edge
     between them runs one way (orchestrator.executors -> orchestrator.job)."""
 
-    ends_process = True  # a class default too: a job pickled before this field existed still unpickles whole
+    # Class defaults too: a job pickled by an older orch, before these fields existed, still unpickles whole (with
+    # no submitted attempt the store checks none, as before attempts were recorded)
+    attempt_id: int | None = None
+    ends_process = True
 
     def __init__(self, store_url: str, cell_id: int, executor: str, requeue: Requeue,
                  attempt_id: int | None = None, ends_process: bool = True) -> None:
