@@ -41,12 +41,12 @@ def get_backend(name: str) -> Backend:
 def _check_checkpoint_space(cfg: DictConfig, folder: Path | None) -> None:
     """Before any work: the checkpoint folder's file system holds one checkpoint (`recipes.runtime.checkpoint`), judged
     from the model the run starts from (its safetensors headers; a warm start keeps the parameter count)."""
+    if str(cfg.backend) not in ("torch", "verl"):
+        return  # the trainers that write model checkpoints (a test backend writes a few bytes, and needs no torch)
     from recipes.policy.algorithms import get_algorithm
     from recipes.policy.models import base_model_folder, count_parameters_in
     from recipes.runtime.checkpoint import check_free_space, checkpoint_bytes
 
-    if str(cfg.backend) not in ("torch", "verl"):
-        return  # the trainers that write model checkpoints (a test backend writes a few bytes)
     need = checkpoint_bytes(count_parameters_in(base_model_folder(cfg.model)),
                             get_algorithm(cfg.algorithm.name).uses_critic)
     check_free_space(folder or Path("checkpoints"), need, "config key trainer.checkpoint_dir")

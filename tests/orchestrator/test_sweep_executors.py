@@ -125,6 +125,25 @@ def test_local_executor_gives_the_same_cells_and_results(make_sweep, tracking: s
     assert [cell.digest for cell in debug_plan.cells] == [cell.digest for cell in plan.cells]
 
 
+def test_a_test_backend_run_imports_neither_torch_nor_transformers(workdir: Path, tracking: str) -> None:
+    """The suite runs a few hundred jobs of the test backend: none pays for importing torch and transformers (some
+    seconds a process), which only the trainers that write model checkpoints need (`run_training`'s space check)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from recipes.config.backends import run_training
+from recipes.config.schema import compose_train_config
+result = run_training(compose_train_config(["backend=orch-test", "trainer=test", "trainer.total_steps=2",
+                                            "mlflow.tracking_uri={tracking}", "trainer.checkpoint_dir=ck"]))
+print(result.status, "torch" in sys.modules, "transformers" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-3:] == ["finished", "False", "False"], done.stdout
+
+
 def test_failures_are_recorded_and_retried_only_on_request(make_sweep, tracking: str,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     path = make_sweep(name="fail")
