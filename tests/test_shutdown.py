@@ -44,8 +44,9 @@ except RuntimeError:
     assert frozen is ends_process, output
 
 
-def test_a_cell_job_pickled_before_the_field_existed_still_ends_its_process() -> None:
-    """A job submitted by an older orch (no `ends_process` in its pickle) and run, or requeued, by this one."""
+def test_a_cell_job_pickled_before_its_fields_existed_still_ends_its_process() -> None:
+    """A job submitted by an older orch (no `ends_process`, no `attempt_id` in its pickle) and run, or requeued, by
+    this one: it ends its process, and claims no particular attempt."""
     import pickle
 
     from orchestrator.job import CellJob

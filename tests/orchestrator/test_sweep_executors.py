@@ -126,8 +126,8 @@ def test_local_executor_gives_the_same_cells_and_results(make_sweep, tracking: s
 
 
 def test_a_test_backend_run_imports_neither_torch_nor_transformers(workdir: Path, tracking: str) -> None:
-    """The suite runs a few hundred jobs of the test backend: none pays for importing torch and transformers (some
-    seconds a process), which only the trainers that write model checkpoints need (`run_training`'s space check)."""
+    """Most of the sweep engine's tests run jobs of the test backend: none pays for importing torch (about 2 s of CPU
+    a process), which only the trainers that write model checkpoints need (`run_training`'s space check)."""
     import subprocess
     import sys
 
