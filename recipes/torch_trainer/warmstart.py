@@ -268,7 +268,7 @@ def warm_start_folder(
         "warm-start", inputs,
         lambda out: train_warm_start(base_folder, task, env_config, demos, settings, device, out, frames,
                                      should_stop, partial),
-        root,
+        root, should_stop,
     )
     shutil.rmtree(partial, ignore_errors=True)
     return folder, json.loads((folder / REPORT_FILE).read_text())

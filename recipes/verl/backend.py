@@ -29,6 +29,7 @@ from orchlib.errors import OrchError
 from recipes.config.schema import TrainConfig
 from recipes.run.tracking import RunTracker, default_tracking_uri, tracked_run
 from recipes.runtime.result import TrainResult
+from recipes.runtime.stop import StopRequested
 
 log = logging.getLogger("orch.verl")
 RUN_FILE = "orch_run.json"  # in the checkpoint folder: the MLflow run its checkpoints belong to
@@ -69,7 +70,10 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     stop_file.unlink(missing_ok=True)
     logged = tracker.last_logged_step("timing_s/step")
     resume = resume_step(checkpoint_dir / "verl", logged) if cfg.infra.resume == "auto" else None
-    job, plan, figures = prepare(cfg, checkpoint_dir, resume)
+    try:
+        job, plan, figures = prepare(cfg, checkpoint_dir, resume, should_stop)
+    except StopRequested as stop:  # in the warm start: its completed epochs are kept, the next attempt resumes them
+        return TrainResult("preempted", resume or 0, tracker.run_id, f"{stop}; its completed epochs are kept")
     config = build_config(cfg, job, {"run_id": tracker.run_id, "stop_file": str(stop_file),
                                      "tracking_uri": default_tracking_uri(cfg.infra.mlflow.tracking_uri),
                                      "logged_until": logged or 0})
@@ -116,9 +120,11 @@ def resume_step(folder: Path, logged: int | None) -> int | None:
     return max(usable) if usable else None
 
 
-def prepare(cfg: TrainConfig, checkpoint_dir: Path, resume: int | None = None) -> tuple[Any, Any, dict[str, float]]:
+def prepare(cfg: TrainConfig, checkpoint_dir: Path, resume: int | None = None,
+            should_stop: Callable[[], bool] | None = None) -> tuple[Any, Any, dict[str, float]]:
     """The model and tokenizer folders, the prompt files, the Ray cluster plan: (`VerlJob`, `ClusterPlan`, setup
-    figures for step 0)."""
+    figures for step 0). A stop asked for during the warm start raises `StopRequested` (its epochs are kept, as on
+    the torch backend)."""
     import time
 
     from recipes.policy.models import count_parameters_in, load_tokenizer
@@ -131,7 +137,7 @@ def prepare(cfg: TrainConfig, checkpoint_dir: Path, resume: int | None = None) -
     started = time.perf_counter()
     ProgressFile(checkpoint_dir, cfg.trainer.total_steps).update(
         phase="warm start" if cfg.model.warm_start.enabled else "setup")
-    folder, warm_start = model_folder(cfg)
+    folder, warm_start = model_folder(cfg, should_stop)
     tokenizer = load_tokenizer(folder)
     tokenizer_folder = checkpoint_dir / "inputs" / "tokenizer"  # apart from config.json: transformers would
     tokenizer.save_pretrained(tokenizer_folder)                   # otherwise pick the model's tokenizer class
