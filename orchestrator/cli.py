@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from orchlib.errors import OrchError, fault_line, validation_error
+from orchlib.signals import StopSignal, stop_ends_command
 
 
 class OneLineErrors(TyperGroup):
@@ -28,7 +29,12 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            with stop_ends_command():
+                code = super().main(*args, standalone_mode=False, **kwargs)
+        except StopSignal as stop:  # SIGTERM, SIGUSR2 or SIGINT in a command that trains nothing (orchlib.signals)
+            command = " ".join(["orch", *sys.argv[1:2]])
+            click.echo(f"{command}: stopped by {stop.name}; what it was writing is not kept (run it again)", err=True)
+            sys.exit(stop.exit_code)
         except click.exceptions.NoArgsIsHelpError as err:  # `orch`, `orch mlflow`: the help, as click prints it
             err.show()
             sys.exit(err.exit_code)

@@ -7,11 +7,14 @@ Mounted into `orchestrator.cli` with `app.add_typer(sweep_cli.app)` (its command
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from orchlib.signals import StopSignal
 
 app = typer.Typer(no_args_is_help=True)
 mlflow_app = typer.Typer(no_args_is_help=True)
@@ -328,8 +331,9 @@ def _watch(store, sweep, limit: int | None) -> None:
                 if not any(counts.get(state) for state in ACTIVE):
                     return
                 time.sleep(2)
-        except KeyboardInterrupt:
-            return
+        except StopSignal as stop:  # Ctrl-C ends the watch (the jobs go on); another stop signal ends the command
+            if stop.number != signal.SIGINT:
+                raise
 
 
 @app.command("cancel")

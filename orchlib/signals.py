@@ -7,13 +7,21 @@ moment before (a first look at an SQLite file, `orchlib.sqlurl`) has no handler 
 then fails with the helper's non-answer instead of checkpointing (issue 31: a SIGUSR2 that landed during the look
 at the MLflow store failed a SLURM cell). :func:`held_by_children` starts such helpers with the stop signals blocked:
 the mask survives `exec`, the signal stays pending in the helper until it exits, and the job still receives its own.
+
+The commands that train install their own handlers (a stop there checkpoints first); every other command of the CLI
+(`orch eval`, `orch export`, `orch tune --wait`, `orch sweep --preflight`, ...) runs inside :func:`stop_ends_command`:
+a stop signal raises :class:`StopSignal` where the command is, so its `finally` blocks and context managers run (a
+scratch folder removed, a child process such as veRL's model merger killed by `subprocess.run`, an MLflow run ended)
+and the CLI ends with one line and exit code 128 + the signal's number, instead of dying silently mid-write.
 """
 
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 
@@ -29,3 +37,37 @@ def held_by_children() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class StopSignal(BaseException):  # noqa: N818 (a signal, not an error); BaseException: `except Exception` lets it by
+    """A stop signal received by a command that has nothing to checkpoint: it ends the command where it is."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.name = signal.Signals(number).name
+        super().__init__(self.name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.number
+
+
+def _raise_stop(number: int, _frame: Any) -> None:
+    for other in STOP_SIGNALS:  # a second signal while the command unwinds acts as it would without orch
+        signal.signal(other, signal.default_int_handler if other == signal.SIGINT else signal.SIG_DFL)
+    raise StopSignal(number)
+
+
+@contextmanager
+def stop_ends_command() -> Iterator[None]:
+    """While open (in the main thread), a stop signal raises `StopSignal` in it; the previous handlers come back on
+    exit. A command that trains replaces these handlers with its own (`recipes.runtime.stop.StopRequest`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, _raise_stop) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -80,3 +80,23 @@ def test_the_process_that_holds_the_signals_still_receives_its_own():
         assert signal.SIGUSR2 not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the mask is back as it was
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+@pytest.mark.parametrize("number", STOP_SIGNALS)
+def test_a_stop_signal_ends_a_command_that_trains_nothing_through_its_cleanup(number: int) -> None:
+    """Issue 45 item 2: in `orch eval`, `orch export`, `orch sweep --preflight`, ... a stop signal raises `StopSignal`
+    where the command is, so its `finally` blocks run (a scratch folder removed, a child process killed), and the
+    handlers in place before come back; a second signal while it unwinds acts as without orch."""
+    from orchlib.signals import StopSignal, stop_ends_command
+
+    before = {n: signal.getsignal(n) for n in STOP_SIGNALS}
+    cleaned = []
+    with pytest.raises(StopSignal) as stopped, stop_ends_command():
+        try:
+            os.kill(os.getpid(), number)
+            time.sleep(5)  # the handler runs at the next bytecode: the sleep is cut short
+        finally:
+            cleaned.append(signal.getsignal(signal.SIGTERM))
+    assert stopped.value.number == number and stopped.value.exit_code == 128 + number
+    assert cleaned == [signal.SIG_DFL]  # a second SIGTERM while unwinding kills at once
+    assert {n: signal.getsignal(n) for n in STOP_SIGNALS} == before

@@ -152,3 +152,22 @@ def test_orch_eval_logs_a_linked_run_with_pass_at_k_and_a_rollout_batch(train_ov
     hf = runner.invoke(app, ["eval", str(Path(cfg.infra.checkpoint_dir)), "--task", "frozenlake", "--episodes", "2",
                              "--tracking-uri", uri])
     assert hf.exit_code == 0, hf.output  # a checkpoint folder, played on another task
+
+    # Issue 45 item 2: SIGTERM while it plays ends `orch eval` at once with one line, exit 143, and no run left open
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "eval", result.mlflow_run_id, "--episodes",
+                                "512", "--tracking-uri", uri], stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    for line in process.stderr:
+        if line.startswith("evaluating"):
+            process.send_signal(signal.SIGTERM)
+            break
+    rest = process.stderr.read()
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM, rest
+    assert rest.strip().splitlines()[-1] == ("orch eval: stopped by SIGTERM; what it was writing is not kept "
+                                             "(run it again)") and "Traceback" not in rest, rest
+    assert not client.search_runs([client.get_experiment_by_name("orch-eval").experiment_id],
+                                  "attributes.status = 'RUNNING'")
