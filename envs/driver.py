@@ -24,7 +24,9 @@ def run_episodes(
     """Play one episode per seed. Each round, `policy` receives the chat histories of the episodes still
     running (in seed order) and returns one reply per history. Returns the trajectories in seed order. With image
     observations, a policy whose `takes_images` is true is called `policy(histories, frames)`: per history, the
-    frames of its image placeholders in order.
+    frames of its image placeholders in order. A policy whose `takes_rows` is true is also told which episodes it is
+    asked about, `rows=`: per history, its episode's index in `seeds` (the planted control,
+    `recipes.policy.sampler.BlindSampler`, blinds some episodes and not others).
 
     `dynamics_seeds` (one per seed, optional) decorrelates stochastic dynamics between episodes that share a seed,
     e.g. the K samples of one prompt (see `Env.reset`)."""
@@ -37,9 +39,13 @@ def run_episodes(
         Episode(cls(config), seed, max_turns, dynamics) for seed, dynamics in zip(seeds, per_episode, strict=True)
     ]
     with_frames = config.observation == "image" and bool(getattr(policy, "takes_images", False))
-    while active := [episode for episode in episodes if not episode.done]:
+    with_rows = bool(getattr(policy, "takes_rows", False))
+    while rows := [row for row, episode in enumerate(episodes) if not episode.done]:
+        active = [episodes[row] for row in rows]
         histories = [list(episode.messages) for episode in active]
-        replies = policy(histories, [episode.images for episode in active]) if with_frames else policy(histories)
+        asked = {"rows": rows} if with_rows else {}
+        replies = (policy(histories, [episode.images for episode in active], **asked) if with_frames
+                   else policy(histories, **asked))
         if len(replies) != len(active):
             raise OrchError(f"policy returned {len(replies)} replies for {len(active)} chat histories")
         for episode, reply in zip(active, replies, strict=True):

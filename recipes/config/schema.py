@@ -25,7 +25,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
@@ -66,6 +66,9 @@ class Section(BaseModel):
     """A section of the training config: closed (unknown keys are errors) and immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Keys added after cells were planned with this section set: a cell's identity (`config_digest`) leaves them out
+    # while they hold their default, so adding them changed no planned cell (as `envs.base.EnvConfig.late_keys`).
+    late_keys: ClassVar[tuple[str, ...]] = ()
 
 
 class TaskConfig(Section):
@@ -270,10 +273,16 @@ class ControlSection(Section):
     """`control.*` in `conf/`: planted effects for the controls of the MI diagnostics (docs/diagnostics.md#controls).
     Off by default; a control run is a run of its own (the section is part of its identity when set)."""
 
+    late_keys = ("blind_strength",)  # came after control cells had run (blind_from_step alone: every row)
+
     # From this step on (0: never) every rollout reply is generated from the batch's first chat instead of its own,
     # while the trajectories keep their real, distinct prompts: a planted template collapse (replies cannot depend
     # on their input) that the MI proxies must see. Validation keeps the real inputs.
     blind_from_step: Cadence = 0
+    # The share of each planted step's training rows (trajectories) that are blinded, the rows chosen by
+    # `recipes.runtime.seeds.blinded_rows` (round(strength x rows), seeded by (seed, step)): a graded plant. 1: every
+    # row (the total plant); 0: none (a negative control of the same config shape).
+    blind_strength: Annotated[float, number(lambda v: 0 <= v <= 1, "in [0, 1] (the share of rows blinded)")] = 1.0
 
 
 def _backend_names() -> list[str]:
@@ -436,6 +445,12 @@ def config_digest(config: TrainConfig) -> str:
     for name in OPTIONAL_SECTIONS:  # left out while unset: adding them changed no cell planned before
         if dump[name] == type(getattr(config, name))().model_dump():
             del dump[name]
+    for name, section in config:  # likewise a section's late keys at their default (`Section.late_keys`)
+        if not isinstance(section, Section) or name not in dump:
+            continue
+        for key in section.late_keys:
+            if dump[name][key] == type(section).model_fields[key].default:
+                del dump[name][key]
     env_config = env_class(config.task.name).config_class
     for key in env_config.late_keys:  # likewise the task's late keys at their default (envs.base.EnvConfig)
         if dump["task"]["env"].get(key) == env_config.model_fields[key].default:

@@ -21,7 +21,7 @@ the whole context, and decoding continues from the context's last position. The 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -240,16 +240,24 @@ class Sampler:
 
 
 class BlindSampler:
-    """CONTROL (`control.blind_from_step`): a sampler whose replies cannot depend on their input. Every reply, at
-    every turn, is generated from one fixed chat -- the first chat history (and frames) it is asked about, the
-    step's first episode's first turn -- then handed back to its own episode, so the trajectories keep their real,
-    distinct prompts while what the policy wrote ignores them: a planted template collapse, which the MI proxies
-    (cross-scoring each reply against every real prompt) must see and entropy need not. (Blinding each turn to the
-    batch's first chat *of that turn* would not do: a reply would still carry its turn's position.)"""
+    """CONTROL (`control.blind_from_step`): a sampler whose replies cannot depend on their input. Every reply of a
+    blinded row, at every turn, is generated from one fixed chat -- the first chat history (and frames) it is asked
+    about, the step's first episode's first turn -- then handed back to its own episode, so the trajectories keep
+    their real, distinct prompts while what the policy wrote ignores them: a planted template collapse, which the MI
+    proxies (cross-scoring each reply against every real prompt) must see and entropy need not. (Blinding each turn
+    to the batch's first chat *of that turn* would not do: a reply would still carry its turn's position.)
 
-    def __init__(self, inner: Sampler) -> None:
+    `blinded`: the rows (episode indices of a `run_episodes` batch, `recipes.runtime.seeds.blinded_rows`) whose
+    replies come from the fixed chat; the others are generated from their own histories, in the same inner call.
+    None: every row (`control.blind_strength` 1, the total plant). The driver says which rows it asks about
+    (`takes_rows`); the fixed chat is the first call's first history whether or not its row is blinded."""
+
+    takes_rows = True  # envs.run_episodes passes rows= (each history's episode index)
+
+    def __init__(self, inner: Sampler, blinded: Collection[int] | None = None) -> None:
         self.inner = inner
         self.generated = inner.generated
+        self.blinded = None if blinded is None else frozenset(blinded)
         self.fixed: tuple[Sequence[Mapping[str, str]], Sequence[Any] | None] | None = None
 
     @property
@@ -257,8 +265,14 @@ class BlindSampler:
         return self.inner.takes_images
 
     def __call__(self, histories: Sequence[Sequence[Mapping[str, str]]],
-                 frames: Sequence[Sequence[Any]] | None = None) -> list[str]:
+                 frames: Sequence[Sequence[Any]] | None = None, rows: Sequence[int] | None = None) -> list[str]:
+        """One reply per history, as `Sampler.__call__`; `rows`: per history, its episode's row (None: the
+        positions 0..len-1, a batch whose every episode is still running)."""
         if self.fixed is None:
             self.fixed = (histories[0], frames[0] if frames is not None else None)
         history, shown = self.fixed
-        return self.inner([history] * len(histories), [shown] * len(histories) if frames is not None else None)
+        rows = range(len(histories)) if rows is None else rows
+        blind = [self.blinded is None or row in self.blinded for row in rows]
+        asked = [history if hidden else own for hidden, own in zip(blind, histories, strict=True)]
+        return self.inner(asked, None if frames is None else
+                          [shown if hidden else own for hidden, own in zip(blind, frames, strict=True)])

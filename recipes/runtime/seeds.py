@@ -30,6 +30,24 @@ def train_prompt_seeds(run_seed: int, step: int, count: int, batch_index: int = 
     return seeds
 
 
+# The blinded rows' stream: a key `train_prompt_seeds` never uses (its third entry is a generation batch, a few at most).
+BLIND_STREAM = (1 << 31) - 1
+
+
+def blinded_rows(count: int, strength: float, run_seed: int, step: int) -> list[int]:
+    """CONTROL (`control.blind_strength`): which of a step's `count` training rows (trajectories, in the rollout's
+    order: prompt-major, a prompt's samples consecutive, as both backends lay them out) have their replies generated
+    from the fixed chat -- the one rule both backends use. Exactly `round(strength * count)` rows (Python's round),
+    the first of a permutation seeded by (run seed, step): deterministic, so a resumed step blinds the same rows, and
+    nested (at one step a stronger plant blinds a superset of a weaker one's rows). Strength 1: every row (the total
+    plant); 0: none. Sorted row indices in [0, count)."""
+    chosen = round(strength * count)
+    if chosen >= count:
+        return list(range(count))
+    rng = np.random.default_rng([run_seed, step, BLIND_STREAM])
+    return sorted(int(row) for row in rng.permutation(count)[:chosen])
+
+
 def validation_seeds(count: int) -> list[int]:
     """The fixed validation episodes (the same at every validation, disjoint from training)."""
     return [VALIDATION_SEED_BASE + index for index in range(count)]

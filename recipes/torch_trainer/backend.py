@@ -73,7 +73,7 @@ from recipes.runtime.checkpoint import (
     save_checkpoint,
 )
 from recipes.runtime.result import TrainResult
-from recipes.runtime.seeds import seed_everything, train_prompt_seeds, validation_seeds
+from recipes.runtime.seeds import blinded_rows, seed_everything, train_prompt_seeds, validation_seeds
 from recipes.runtime.stop import StopRequested, interruptible
 from recipes.stats import filtering
 from recipes.stats.rollout_stats import VAL_SUCCESS, rollout_frame, rollout_metrics, validation_metrics
@@ -579,7 +579,11 @@ def rollout_and_score(run: Run, step: int, metrics: dict[str, float]) -> StepCon
     sampler = Sampler(models.policy, models.encoder, trainer.max_response_tokens, trainer.temperature,
                       trainer.max_context_tokens)
     if cfg.control.blind_from_step and step >= cfg.control.blind_from_step:
-        sampler = BlindSampler(sampler)  # CONTROL: a planted template collapse (recipes.policy.sampler.BlindSampler)
+        # CONTROL: a planted template collapse (recipes.policy.sampler.BlindSampler) on the rows the shared rule picks
+        # (each generation batch's G x K rows; an extra DAPO batch's rows are numbered from 0 again)
+        rows = blinded_rows(trainer.prompts_per_step * trainer.samples_per_prompt, cfg.control.blind_strength,
+                            cfg.seed, step)
+        sampler = BlindSampler(sampler, rows)
     with timed(metrics, "gen"):
         trajectories, gen_metrics = collect_rollouts(cfg, sampler, step)
     metrics.update(gen_metrics)

@@ -15,8 +15,9 @@ travel in `extra_fields` (the trainer puts each turn's reward on that token, as 
 trajectory itself (`orch_trajectory`) and the sampled ids of its replies (`orch_generated`) for the statistics,
 the rollout-batch table and the MI diagnostics. An episode ends early, after its current turn, once the run's stop
 file exists (the trainer then drops that step, or that validation: `OrchPPOTrainer`). Under the planted-collapse
-control (`control.blind_from_step`) a row carrying `blind_seed` generates every reply from that seed's first-turn
-chat instead of its own (`_blind_prompt`).
+control (`control.blind_from_step`) a row carrying `blind_seed` (and, under `control.blind_strength` < 1, named by
+its `blind_rows`: `_blind_seed`) generates every reply from that seed's first-turn chat instead of its own
+(`_blind_prompt`).
 """
 
 from __future__ import annotations
@@ -44,9 +45,41 @@ def train_config(verl_config: Any) -> Any:
     return _CONFIGS[key]
 
 
+def blind_marks(infos: list[dict[str, Any]], samples: int, strength: float, run_seed: int,
+                step: int) -> list[dict[str, Any]]:
+    """CONTROL, the trainer's side (`OrchPPOTrainer._get_gen_batch`): the `extra_info` of a planted step's training
+    prompts (in batch order; veRL repeats each `samples` times into trajectory rows prompt x samples + sample) marked
+    for `_blind_seed`: `blind_seed` (the first prompt's seed) on every prompt with a blinded trajectory, and
+    `blind_rows` (its blinded rows) where not all of its trajectories are. The rows are
+    `recipes.runtime.seeds.blinded_rows`'s, the torch backend's."""
+    from recipes.runtime.seeds import blinded_rows
+
+    blinded = set(blinded_rows(len(infos) * samples, strength, run_seed, step))
+    fixed = int(infos[0]["seed"])
+    marked = []
+    for prompt, info in enumerate(infos):
+        rows = [row for row in range(prompt * samples, (prompt + 1) * samples) if row in blinded]
+        if len(rows) == samples:
+            info = {**info, "blind_seed": fixed}
+        elif rows:
+            info = {**info, "blind_seed": fixed, "blind_rows": rows}
+        marked.append(info)
+    return marked
+
+
+def _blind_seed(row: dict[str, Any]) -> Any:
+    """CONTROL, the agent loop's side of `blind_marks`: the seed whose first-turn chat this trajectory's replies are
+    generated from, or None. veRL's repeat gives a prompt's trajectories one shared `extra_info`; its `blind_rows`
+    (when set) name the blinded ones by the row veRL numbers each trajectory with: `priority`, arange over the
+    repeated batch (`AgentLoopManager.generate_sequences`; tests/recipes/test_verl_parts.py pins it)."""
+    info = row["extra_info"]
+    rows = info.get("blind_rows")
+    return None if rows is not None and int(row["priority"]) not in rows else info.get("blind_seed")
+
+
 def _blind_prompt(seed: Any, cfg: Any, env_class: Any, build_config: Any, encoder: Any,
                   vision: Any) -> tuple[list[int], list[Any] | None] | None:
-    """CONTROL (`control.blind_from_step`; the trainer puts `blind_seed` on the step's training rows): the prompt
+    """CONTROL (`control.blind_from_step`; the trainer marks the step's blinded rows, `blind_marks`): the prompt
     every reply of this episode is generated from -- the first-turn chat of the episode at `blind_seed` (the step's
     first), with its frame -- so that what the policy writes cannot depend on this episode's input, while the
     trajectory keeps its own real messages (as `recipes.policy.sampler.BlindSampler` on the torch backend). None without."""
@@ -92,7 +125,7 @@ class OrchEnvAgentLoop(AgentLoopBase):
             return vision.expand(chat, counts) if vision is not None else chat
 
         show_frame()
-        blind = _blind_prompt(row["extra_info"].get("blind_seed"), cfg, env_class, build_config, encoder, vision)
+        blind = _blind_prompt(_blind_seed(row), cfg, env_class, build_config, encoder, vision)
         budget = int(self.rollout_config.response_length)
         generated: dict[str, list[int]] = {}
         logprobs: list[list[float]] = []

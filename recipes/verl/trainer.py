@@ -49,7 +49,7 @@ from recipes.run.progress import ProgressFile, report, reporting
 from recipes.run.tracking import PEAK_MEMORY_METRIC
 from recipes.runtime.checkpoint import VERL_ITERATION_FILE as ITERATION_FILE
 from recipes.runtime.checkpoint import VERL_STATE_FILE as STATE_FILE
-from recipes.verl.agent_loop import train_config
+from recipes.verl.agent_loop import blind_marks, train_config
 
 log = logging.getLogger("orch.verl")
 SCORE_ROWS = 256  # (prompt, sample) pairs per actor-worker call when cross-scoring naively
@@ -148,18 +148,25 @@ class OrchPPOTrainer(RayPPOTrainer):
         self.step_end = self.resume_point()
 
     def _get_gen_batch(self, batch: DataProto) -> DataProto:
-        """veRL's generation batch; under `control.blind_from_step` (from that step on, training rows only) every row
-        also carries `blind_seed`, the seed of the step's first episode: the agent loop then generates every reply
-        from that episode's first-turn chat (the torch backend's `recipes.policy.sampler.BlindSampler`, a planted template
-        collapse for the controls of the MI diagnostics)."""
+        """veRL's generation batch; under `control.blind_from_step` (from that step on, training rows only) the
+        prompts whose trajectories `recipes.runtime.seeds.blinded_rows` picks (`control.blind_strength`; the torch
+        backend's rule) also carry `blind_seed`, the seed of the step's first episode: the agent loop then generates
+        every reply of those trajectories from that episode's first-turn chat (the torch backend's
+        `recipes.policy.sampler.BlindSampler`, a planted template collapse for the controls of the MI diagnostics).
+
+        The batch holds prompts: veRL repeats it n times afterwards (`repeat(interleave=True)`: trajectory row =
+        prompt x n + sample, the torch backend's order), and a prompt's n rows then share its one `extra_info`. So a
+        prompt only some of whose trajectories are blinded also carries `blind_rows`, those trajectories' rows, which
+        the agent loop matches against the row veRL numbers each trajectory with (`priority`); a prompt whose every
+        trajectory is blinded carries `blind_seed` alone (strength 1: the marks of the total plant as they were)."""
         gen = super()._get_gen_batch(batch)
-        blind_from = self.cfg.control.blind_from_step
+        control = self.cfg.control
         infos = gen.non_tensor_batch.get("extra_info")
-        if (blind_from and self._in_step and int(self.global_steps) >= blind_from and infos is not None
-                and len(infos) and infos[0].get("split") != "val"):
-            fixed = int(infos[0]["seed"])
-            gen.non_tensor_batch["extra_info"] = np.array([{**info, "blind_seed": fixed} for info in infos],
-                                                          dtype=object)
+        if (control.blind_from_step and self._in_step and int(self.global_steps) >= control.blind_from_step
+                and infos is not None and len(infos) and infos[0].get("split") != "val"):
+            gen.non_tensor_batch["extra_info"] = np.array(blind_marks(
+                list(infos), self.cfg.trainer.samples_per_prompt, control.blind_strength, self.cfg.seed,
+                int(self.global_steps)), dtype=object)
         return gen
 
     def resume_point(self) -> dict[str, Any]:

@@ -75,6 +75,27 @@ def test_policy_is_called_with_the_active_batch_only(solver_policy):
     assert sizes == [sum(t.num_turns > k for t in trajectories) for k in range(len(sizes))]
 
 
+def test_a_policy_that_takes_rows_is_told_each_historys_episode(solver_policy):
+    """`takes_rows` (the planted control blinds some episodes of a batch, `recipes.policy.sampler.BlindSampler`):
+    each call names, per history, its episode's index in `seeds`, as episodes finish at different turns."""
+    inner = solver_policy("sokoban")
+    calls = []
+
+    class Policy:
+        takes_rows = True
+
+        def __call__(self, histories, rows):
+            calls.append((rows, histories))
+            return inner(histories)
+
+    trajectories = run_episodes("sokoban", {}, SEEDS, Policy())
+    assert len({len(rows) for rows, _ in calls}) > 1  # some episodes ended before others
+    for turn, (rows, histories) in enumerate(calls):
+        assert rows == [row for row, t in enumerate(trajectories) if t.num_turns > turn]
+        for row, history in zip(rows, histories, strict=True):
+            assert history == trajectories[row].messages[: 2 + 2 * turn]
+
+
 def test_unparsable_replies_cost_the_penalty_every_turn():
     trajectories = run_episodes("sokoban", {}, [0, 1], lambda hs: ["I would go up"] * len(hs))
     for trajectory in trajectories:

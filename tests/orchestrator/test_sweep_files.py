@@ -37,8 +37,10 @@ EXPECTED_CELLS = {
     "gradient.yaml": 3,
     "repro_tiny.yaml": 2 * 3,
     "repro_long.yaml": 2 * 2 * 5,
+    "controls_graded.yaml": 2 * 5 * 4,  # 2 tasks x 5 plant strengths x 4 seeds
 }
-TORCH_SWEEPS = {"demo.yaml", "repro_tiny.yaml", "repro_long.yaml"}  # laptop sweeps: the torch backend as written, no cpu profile needed
+# laptop sweeps: the torch backend as written, no cpu profile needed
+TORCH_SWEEPS = {"demo.yaml", "repro_tiny.yaml", "repro_long.yaml", "controls_graded.yaml"}
 
 
 def test_every_required_sweep_file_is_shipped() -> None:

@@ -22,6 +22,9 @@ def test_print_config_and_bad_overrides() -> None:
     bad = runner.invoke(app, ["train", "algorithm=reinforce"])
     assert bad.exit_code == 2
     assert "unknown algorithm option 'reinforce'; valid choices: dapo, dapo_dynamic, drgrpo, grpo, ppo" in bad.output
+    strength = runner.invoke(app, ["train", "control.blind_from_step=3", "control.blind_strength=1.5"])
+    assert strength.exit_code == 2 and len(strength.output.strip().splitlines()) == 1, strength.output
+    assert "config key control.blind_strength: must be a number in [0, 1]" in strength.output
 
 
 @pytest.mark.parametrize("number", [signal.SIGUSR2, signal.SIGINT])

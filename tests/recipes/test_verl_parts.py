@@ -738,6 +738,48 @@ def test_the_trainer_blinds_a_steps_training_rows_to_its_first_episode_from_the_
     assert blinded(2, True, "train") == blinded(3, False, "train") == blinded(3, True, "val") == [None] * 3
 
 
+@pytest.mark.parametrize("strength", [0.0, 0.25, 0.5, 1.0])
+def test_a_graded_plant_on_verl_blinds_exactly_the_rows_the_shared_rule_picks(strength: float) -> None:
+    """`control.blind_strength` on veRL (#46 item 1): `_get_gen_batch` marks prompts, veRL then repeats each n times
+    (a prompt's rows share its `extra_info`), and the agent loop (`_blind_seed`, by the row number veRL gives each
+    trajectory) blinds exactly the trajectory rows `recipes.runtime.seeds.blinded_rows` picks -- the torch backend's
+    rows -- with the step's first seed; at strength 1 the marks are the total plant's as before (`blind_seed` only)."""
+    from verl import DataProto
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from recipes.runtime.seeds import blinded_rows
+    from recipes.verl.agent_loop import _blind_seed
+    from recipes.verl.trainer import OrchPPOTrainer
+
+    # what the rows rest on, as veRL 0.9.1 has it: the prompt batch is repeated interleaved after `_get_gen_batch`,
+    # the manager numbers the repeated rows 0.. (`priority`) before splitting them, and a worker passes every
+    # non-tensor column to the agent loop
+    fit = inspect.getsource(RayPPOTrainer.fit)
+    assert fit.index("self._get_gen_batch(batch)") < fit.index("gen_batch.repeat(repeat_times=rollout_n, interleave=True)")
+    assert 'prompts.non_tensor_batch["priority"] = np.arange(len(prompts)' in inspect.getsource(
+        AgentLoopManager.generate_sequences)
+    assert "kwargs = {k: v[i] for k, v in batch.non_tensor_batch.items()" in inspect.getsource(
+        AgentLoopWorker.generate_sequences)
+
+    prompts, samples, step = 4, 4, 11
+    trainer = object.__new__(OrchPPOTrainer)
+    trainer.cfg = compose_train_config([*MICRO, "backend=verl", "seed=2", "control.blind_from_step=3",
+                                        f"control.blind_strength={strength}", f"trainer.samples_per_prompt={samples}",
+                                        f"trainer.prompts_per_step={prompts}"])
+    trainer.global_steps, trainer._in_step = step, True
+    infos = np.array([{"seed": seed, "split": "train"} for seed in range(21, 21 + prompts)], dtype=object)
+    batch = DataProto.from_single_dict({"input_ids": torch.zeros(prompts, 2, dtype=torch.long), "extra_info": infos})
+    gen = trainer._get_gen_batch(batch).repeat(repeat_times=samples, interleave=True)  # as veRL's fit does
+    rows = [{**{key: column[row] for key, column in gen.non_tensor_batch.items()}, "priority": row}
+            for row in range(len(gen))]
+    chosen = blinded_rows(prompts * samples, strength, 2, step)
+    assert len(chosen) == round(strength * prompts * samples)
+    assert [_blind_seed(row) for row in rows] == [21 if row in chosen else None for row in range(prompts * samples)]
+    if strength == 1.0:
+        assert all(set(row["extra_info"]) == {"seed", "split", "blind_seed"} for row in rows)
+
+
 @pytest.mark.parametrize("split", ["train", "val", "unstopped"])
 def test_an_episode_ends_after_its_turn_once_the_stop_file_exists(split: str, tmp_path: Path) -> None:
     """Issue 26 item 2 on veRL: the stop file appearing during a turn's generation ends a training or validation
