@@ -32,8 +32,8 @@ class OneLineErrors(TyperGroup):
             with stop_ends_command():
                 code = super().main(*args, standalone_mode=False, **kwargs)
         except StopSignal as stop:  # SIGTERM, SIGUSR2 or SIGINT in a command that trains nothing (orchlib.signals)
-            command = " ".join(["orch", *sys.argv[1:2]])
-            click.echo(f"{command}: stopped by {stop.name}; what it was writing is not kept (run it again)", err=True)
+            click.echo(f"orch {' '.join(sys.argv[1:2])}: stopped by {stop.name}; {_after_stop(sys.argv[1:])}",
+                       err=True)
             sys.exit(stop.exit_code)
         except click.exceptions.NoArgsIsHelpError as err:  # `orch`, `orch mlflow`: the help, as click prints it
             err.show()
@@ -53,6 +53,21 @@ class OneLineErrors(TyperGroup):
             click.echo(f"orch: error: {line}", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _after_stop(argv: list[str]) -> str:
+    """What a stop signal leaves of the command `argv` (docs/reliability.md, "Every long phase")."""
+    if argv[:1] == ["tune"]:
+        return "its running trials go on; the same command resumes the study"
+    if argv[:1] in (["sweep"], ["eval"], ["resume"]) and "--wait" in argv:
+        return "the cells it submitted go on (orch status; orch cancel stops them)"
+    if argv[:1] == ["sweep"] and "--preflight" in argv:
+        return "nothing was written"
+    if argv[:1] == ["export"]:
+        return "nothing is written (its scratch folder removed); run it again"
+    if argv[:1] == ["eval"]:
+        return "no evaluation run is kept; run it again"
+    return "what it was writing is not kept (run it again)"
 
 
 app = typer.Typer(
