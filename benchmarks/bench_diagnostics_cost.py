@@ -36,7 +36,7 @@ from mlflow import MlflowClient
 from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
 from recipes.run.tracking import PEAK_MEMORY_METRIC
-from recipes.torch_trainer.backend import model_folder
+from recipes.torch_trainer.warmstart import model_folder
 
 PAPER = ["hooks=[collapse]", "diagnostics.num_samples=64", "diagnostics.mi_every=5"]
 

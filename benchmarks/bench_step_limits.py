@@ -24,7 +24,7 @@ import torch
 
 from recipes.config.schema import compose_train_config
 from recipes.run.tracking import RunTracker
-from recipes.torch_trainer.backend import rollout_and_score, setup, train_step
+from recipes.torch_trainer.trainer import rollout_and_score, setup, train_step
 
 
 def seconds(fn, repeat: int = 3) -> float:

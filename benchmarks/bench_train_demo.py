@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 
 from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
-from recipes.torch_trainer.backend import model_folder
+from recipes.torch_trainer.warmstart import model_folder
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""What keeping the update undoable costs per step (`recipes.torch_trainer.backend.UpdateUndo`): the bytes copied and
+"""What keeping the update undoable costs per step (`recipes.runtime.update_undo.UpdateUndo`): the bytes copied and
 the seconds to copy the policy, the value model and their AdamW states before each update (and to put them back,
 which only a stop inside the update does), against the step it rides on (8 s on FrozenLake, about 40 s on Sokoban:
 docs/training.md).
@@ -15,7 +15,7 @@ import torch
 
 from recipes.config.schema import compose_train_config
 from recipes.policy.models import base_model_folder, load_critic, load_policy
-from recipes.torch_trainer.backend import UpdateUndo
+from recipes.runtime.update_undo import UpdateUndo
 
 
 def main() -> None:

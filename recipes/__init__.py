@@ -1,14 +1,15 @@
 """The trainers and the paper's statistics, in rooms by concern. A room imports from its own modules and from the
 rooms before it in this order (tests/test_layers.py checks it, the modules named in strings included):
 
-    runtime        the process a run lives in: stop signal, seeds, folder cache, checkpoints, HF folder checks
+    runtime        the process a run lives in: stop signal, time limit, update undo, seeds, folder cache, checkpoints,
+                   HF folder checks
     policy         chat and image tokens, tokenizer, models, the training batch, sampling, actor losses, algorithms
     stats          the paper's statistics: SNR-Aware Filtering, MI proxies, cross-scoring, the collapse rule,
                    rollout statistics and the rollout-batch format
     diagnostics    the step-hook contract and the collapse hook
     config         the typed training config, Hydra composition of conf/, the trainer-backend registry
     run            a run's record: MLflow bookkeeping, progress
-    torch_trainer  the `torch` backend (one process) and the warm start both backends use
+    torch_trainer  the `torch` backend (one process: entry, loop, run state) and the warm start both backends use
     verl           the `verl` backend: veRL's trainer with orch's plug-in
     trained        evaluating and exporting a trained policy
     train_cli      `orch train`

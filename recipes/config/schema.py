@@ -246,7 +246,7 @@ class InfraConfig(Section):
     checkpoint_dir: str | None = None  # None: checkpoints/<mlflow run id> in the working directory
     resume: Annotated[str, one_of(RESUME_MODES)] = "auto"
     # Seconds this run may take from its start (None: no limit): before a step that would overrun it, it checkpoints and
-    # stops as on a stop signal (`recipes.torch_trainer.backend`; SLURM's own limit comes as SIGUSR2 `signal_delay_s` ahead).
+    # stops as on a stop signal (`recipes.runtime.time_limit`; SLURM's own limit comes as SIGUSR2 `signal_delay_s` ahead).
     time_limit: Annotated[float, number(lambda v: v > 0, "> 0 (seconds)")] | None = None
     threads: Annotated[int, integer(1)] | None = None  # None: recipes.torch_trainer.backend.available_cpus()
     progress: Flag = True

@@ -11,7 +11,7 @@ Inside a step, the phases that leave the model as it was (rollout, scoring, diag
 `interruptible(should_stop)`; their loops call `poll()` between decoded tokens and micro-batches, which raises
 `StopRequested` once a stop is asked for, so the phase ends within a fraction of a second and the trainer discards
 the unfinished step. The update changes the model: the torch trainer keeps a copy of the models and optimisers
-while it runs and puts it back when a stop ends it (`recipes.torch_trainer.backend.UpdateUndo`).
+while it runs and puts it back when a stop ends it (`recipes.runtime.update_undo.UpdateUndo`).
 
 `orch train` and the sweep job both use it. Handlers can only be installed in the main thread; elsewhere (a debug
 executor running cells in a thread) the signals keep their handlers and `stop()` stays false.

@@ -124,7 +124,7 @@ def evaluate(policy: Policy, settings: EvalSettings, progress: Any = None) -> tu
     from recipes.policy.sampler import Sampler
     from recipes.runtime.seeds import seed_everything, validation_seeds
     from recipes.stats.rollout_stats import rollout_frame, validation_metrics
-    from recipes.torch_trainer.backend import play
+    from recipes.torch_trainer.trainer import play
 
     if settings.samples < settings.pass_k:
         raise OrchError(f"--pass-k {settings.pass_k} needs --samples >= {settings.pass_k} (got {settings.samples})")

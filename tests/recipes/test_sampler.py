@@ -136,7 +136,7 @@ def test_the_torch_rollout_tells_the_blind_sampler_each_episodes_row() -> None:
     from recipes.config.schema import compose_train_config
     from recipes.policy.sampler import BlindSampler
     from recipes.runtime.seeds import blinded_rows
-    from recipes.torch_trainer.backend import play
+    from recipes.torch_trainer.trainer import play
 
     class Recorder:  # the inner sampler: records what it is asked, replies with an unparsable turn
         takes_images = False

@@ -19,7 +19,7 @@ from recipes.diagnostics import hooks, registry
 from recipes.run.tracking import PEAK_MEMORY_METRIC
 from recipes.runtime.checkpoint import latest_checkpoint
 from recipes.stats.rollouts import load_rollout_batch
-from recipes.torch_trainer import backend as torch_backend
+from recipes.torch_trainer import trainer as torch_trainer
 
 
 def client(overrides: list[str]) -> MlflowClient:
@@ -171,7 +171,7 @@ class StopAt:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, step: int, phase: str) -> None:
         self.target, self.step, self.fired, self.polls_after = (step, phase), 0, False, 0
-        real = torch_backend.report
+        real = torch_trainer.report
 
         def spy(**fields) -> None:
             self.step = fields.get("step", self.step)
@@ -179,7 +179,7 @@ class StopAt:
                 self.fired = True
             real(**fields)
 
-        monkeypatch.setattr(torch_backend, "report", spy)
+        monkeypatch.setattr(torch_trainer, "report", spy)
 
     def __call__(self) -> bool:
         self.polls_after += self.fired
@@ -238,10 +238,8 @@ def test_a_stop_inside_a_phase_ends_it_and_the_resume_equals_an_uninterrupted_ru
 
 
 def test_a_non_finite_loss_fails_the_run_without_a_checkpoint(train_overrides, tmp_path, monkeypatch) -> None:
-    import recipes.torch_trainer.backend as backend
-
-    real_update = backend.update_actor
-    monkeypatch.setattr(backend, "update_actor", lambda *a, **k: {**real_update(*a, **k), "actor/pg_loss": math.nan})
+    real_update = torch_trainer.update_actor
+    monkeypatch.setattr(torch_trainer, "update_actor", lambda *a, **k: {**real_update(*a, **k), "actor/pg_loss": math.nan})
     overrides = [*train_overrides, "algorithm=grpo", "task=countdown", "filter=none", "trainer.val_every=0"]
     result = run_training(compose_train_config(overrides))
     assert (result.status, result.steps_done) == ("failed", 1) and "non-finite" in result.reason

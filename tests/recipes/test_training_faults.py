@@ -20,7 +20,7 @@ from orchlib.errors import OrchError
 from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
 from recipes.runtime.checkpoint import latest_checkpoint, load_checkpoint
-from recipes.torch_trainer.backend import REPLAYED_METRIC
+from recipes.torch_trainer.state import REPLAYED_METRIC
 
 
 def test_a_full_disk_while_checkpointing_then_a_resume_replays_and_counts_the_lost_steps(

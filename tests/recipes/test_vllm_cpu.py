@@ -65,7 +65,7 @@ from orchestrator.cli import app
 from recipes.policy.chat import ChatEncoder
 from recipes.trained.evaluate import load_source, vllm_sampler
 from recipes.policy.models import load_tokenizer
-from recipes.torch_trainer.backend import play
+from recipes.torch_trainer.trainer import play
 
 code = app(["eval", {run.info.run_id!r}, "--task", "countdown", "--engine", "vllm", "--episodes", "4", "--samples",
             "2", "--pass-k", "2", "--tracking-uri", {uri!r}], standalone_mode=False)
