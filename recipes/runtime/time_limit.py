@@ -1,8 +1,9 @@
 """`trainer.time_limit`: the run's wall-time budget, checked before each step (`TimeLimit`).
 
 The torch trainer (`recipes.torch_trainer.trainer`) creates one at its start and, before each step, stops as on a stop
-signal when the next step and a checkpoint would end past the limit. The veRL trainer does not read it (SLURM's own
-limit reaches both as SIGUSR2, `recipes.runtime.stop`).
+signal when the next step and a checkpoint would end past the limit; the veRL trainer reads it at the same point
+(`recipes.verl.trainer.run_time_limit`: counted from the driver's start, so the warm start and Ray's start-up count
+too). SLURM's own limit reaches both as SIGUSR2 (`recipes.runtime.stop`).
 """
 
 from __future__ import annotations

@@ -59,11 +59,14 @@ def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> Trai
 def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
           should_stop: Callable[[], bool]) -> TrainResult:
     """Prepare the inputs, start Ray, train in the TaskRunner, tear Ray down."""
+    import time
+
     import ray
 
     from recipes.verl.cluster import ray_cluster
     from recipes.verl.task_runner import OrchTaskRunner
 
+    deadline = time.time() + cfg.infra.time_limit if cfg.infra.time_limit else None  # `trainer.time_limit` from here
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     (checkpoint_dir / RUN_FILE).write_text(json.dumps({"mlflow_run_id": tracker.run_id}))
     stop_file = checkpoint_dir / STOP_FILE
@@ -76,7 +79,7 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
         return TrainResult("preempted", resume or 0, tracker.run_id, f"{stop}; its completed epochs are kept")
     config = build_config(cfg, job, {"run_id": tracker.run_id, "stop_file": str(stop_file),
                                      "tracking_uri": default_tracking_uri(cfg.infra.mlflow.tracking_uri),
-                                     "logged_until": logged or 0})
+                                     "logged_until": logged or 0, "deadline": deadline})
     if resume is not None and logged is not None and logged > resume:
         log.warning("steps %d..%d were logged after the last checkpoint: they are re-run, not logged again",
                     resume + 1, logged)

@@ -93,6 +93,7 @@ class OrchPPOTrainer(RayPPOTrainer):
 
         self.cfg = train_config(self.config)
         self.orch = orch
+        self.time_limit = run_time_limit(self.cfg.infra.time_limit, orch.get("deadline"))
         self.tracker = RunTracker(orch["tracking_uri"], self.cfg.infra.mlflow.experiment_name, run_id=orch["run_id"])
         self.encoder = ChatEncoder(self.tokenizer)
         self.hooks = build_hooks(self.cfg.hooks, self.cfg)
@@ -141,6 +142,10 @@ class OrchPPOTrainer(RayPPOTrainer):
         step = int(self.global_steps)
         if self.pending_stop is None and Path(self.orch["stop_file"]).exists():
             self.pending_stop = Stop("preempted", f"stop requested; checkpoint at step {step}")
+        self.time_limit.took(time.perf_counter() - self._step_started)
+        overrun = self.time_limit.would_overrun() if self.pending_stop is None else None
+        if overrun:  # `trainer.time_limit`, as the torch trainer reads it: the next step would end past it
+            self.pending_stop = Stop("preempted", f"{overrun}; checkpoint at step {step}")
         if self.pending_stop is not None and self._checkpointed_step() != step:
             self._save_checkpoint()
         elif self.validation_pending:  # the step was saved before its validation: mark it there
@@ -359,12 +364,14 @@ class OrchPPOTrainer(RayPPOTrainer):
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
     def _save_checkpoint(self) -> None:
+        started = time.perf_counter()
         super()._save_checkpoint()
         folder = Path(self.config.trainer.default_local_dir) / f"global_step_{int(self.global_steps)}"
         if self.loader_state is not None:  # a rewound checkpoint: the dataloader's position at that step's end
             torch.save(self.loader_state, folder / "data.pt")
             self.loader_state = None
         self._write_state(folder)
+        self.time_limit.took(0.0, checkpoint=time.perf_counter() - started)
 
     def _write_state(self, folder: Path) -> None:
         """orch's own state beside veRL's checkpoint of a step (empty steps, latest validation, hook states, and
@@ -606,6 +613,17 @@ class OrchPPOTrainer(RayPPOTrainer):
 
 
 BEST_RECORD = "best.json"
+
+
+def run_time_limit(limit_s: float | None, deadline: float | None) -> Any:
+    """`trainer.time_limit` counted from the job's start (`deadline`: wall-clock seconds, set by the driver before the
+    warm start and Ray's start-up, as the torch trainer counts them), read before every step (`_stop_profiling`)."""
+    from recipes.runtime.time_limit import TimeLimit
+
+    limit = TimeLimit(limit_s)
+    if limit_s is not None and deadline is not None:
+        limit.deadline = time.monotonic() + (deadline - time.time())
+    return limit
 
 
 def keep_best(saved: Path, best_dir: Path, best: dict[str, float]) -> None:

@@ -840,3 +840,32 @@ def test_a_stop_during_validation_drops_it_and_inside_a_step_lets_the_step_end(t
     trainer.global_steps = 0
     with pytest.raises(Stop, match="before training; no step done, nothing to checkpoint"):
         trainer._validation_stopped()
+
+
+def test_the_time_limit_stops_the_verl_trainer_before_a_step_that_would_overrun_it(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """Issue 45 item 2 (a stop the veRL backend ignored): `trainer.time_limit` is read at every step's end as on the
+    torch backend, counted from the driver's start (`deadline`): while the next step and a checkpoint fit, the run
+    goes on; once they would not, the step is checkpointed and the run ends `preempted` naming the limit."""
+    import time
+
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from recipes.verl.trainer import OrchPPOTrainer, run_time_limit
+
+    monkeypatch.setattr(RayPPOTrainer, "_stop_profiling", lambda self, do_profile, run_command=False: None)
+    trainer = object.__new__(OrchPPOTrainer)
+    saves: list[int] = []
+    trainer.orch, trainer.pending_stop, trainer.validation_pending = {"stop_file": str(tmp_path / "STOP")}, None, False
+    trainer._checkpointed_step, trainer._save_checkpoint = lambda: None, lambda: saves.append(trainer.global_steps)
+    trainer.resume_point = lambda: {}
+    trainer.time_limit = run_time_limit(60.0, time.time() + 30)  # 30 s of the 60 s budget left
+    trainer.global_steps, trainer._step_started = 1, time.perf_counter() - 10  # a 10 s step: 10 x 1.5 + 5 fits
+    trainer._stop_profiling(False)
+    assert trainer.pending_stop is None and saves == []
+    trainer.global_steps, trainer._step_started = 2, time.perf_counter() - 20  # a 20 s step: no longer fits
+    trainer._stop_profiling(False)
+    assert trainer.pending_stop.status == "preempted" and saves == [2]
+    assert trainer.pending_stop.reason.startswith("time limit: ") and "trainer.time_limit=60" in str(
+        trainer.pending_stop.reason) and trainer.pending_stop.reason.endswith("checkpoint at step 2")
+    assert run_time_limit(None, time.time() + 30).would_overrun() is None  # no limit: never
