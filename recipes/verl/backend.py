@@ -34,6 +34,7 @@ from recipes.runtime.stop import StopRequested
 log = logging.getLogger("orch.verl")
 RUN_FILE = "orch_run.json"  # in the checkpoint folder: the MLflow run its checkpoints belong to
 STOP_FILE = "STOP"
+STARTED_FILE = "LOOP_STARTED"  # written by the trainer as its loop begins (a stop before it needs no checkpoint)
 POLL_S = 0.25
 
 
@@ -78,6 +79,7 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     except StopRequested as stop:  # in the warm start: its completed epochs are kept, the next attempt resumes them
         return TrainResult("preempted", resume or 0, tracker.run_id, f"{stop}; its completed epochs are kept")
     config = build_config(cfg, job, {"run_id": tracker.run_id, "stop_file": str(stop_file),
+                                     "started_file": str(checkpoint_dir / STARTED_FILE),
                                      "tracking_uri": default_tracking_uri(cfg.infra.mlflow.tracking_uri),
                                      "logged_until": logged or 0, "deadline": deadline})
     if resume is not None and logged is not None and logged > resume:
@@ -92,9 +94,15 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     tracker.log_text(_config_yaml(config), "verl_config.yaml")
     if resume is None:
         tracker.log_metrics(figures, step=0)
+    started_file = checkpoint_dir / STARTED_FILE
+    started_file.unlink(missing_ok=True)
+    if should_stop():  # asked during the set-up above: Ray need not start
+        return TrainResult(status="preempted", steps_done=resume or 0, mlflow_run_id=tracker.run_id,
+                           reason="stop requested during the set-up (nothing to keep)")
     try:
         with ray_cluster(plan), _stop_file_when(should_stop, stop_file):
-            summary = ray.get(OrchTaskRunner.remote().run.remote(config))
+            runner = OrchTaskRunner.remote()
+            summary = _unless_stopped_before_the_loop(runner, runner.run.remote(config), should_stop, started_file)
     except ray.exceptions.RayError:
         if not should_stop():
             raise
@@ -103,8 +111,29 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
         saved = resume_step(checkpoint_dir / "verl", tracker.last_logged_step("timing_s/step")) or 0
         return TrainResult(status="preempted", steps_done=saved, mlflow_run_id=tracker.run_id,
                            reason=f"stopped by a signal that also ended Ray's processes; resumes after step {saved}")
+    if summary is None:
+        return TrainResult(status="preempted", steps_done=resume or 0, mlflow_run_id=tracker.run_id,
+                           reason="stop requested while veRL's workers started (nothing to keep); "
+                                  + (f"resumes after step {resume}" if resume else "starts afresh"))
     return TrainResult(status=summary["status"], steps_done=int(summary["steps_done"]),
                        mlflow_run_id=tracker.run_id, reason=summary["reason"])
+
+
+def _unless_stopped_before_the_loop(runner: Any, result: Any, should_stop: Callable[[], bool],
+                                    started_file: Path) -> dict[str, Any] | None:
+    """The TaskRunner's summary (`ray.get(result)`); but a stop requested before the trainer's loop began
+    (`started_file` not yet written: Ray's workers, the models and the rollout engine still loading, minutes on a GPU
+    node) kills the runner at once and returns None: nothing of this attempt is there to keep. Once the loop runs,
+    the stop file ends it at its next poll (docs/reliability.md)."""
+    import ray
+
+    while True:
+        done, _ = ray.wait([result], timeout=POLL_S)
+        if done:
+            return ray.get(result)
+        if should_stop() and not started_file.exists():
+            ray.kill(runner)
+            return None
 
 
 def resume_step(folder: Path, logged: int | None) -> int | None:

@@ -82,7 +82,8 @@ class OrchPPOTrainer(RayPPOTrainer):
     """veRL's PPO trainer with orch's filter, diagnostics, metrics and stop control (see the module docstring).
 
     `orch` (a mapping): run_id and tracking_uri of the cell's MLflow run, stop_file (its existence requests a stop),
-    logged_until (the last step already in MLflow: steps re-run after a resume are not logged again).
+    started_file (written as the loop begins), logged_until (the last step already in MLflow: steps re-run after a
+    resume are not logged again), deadline (`trainer.time_limit`'s end, wall-clock seconds, or None).
     """
 
     def __init__(self, *args: Any, orch: dict[str, Any], **kwargs: Any) -> None:
@@ -119,6 +120,8 @@ class OrchPPOTrainer(RayPPOTrainer):
         from recipes.verl.patches import tracking_sink
 
         folder = Path(self.config.trainer.default_local_dir).parent  # orch's checkpoint folder (veRL's is verl/)
+        if self.orch.get("started_file"):  # from here a stop is read by the loop (before it, the driver ends Ray)
+            Path(self.orch["started_file"]).touch()
         try:
             with tracking_sink(self._log), reporting(ProgressFile(folder, self.cfg.trainer.total_steps)):
                 super().fit()

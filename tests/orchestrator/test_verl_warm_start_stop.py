@@ -108,3 +108,41 @@ def test_sigterm_in_the_verl_warm_start_ends_train_and_the_sweep_job_and_their_e
         wait(store, "vws", poll_s=0.5, timeout_s=120)
     text = "".join(log.read_text(errors="replace") for log in logs.glob("*_log.err"))
     assert "Traceback" not in text, text[-2000:]
+
+
+def test_sigterm_while_verls_workers_start_ends_train_within_seconds_and_leaves_no_process(
+        workdir: Path, tracking: str) -> None:
+    """Issue 45 item 2: before veRL's loop begins (Ray's workers, the models and the rollout engine loading: 89 s on
+    this CPU, minutes on a GPU node) nothing of the attempt is there to keep, so a stop kills the TaskRunner and
+    tears its Ray cluster down at once instead of waiting for the loop's first poll."""
+    settings = {**SETTINGS, "model.warm_start.enabled": False}
+    command = [sys.executable, "-m", "orchestrator.cli", "train", "backend=verl",
+               *(f"{key}={value}" for key, value in settings.items()), f"mlflow.tracking_uri={tracking}",
+               f"trainer.checkpoint_dir={workdir / 'ck'}"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 300
+    for line in process.stderr:
+        if "(OrchTaskRunner pid=" in line:  # Ray is up and the runner is building its workers
+            signalled = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            break
+        assert time.monotonic() < deadline, "the TaskRunner did not start"
+    out, rest = process.communicate(timeout=120)
+    took = time.monotonic() - signalled
+    assert process.returncode == REQUEUE_EXIT_CODE, rest[-2000:]
+    assert took < STOP_WITHIN_S, f"the stop took {took:.1f} s"
+    assert "received SIGTERM" in rest and "Traceback" not in rest, rest[-2000:]
+    assert "stop requested while veRL's workers started (nothing to keep); starts afresh" in out, out
+    assert not (workdir / "ck" / "verl").exists() or not list((workdir / "ck" / "verl").glob("global_step_*"))
+    left = [stat.parent.name for stat in Path("/proc").glob("[0-9]*/stat")
+            if _session_of(stat) == process.pid]
+    assert not left, f"processes of the run still alive: {left}"
+
+
+def _session_of(stat: Path) -> int | None:
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[3]) if fields[0] != "Z" else None
