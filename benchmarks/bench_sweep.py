@@ -48,9 +48,9 @@ def write_sweep(folder: Path, name: str, cells: int) -> Path:
 def bench_expand_and_store(folder: Path, cells: int, store_url: str, cache: Path) -> tuple[str, dict[str, float]]:
     from orchestrator.engine import cell_fields
     from orchestrator.plan import build_plan
-    from orchestrator.resolve import ConfigResolver
     from orchestrator.spec import load_sweep
     from orchestrator.store import Store
+    from recipes.config.resolve import ConfigResolver
 
     path = write_sweep(folder, "bench", cells)
     timings: dict[str, float] = {}

@@ -97,10 +97,7 @@ def planned_configs(path: Path, profile: str | None = None) -> list[PlannedConfi
     """Every cell the sweep file at `path` plans (under `profile`), resolved as a job would run it; nothing is
     stored or submitted. Raises `OrchError` (file, line, key) on a bad file."""
     from orchestrator.plan import build_plan
-    from orchestrator.resolve import ConfigResolver
     from orchestrator.spec import load_sweep
 
-    resolver = ConfigResolver()
-    plan = build_plan(load_sweep(path, profile=profile), resolver)
-    return [PlannedConfig(cell.digest, cell.settings, resolver.resolve(cell.settings).config, cell.resources)
-            for cell in plan.cells]
+    plan = build_plan(load_sweep(path, profile=profile))
+    return [PlannedConfig(cell.digest, cell.settings, cell.resolved.config, cell.resources) for cell in plan.cells]

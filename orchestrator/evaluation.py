@@ -21,12 +21,12 @@ from typing import Any
 
 from orchestrator.job import checkpoint_dir_of
 from orchestrator.plan import Plan, PlannedCell, varied_keys
-from orchestrator.resolve import ConfigResolver
 from orchestrator.resources import Resources
 from orchestrator.spec import load_sweep
 from orchestrator.states import DONE
 from orchestrator.store import Store
 from orchlib.errors import OrchError
+from recipes.config.resolve import ConfigResolver
 from recipes.trained.evaluate import EVAL_SUFFIX, eval_sweep_name, kept_checkpoint
 
 
@@ -91,7 +91,7 @@ def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: Con
                             "it was planned); evaluate it with `orch eval SOURCE` instead")
         cells.append(PlannedCell(index=len(cells), digest=resolved.digest, axis=row.axis, settings=resolved.settings,
                                  overrides=resolved.overrides,
-                                 resources=Resources.model_validate_json(row.resources_json)))
+                                 resources=Resources.model_validate_json(row.resources_json), resolved=resolved))
     resolver.flush()
     plan = Plan(definition=definition, cells=cells, varied=varied_keys(cells))
     if len(kept) < len(done):

@@ -17,11 +17,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.resolve import frozen
 from orchestrator.rules import MISSING, matches
 from orchestrator.spec import SweepDefinition, check_key, describe_loc
 from orchestrator.yamlsource import Loc, YamlSource
 from orchlib.errors import OrchError
+from recipes.config.resolve import frozen
 
 BASE_AXIS = "base"
 INCLUDE_AXIS = "include"

@@ -2,7 +2,7 @@
 
     CellJob(store_url, cell_id, executor, requeue)()
       1. read the cell from the store, report `running` (attempt: job id, host, pid, log paths)
-      2. compose its config with `recipes.config.schema.compose_train_config` (the cell's overrides + per-cell infra keys:
+      2. compose its config with `recipes.config.resolve.resolve_cell` (the cell's overrides + per-cell infra keys:
          MLflow run, checkpoint folder), and check it still hashes to the cell's identity
       3. run the backend with `should_stop` wired to SIGUSR2 (SLURM's warning before the time limit) and SIGTERM
          (preemption, scancel): the trainer stops its current work, checkpoints its last completed step and
@@ -155,8 +155,7 @@ def _run_cell(store_url: str, cell_id: int, executor: str, requeue: Requeue, sub
 
 def compose_cell_config(context: JobContext) -> TrainConfig:
     """The cell's training config, with the per-cell infra keys; `OrchError` if `conf/` changed its identity."""
-    from recipes.config.compose import hydra_overrides
-    from recipes.config.schema import compose_train_config
+    from recipes.config.resolve import resolve_cell
 
     infra = {
         "mlflow.experiment_name": context.experiment_name,
@@ -167,7 +166,7 @@ def compose_cell_config(context: JobContext) -> TrainConfig:
         infra["mlflow.tracking_uri"] = context.tracking_uri
     if context.mlflow_run_id:
         infra["mlflow.run_id"] = context.mlflow_run_id
-    cfg = compose_train_config(context.overrides + hydra_overrides(infra, ()))
+    cfg = resolve_cell(overrides=context.overrides, hosting=infra, host=True).config
     if cfg.digest() != context.digest:
         raise OrchError(
             f"cell {context.digest} of sweep {context.sweep}: conf/ changed since the sweep was planned (the config "

@@ -1,5 +1,8 @@
 """The plan of a sweep: every cell resolved against `conf/`, hashed, given its resources; nothing written yet.
 
+Each cell is resolved by one call into the config room (`recipes.config.resolve.ConfigResolver.resolve`: settings ->
+validated `TrainConfig` and digest); the plan keeps that config, which the store keeps and the cell's job runs.
+
 `build_plan(definition)` is the whole validation of a sweep file: if it returns, every cell composes to a valid
 training config, no two cells are the same config, and every cell has resources. The store and the executors only
 ever see a `Plan`.
@@ -15,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from envs.base import DataSource
 from envs.registry import env_class
 from orchestrator.expand import RawCell, describe_origin, expand
-from orchestrator.resolve import ConfigResolver, frozen
 from orchestrator.resources import Resources
 from orchestrator.rules import MISSING
 from orchestrator.spec import SweepDefinition
 from orchestrator.yamlsource import Loc
+from recipes.config.resolve import ConfigResolver, ResolvedConfig, frozen
 
 if TYPE_CHECKING:
     from recipes.config.schema import TrainConfig
@@ -28,7 +31,8 @@ from orchlib.errors import OrchError
 
 @dataclass
 class PlannedCell:
-    """One cell ready to be stored: identity, settings, Hydra overrides and resources."""
+    """One cell ready to be stored: identity, settings, Hydra overrides, resources, and the resolved config its job
+    runs (`recipes.config.resolve.ResolvedConfig`; stored with the cell)."""
 
     index: int
     digest: str
@@ -36,6 +40,7 @@ class PlannedCell:
     settings: dict[str, Any]
     overrides: list[str]
     resources: Resources
+    resolved: ResolvedConfig | None = field(default=None, repr=False, compare=False)
 
     @property
     def seed(self) -> int:
@@ -153,6 +158,7 @@ def build_plan(definition: SweepDefinition, resolver: ConfigResolver | None = No
             settings=resolved.settings,
             overrides=resolved.overrides,
             resources=definition.spec.resources.for_cell(lookup),
+            resolved=resolved,
         )
         seen[resolved.digest] = (cell, raw)
         cells.append(cell)

@@ -39,6 +39,8 @@ from orchlib.errors import OrchError, choices_error, validation_issues
 from orchlib.fields import integer
 
 KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
+# Keys the sweep file may not set because the orchestrator sets them for each cell (its job's hosting keys).
+ORCHESTRATOR_KEYS = ("mlflow", "trainer.checkpoint_dir")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 PROFILES_FILE = "profiles.yaml"
 SPEC_SET_PREFIXES = ("cluster.", "resources.")
@@ -228,8 +230,6 @@ def validate_model(model: type[BaseModel], data: Any, source: YamlSource, loc: L
 
 def check_key(key: Any, source: YamlSource, loc: Loc) -> None:
     """A settable config key: dotted identifiers, not one the orchestrator owns."""
-    from orchestrator.resolve import ORCHESTRATOR_KEYS
-
     if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
         raise source.error(loc, f"{key!r} is not a config key (expected dotted names like filter.value)")
     if key == "seed":

@@ -179,13 +179,11 @@ def _run_preflight(file: Path, profile: str | None, sets: list[str], as_json: bo
 
     from orchestrator.plan import build_plan
     from orchestrator.preflight import load_model_config, preflight_plan
-    from orchestrator.resolve import ConfigResolver
     from orchestrator.spec import load_sweep
     from orchestrator.views import print_preflight
 
     extra = load_model_config(model_config)
-    resolver = ConfigResolver()
-    plan = build_plan(load_sweep(file, profile=profile, sets=sets), resolver)
+    plan = build_plan(load_sweep(file, profile=profile, sets=sets))
 
     def progress(done: int, total: int) -> None:
         if sys.stderr.isatty():
@@ -194,7 +192,7 @@ def _run_preflight(file: Path, profile: str | None, sets: list[str], as_json: bo
 
     from recipes.run.tracking import default_tracking_uri
 
-    report = preflight_plan(plan, lambda cell: resolver.resolve(cell.settings).config, extra, progress,
+    report = preflight_plan(plan, lambda cell: cell.resolved.config, extra, progress,
                             default_tracking_uri(tracking_uri))
     print_preflight(report, as_json)
     if report.problem_count:

@@ -89,7 +89,7 @@ class StudyPlan:
 def plan_study(definition: SweepDefinition) -> StudyPlan:
     """Validate the study: every range end and every choice composes to a valid config (so a bad key or value is
     refused before anything is written, naming the study's key). Raises `OrchError` with file, line and key."""
-    from orchestrator.resolve import ConfigResolver
+    from recipes.config.resolve import ConfigResolver
 
     if definition.spec.study is None:
         raise definition.source.error((), "this sweep file has no `study:` section: run it with `orch sweep FILE`")

@@ -26,11 +26,11 @@ def train_command(
 ) -> None:
     """Train one agent with RL (rollouts, SNR-Aware Filtering, update, validation; metrics to MLflow)."""
     from orchlib.errors import OrchError, fault_line
-    from recipes.config.schema import compose_train_config
+    from recipes.config.resolve import resolve_cell
 
     arguments = [*(overrides or []), *ctx.args]
     try:
-        cfg = compose_train_config(arguments)
+        cfg = resolve_cell(overrides=arguments, host=True).config
         if cfg.evaluation.source is not None:
             raise OrchError("config key evaluation.source: set, but `orch train` trains; evaluate a checkpoint with "
                             "`orch eval SOURCE`, or every finished cell of a sweep with `orch eval --sweep S --best`")

@@ -239,6 +239,16 @@ def test_no_import_cycle_between_files() -> None:
     assert cycles(GRAPH) == []
 
 
+def test_configs_are_resolved_in_the_config_room_only() -> None:
+    """Settings become a `TrainConfig` in one place (`recipes.config.resolve`, issue #47): no module outside recipes/
+    (the orchestrator, analysis, the CLIs) imports the Hydra-composition helpers of `recipes.config.compose`, whose
+    walk the config room keeps to itself."""
+    violations = sorted(module for module, targets in GRAPH.items()
+                        if "recipes.config.compose" in targets and (not module.startswith("recipes.") or is_cli(module)))
+    assert violations == []
+    assert "recipes.config.compose" in GRAPH["recipes.config.resolve"]  # the check can see such an import
+
+
 def test_recipes_rooms_import_only_from_rooms_before_them() -> None:
     assert {module.split(".")[1] for module in MODULES if module.count(".") >= 2 and module.startswith("recipes.")} \
         == set(ROOMS), "a room of recipes/ is missing from ROOMS (or ROOMS names one that does not exist)"

@@ -1,1 +1,2 @@
-"""What a run is: the typed training config, composing `conf/` with Hydra, and the trainer-backend registry."""
+"""What a run is: the typed training config, composing `conf/` with Hydra, the one resolve (settings -> config and
+identity, `recipes.config.resolve`), and the trainer-backend registry."""

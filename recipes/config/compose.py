@@ -2,8 +2,9 @@
 override reported as one `OrchError` line naming the override, the key and the valid choices.
 
 This module knows Hydra and `conf/`'s layout only; what the values mean and which are valid is the typed config's
-business (`recipes.config.schema.TrainConfig`). Both `orch train` (through `recipes.config.schema.compose_train_config`) and the
-sweep planner (`orchestrator.resolve`, which caches group subtrees) compose through `compose_tree`.
+business (`recipes.config.schema.TrainConfig`). Every command resolves a config through `recipes.config.resolve` (the
+one resolve: `orch train`'s overrides through `recipes.config.schema.compose_train_config`, a sweep's cells through
+cached group subtrees), which composes through `compose_tree`; nothing outside the config room uses these helpers.
 """
 
 from __future__ import annotations

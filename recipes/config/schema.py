@@ -1,6 +1,7 @@
 """The typed training config of one run: `TrainConfig`, built once from the composed `conf/` tree.
 
     cfg = compose_train_config(["task=frozenlake", "filter.value=0.95"])   # Hydra compose + validate, once
+                                        # (commands: recipes.config.resolve.resolve_cell, the one resolve)
     cfg.filter.is_off, cfg.trainer.total_steps, cfg.task.env_config()      # typed sections
     cfg.digest()                                                           # the cell identity
 
@@ -423,6 +424,30 @@ class TrainConfig(Section):
             node[leaf] = infra[field]
         return tree
 
+    def with_hosting(self, settings: dict[str, Any]) -> TrainConfig:
+        """A copy with hosting keys set (`{"mlflow.run_id": ..., "trainer.checkpoint_dir": ...}`, keys as `conf/`
+        names them, each under `INFRA_KEYS`): only the `infra` part changes (validated), so the identity stays.
+        Raises `OrchError` naming a key that is not a hosting key, or a bad value."""
+        infra = self.infra.model_dump()
+        for key, value in settings.items():
+            conf_key = next((name for name in INFRA_KEYS if key == name or key.startswith(f"{name}.")), None)
+            if conf_key is None:
+                raise OrchError(f"config key {key}: not a hosting key ({', '.join(INFRA_KEYS)}); the other keys "
+                                "make the run's identity")
+            rest = key[len(conf_key) + 1:]
+            node = infra
+            parts = [INFRA_KEYS[conf_key], *rest.split(".")] if rest else [INFRA_KEYS[conf_key]]
+            for part in parts[:-1]:
+                if not isinstance(node.get(part), dict):
+                    raise OrchError(f"config key {key}: {part} is a value, not a section")
+                node = node[part]
+            node[parts[-1]] = value
+        try:
+            return self.model_copy(update={"infra": InfraConfig.model_validate(infra)})
+        except ValidationError as err:
+            issue = validation_issues(err, InfraConfig)[0]
+            raise OrchError(f"config key {_conf_key(('infra', *issue.loc))}: {issue.message}") from None
+
     def digest(self) -> str:
         """The run's identity: see `config_digest`."""
         return config_digest(self)
@@ -459,15 +484,18 @@ def config_digest(config: TrainConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def compose_train_config(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """The validated training config of `conf/train.yaml` with Hydra-syntax `overrides` applied.
+def compose_train_config(overrides: list[str] | tuple[str, ...] = (), host: bool = True) -> TrainConfig:
+    """The validated training config of `conf/train.yaml` with Hydra-syntax `overrides` applied, checked for this
+    host (`check_host`) unless `host` is false. Commands resolve through `recipes.config.resolve.resolve_cell`, which
+    composes through here when it is given overrides.
 
     Raises:
         OrchError: bad override syntax, unknown group option or key, an invalid value, or settings that do not
             fit together -- one line naming the override or key and the valid choices.
     """
     tree, _ = compose_tree(overrides)
-    return TrainConfig.from_tree(resolve_tree(tree)).check_host()
+    config = TrainConfig.from_tree(resolve_tree(tree))
+    return config.check_host() if host else config
 
 
 def flatten_config(cfg: TrainConfig) -> dict[str, str]:

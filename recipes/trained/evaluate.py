@@ -85,7 +85,7 @@ def load_source(source: str, tracking_uri: str | None, task: str | None = None) 
     """The policy `source` names: an MLflow run id or a checkpoint folder (torch backend; a veRL checkpoint is merged
     by veRL's model merger first) under its run's config, or a Hugging Face folder under the default config with
     `task`. OrchError (one line) for a source that is none of these."""
-    from recipes.config.schema import TrainConfig, compose_tree, resolve_tree
+    from recipes.config.resolve import resolve_cell
     from recipes.policy.models import load_policy
     from recipes.runtime.hf_folder import hf_folder_problems
     from recipes.trained.export import RUN_ID, load_trained, resolve_checkpoint
@@ -97,8 +97,7 @@ def load_source(source: str, tracking_uri: str | None, task: str | None = None) 
             raise OrchError(problems[0])
         if task is None:
             raise OrchError(f"{source}: a Hugging Face folder carries no task: give --task")
-        tree, _ = compose_tree(["model=hf", f"model.path={path}", f"task={task}"])
-        cfg = TrainConfig.from_tree(resolve_tree(tree))
+        cfg = resolve_cell(overrides=["model=hf", f"model.path={path}", f"task={task}"]).config
         return Policy(cfg, path, load_policy(path, "float32", "cpu").eval(), source, weights_in_folder=True)
     checkpoint = resolve_checkpoint(source, tracking_uri)
     run = source if RUN_ID.match(source) and not path.exists() else None
@@ -106,8 +105,7 @@ def load_source(source: str, tracking_uri: str | None, task: str | None = None) 
         if task is None:
             raise OrchError(f"{source}: give --task for a veRL checkpoint")
         merged, model, step, state_run = merged_verl_policy(checkpoint)
-        tree, _ = compose_tree(["model=hf", f"model.path={merged}", f"task={task}"])
-        cfg = TrainConfig.from_tree(resolve_tree(tree))
+        cfg = resolve_cell(overrides=["model=hf", f"model.path={merged}", f"task={task}"]).config
         return Policy(cfg, merged, model, source, run or state_run, step, weights_in_folder=True)
     cfg, folder, model, state = load_trained(checkpoint)
     if task is not None and task != cfg.task.name:

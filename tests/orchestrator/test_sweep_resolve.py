@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from orchestrator.resolve import ConfigResolver
 from recipes.config.compose import hydra_overrides
+from recipes.config.resolve import ConfigResolver
 from recipes.config.schema import compose_train_config
 
 
@@ -132,3 +132,40 @@ def test_a_combination_composed_whole_is_cached_on_disk_until_conf_changes(tmp_p
     edited = ConfigResolver(cache_dir=tmp_path / "cache").resolve(pair)
     assert ["model=small", "task=countdown"] in composed
     assert edited.config.model.warm_start.demos == 77 and edited.digest == composed_digest(edited.settings, first)
+
+
+def test_the_planner_resolves_a_cell_in_one_call_into_the_config_room(resolver: ConfigResolver, tmp_path) -> None:
+    """Issue #47: a walk of `build_plan` goes down into the config room once per cell (`ConfigResolver.resolve`:
+    settings -> validated config and digest) and comes back up once; no orchestrator frame calls a composition
+    helper, and nothing in the config room calls back up into the orchestrator."""
+    import sys
+
+    from orchestrator.plan import build_plan
+    from orchestrator.spec import load_sweep
+
+    path = tmp_path / "walk.yaml"
+    path.write_text("name: walk\nbackend: torch\nbase: {trainer: test}\ngrid: {task: [sokoban, frozenlake]}\n"
+                    "seeds: [1, 2]\n")
+    definition = load_sweep(path)
+    down, up = [], []
+
+    def watch(frame, event, _arg) -> None:
+        if event != "call" or frame.f_back is None:
+            return
+        callee, caller = frame.f_globals.get("__name__", ""), frame.f_back.f_globals.get("__name__", "")
+        if caller.startswith("orchestrator.") and callee.startswith("recipes.config."):
+            down.append(f"{callee}:{frame.f_code.co_qualname}")
+        elif caller.startswith("recipes.config.") and callee.startswith("orchestrator."):
+            up.append(f"{caller} -> {callee}:{frame.f_code.co_qualname}")
+
+    sys.setprofile(watch)
+    try:
+        plan = build_plan(definition, resolver)
+    finally:
+        sys.setprofile(None)
+    assert len(plan.cells) == 4 and up == []
+    resolves = [call for call in down if call == "recipes.config.resolve:ConfigResolver.resolve"]
+    assert len(resolves) == len(plan.cells)
+    assert not [call for call in down if call.startswith("recipes.config.compose:")]
+    assert set(down) <= {"recipes.config.resolve:ConfigResolver.resolve", "recipes.config.resolve:ConfigResolver.flush",
+                         "recipes.config.resolve:frozen"}, sorted(set(down))

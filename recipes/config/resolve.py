@@ -1,8 +1,16 @@
-"""Resolve a cell's settings into its typed training config and identity, fast enough for 10,000 cells.
+"""The one resolve: settings -> the validated `TrainConfig` of a run and its identity, in one call, for every command.
 
-A cell's *settings* are the keys a sweep file sets: config-group choices (`task: sokoban`) and dotted keys
-(`filter.value: 0.95`, `seed: 1`). Its *identity* is `recipes.config.schema.TrainConfig.digest()` of the resolved config,
-so two spellings of the same config are the same cell, and editing a comment in a sweep file changes nothing.
+    resolve_cell({"task": "sokoban", "filter.value": 0.95, "seed": 1})   # a sweep cell: its settings
+    resolve_cell(overrides=["task=sokoban", "filter.value=0.95"])        # `orch train`: Hydra-syntax overrides
+    resolver = ConfigResolver(); resolver.resolve(settings)              # many cells: the caches shared
+    config_json(resolved.config); load_config(text, hosting={...})       # a cell's stored form, and back
+
+A cell's *settings* are the keys a sweep file sets (its base, its grid or axis row, its profile's forced keys, merged
+by the planner): config-group choices (`task: sokoban`) and dotted keys (`filter.value: 0.95`, `seed: 1`). Its
+*identity* is `recipes.config.schema.TrainConfig.digest()` of the resolved config, so two spellings of the same config
+are the same cell, and editing a comment in a sweep file changes nothing. The sweep planner, `orch tune`, `orch eval`
+and `orch train` resolve through `resolve_cell` (or a `ConfigResolver`, its cached form); nothing above the config
+room composes `conf/` itself.
 
 Composing with Hydra costs ~0.2 s per call, far too slow for 10,000 cells, so the work is split:
 
@@ -15,36 +23,110 @@ Composing with Hydra costs ~0.2 s per call, far too slow for 10,000 cells, so th
   types `conf/` gives them) and validates the result once per distinct *shape* (settings except the seed) with
   `TrainConfig.from_tree`; per cell, only the seed is set on a copy of the shape's config, then hashed.
 
-The job later composes the same settings with Hydra (`recipes.config.compose.hydra_overrides`) and checks it gets the same
-digest.
+A planned cell's config is stored with it (`config_json`: its `conf/` tree as JSON), and its job runs that object
+(`load_config`, with the hosting keys that are not part of the identity); the Hydra overrides of its settings
+(`ResolvedConfig.overrides`) are kept beside it for a person to read, and for the cells of stores written before
+configs were stored, whose jobs still compose them with Hydra.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchlib.errors import choices_error
-from recipes.config.schema import TrainConfig
+from orchlib.errors import OrchError, choices_error
+from recipes.config import compose
+from recipes.config.compose import (
+    apply_settings,
+    compose_tree,
+    config_groups,
+    has_interpolations,
+    hydra_overrides,
+    paired_groups,
+    resolve_tree,
+)
+from recipes.config.schema import TrainConfig, compose_train_config
 
-# Keys the sweep file may not set because the orchestrator owns them.
-ORCHESTRATOR_KEYS = ("mlflow", "trainer.checkpoint_dir")
 # Keys varied per cell without re-validating the config (the schema of the sweep file checks them).
 PER_CELL_KEYS = ("seed",)
+
 
 @dataclass(frozen=True)
 class ResolvedConfig:
     """One cell: its typed config, its identity, its settings with values converted to the types `conf/` gives
-    them (`1` -> `1.0` for a float key), and those settings as Hydra overrides (what the job composes)."""
+    them (`1` -> `1.0` for a float key), and those settings as Hydra overrides (what a person reads)."""
 
     config: TrainConfig
     digest: str
     settings: dict[str, Any]
     overrides: list[str]
+    shape: ResolvedConfig | None = field(default=None, repr=False, compare=False)  # the config it copies, if any
+
+    @functools.cached_property
+    def tree(self) -> dict[str, Any]:
+        """The config in the `conf/` layout (`TrainConfig.to_tree`), the shape's tree reused when only per-cell keys
+        differ from it (a top-level copy: the tree is read, never changed)."""
+        if self.shape is None:
+            return self.config.to_tree()
+        return {**self.shape.tree, **{key: getattr(self.config, key) for key in PER_CELL_KEYS}}
+
+    def config_json(self) -> str:
+        """The stored form of the config (`config_json`)."""
+        return json.dumps(self.tree)
+
+
+def resolve_cell(settings: Mapping[str, Any] | None = None, *, overrides: Sequence[str] | None = None,
+                 hosting: Mapping[str, Any] | None = None, host: bool = False,
+                 resolver: ConfigResolver | None = None) -> ResolvedConfig:
+    """The validated config of `settings` (group choices and dotted keys, as a sweep cell has them) and its
+    identity. Given Hydra-syntax `overrides` (`orch train`'s arguments, none included; a stored cell's overrides) the
+    whole config is composed with Hydra, `settings` first; else through `resolver`'s caches (a new `ConfigResolver`
+    if none).
+    `hosting`: keys that are not part of the identity (`mlflow.run_id`, `trainer.checkpoint_dir`, ...,
+    `TrainConfig.with_hosting`); `host`: also run the checks only the training host can make (`check_host`).
+
+    Raises:
+        OrchError: one line naming the key (or the override) and the valid choices.
+    """
+    settings = dict(settings or {})
+    if overrides is not None:
+        composed = [*hydra_overrides(settings, config_groups()), *overrides]
+        if hosting:
+            composed += hydra_overrides(dict(hosting), ())
+        config = compose_train_config(composed, host=host)
+        return ResolvedConfig(config, config.digest(), settings, composed)
+    resolved = (resolver or ConfigResolver()).resolve(settings)
+    if not hosting and not host:
+        return resolved
+    config = resolved.config.with_hosting(hosting) if hosting else resolved.config
+    if host:
+        config.check_host()
+    return ResolvedConfig(config, resolved.digest, resolved.settings, resolved.overrides)
+
+
+def config_json(config: TrainConfig) -> str:
+    """A config's stored form: its `conf/` tree (`TrainConfig.to_tree`) as JSON, `load_config` reads it back."""
+    return json.dumps(config.to_tree())
+
+
+def load_config(text: str, hosting: Mapping[str, Any] | None = None) -> TrainConfig:
+    """A stored config (`config_json`) validated by this orch's `TrainConfig`, with `hosting` keys set
+    (`TrainConfig.with_hosting`). A key the schema has gained since it was stored takes its default (a required one
+    is refused); a key it has lost or renamed is refused. Raises `OrchError`, one line naming the key."""
+    try:
+        tree = json.loads(text)
+    except ValueError as err:
+        raise OrchError(f"not a stored config: {err}") from None
+    if not isinstance(tree, dict):
+        raise OrchError(f"not a stored config: a JSON {type(tree).__name__}, not an object")
+    config = TrainConfig.from_tree(tree)
+    return config.with_hosting(hosting) if hosting else config
 
 
 class ConfigResolver:
@@ -57,8 +139,6 @@ class ConfigResolver:
 
     def resolve(self, settings: dict[str, Any]) -> ResolvedConfig:
         """The typed config and identity of a cell. Raises `OrchError` naming the offending key."""
-        from recipes.config.compose import has_interpolations, hydra_overrides
-
         per_cell = {key: settings[key] for key in PER_CELL_KEYS if key in settings}
         shape_settings = {key: value for key, value in settings.items() if key not in per_cell}
         shape_key = frozen(shape_settings)
@@ -72,9 +152,9 @@ class ConfigResolver:
         overrides = shape.overrides + hydra_overrides(per_cell, ())
         if interpolated:
             config = self._resolve(normalized).config  # a key may derive from the seed
-        else:
-            config = shape.config.model_copy(update=per_cell)
-        return ResolvedConfig(config, config.digest(), normalized, overrides)
+            return ResolvedConfig(config, config.digest(), normalized, overrides)
+        config = shape.config.model_copy(update=per_cell)
+        return ResolvedConfig(config, config.digest(), normalized, overrides, shape)
 
     def flush(self) -> None:
         """Write what was composed to the on-disk cache (once per plan)."""
@@ -82,11 +162,8 @@ class ConfigResolver:
 
     def _resolve(self, settings: dict[str, Any]) -> ResolvedConfig:
         """Apply `settings` to their combination's tree, resolve and validate it."""
-        from recipes.config.compose import apply_settings, hydra_overrides, resolve_tree
-
         tree, normalized = apply_settings(self.trees.tree_for(settings), settings, self.groups)
-        tree = resolve_tree(tree)
-        config = TrainConfig.from_tree(tree)  # not `check_host`: the cells run on other hosts
+        config = TrainConfig.from_tree(resolve_tree(tree))  # not `check_host`: the cells run on other hosts
         return ResolvedConfig(config, config.digest(), normalized, hydra_overrides(normalized, self.groups))
 
 
@@ -95,8 +172,6 @@ class ConfTrees:
     and on disk (see the module docstring)."""
 
     def __init__(self, cache_dir: Path | None = None) -> None:
-        from recipes.config.compose import config_groups, paired_groups
-
         self.groups: dict[str, list[str]] = config_groups()
         self.paired = paired_groups()
         self._file = _cache_file(cache_dir)
@@ -115,8 +190,6 @@ class ConfTrees:
     def default(self) -> dict[str, Any]:
         """`conf/train.yaml` composed with no overrides (unresolved)."""
         if self._default is None:
-            from recipes.config.compose import compose_tree
-
             self._default, choices = compose_tree([])
             for group, option in choices.items():
                 if group in self.groups:
@@ -126,8 +199,6 @@ class ConfTrees:
 
     def tree_for(self, settings: dict[str, Any]) -> dict[str, Any]:
         """The unresolved config of the group choices in `settings` (before dotted keys are applied)."""
-        from recipes.config.compose import compose_tree
-
         for group in self.groups.keys() & settings.keys():
             if not isinstance(settings[group], str) or settings[group] not in self.groups[group]:
                 raise choices_error(f"{group} option", settings[group], self.groups[group])
@@ -165,8 +236,6 @@ class ConfTrees:
 
     def _group_tree(self, group: str, option: str) -> Any:
         """The subtree that `group=option` gives, or None when it also changes keys outside `group`."""
-        from recipes.config.compose import compose_tree
-
         if (group, option) not in self._group_trees:
             composed = compose_tree([f"{group}={option}"])[0]
             default = self.default()
@@ -181,13 +250,13 @@ def _cache_file(cache_dir: Path | None) -> Path:
     """The cache file of this `conf/` (and Hydra version): any edit of `conf/` makes a new file."""
     import hydra
 
-    from recipes.config.compose import CONF_DIR
     from recipes.runtime.cache import cache_root
 
+    conf = compose.CONF_DIR  # read when called: a test may point it elsewhere
     digest = hashlib.sha256(hydra.__version__.encode())
-    for path in sorted(CONF_DIR.rglob("*")):
+    for path in sorted(conf.rglob("*")):
         if path.is_file():
-            digest.update(str(path.relative_to(CONF_DIR)).encode() + b"\0" + path.read_bytes() + b"\0")
+            digest.update(str(path.relative_to(conf)).encode() + b"\0" + path.read_bytes() + b"\0")
     return cache_root(str(cache_dir) if cache_dir else None) / "conf-trees" / f"{digest.hexdigest()[:20]}.json"
 
 
@@ -198,4 +267,3 @@ def frozen(settings: dict[str, Any]) -> tuple:
          json.dumps(value, sort_keys=True, default=repr))
         for key, value in settings.items()
     ))
-
