@@ -4,7 +4,9 @@
     interval over seeds (:func:`analysis.science.filter_effect`) and the seed counts.
 (b) *Did MI collapse, and before success did?* -- the baseline runs' MI proxies (retrieval excess over chance,
     MI-ZScore-EMA) against entropy and success over steps; the decline onsets and lead of
-    :mod:`analysis.early_warning` and the step at which the trainer's ``collapse/alert`` fired.
+    :mod:`analysis.early_warning` and the step at which the trainer's ``collapse/alert`` fired; and, per task and
+    filter arm, whether each signal fell, rose or showed no trend (the post-hoc trend test of :mod:`analysis.trend`,
+    :func:`analysis.science.arm_trends`; entropy also held or not).
 (c) *What did the predictor say?* -- the Std(RV)/Mean(RV) verdict (:mod:`analysis.predictor`) on each baseline
     run's first rollout batch, next to the filter's measured effect from (a).
 
@@ -22,8 +24,11 @@ from analysis.science import (
     DIAGNOSTICS_CAUSE,
     DROP,
     MIN_SEEDS,
+    POST_HOC,
+    Readings,
+    _scope,
+    arm_trends,
     diagnostics_state,
-    falls,
     side,
     with_retrieval_excess,
 )
@@ -83,7 +88,29 @@ def _median(values: pd.Series) -> str:
     return f"{float(values.median()):.0f}"
 
 
-def collapse(data: RunData, summary: pd.DataFrame) -> Answer:
+def _trend_words(readings: Readings) -> list[str]:
+    """The post-hoc trend test in words: a header with its false-positive rate, then one sentence per task and
+    filter arm (entropy's with whether it held)."""
+    from analysis.trend import HOLD_MARGIN, null_note
+
+    shown = {names.MI_ZSCORE_EMA: "MI-ZScore-EMA", names.RETRIEVAL_EXCESS: "retrieval's excess over chance",
+             names.ENTROPY: "entropy"}
+    words = []
+    for (task, variant), arms in readings.items():
+        for arm, signals in arms.items():
+            parts = [f"{label}: {signals[key].text()}" + (
+                f", level {signals[key].level} (margin +-{HOLD_MARGIN:.0%} of its early level)"
+                if key == names.ENTROPY else "") for key, label in shown.items() if key in signals]
+            if parts:
+                words.append(f"{_scope(task, variant)}, filter {arm}: " + "; ".join(parts) + ".")
+    if words:
+        words.insert(0, f"Trend over training ({POST_HOC}, made after the runs: the Theil-Sen change over the "
+                        f"steps with its 95% interval; {null_note()}):")
+    return words
+
+
+def collapse(data: RunData, summary: pd.DataFrame, trends: Readings | None = None) -> Answer:
+    """Question (b) (module docstring); ``trends``: :func:`analysis.science.arm_trends` when already computed."""
     import pandas as pd
 
     from analysis import figures
@@ -107,13 +134,7 @@ def collapse(data: RunData, summary: pd.DataFrame) -> Answer:
         f"{which}: MI-ZScore-EMA declined (at or below {1 - DROP:.0%} of "
         f"its running peak twice in a row) in {mi_fell} of {n} runs, success in {success_fell}."
     )
-    fall = falls(data, (names.MI_ZSCORE_EMA, names.RETRIEVAL_EXCESS, names.ENTROPY)).reindex(runs["run_id"])
-    shown = {names.MI_ZSCORE_EMA: "MI-ZScore-EMA", names.RETRIEVAL_EXCESS: "retrieval's excess over chance",
-             names.ENTROPY: "entropy"}
-    parts = [f"{label} {100 * fall[key].mean():.0f}%" for key, label in shown.items()
-             if key in fall.columns and fall[key].notna().any()]
-    if parts:
-        answer.words.append("Mean fall from peak to the end (last 3 points): " + ", ".join(parts) + ".")
+    answer.words += _trend_words(arm_trends(data, summary) if trends is None else trends)
     lead = leads["lead_steps"].dropna()
     if len(lead):
         answer.words.append(
@@ -184,6 +205,6 @@ def predictor(summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.Data
 
 
 def answers(data: RunData, summary: pd.DataFrame, effects: pd.DataFrame,
-            predictions: pd.DataFrame | None) -> list[Answer]:
-    """The three answers of the module docstring, in order."""
-    return [filtering(summary, effects), collapse(data, summary), predictor(summary, effects, predictions)]
+            predictions: pd.DataFrame | None, trends: Readings | None = None) -> list[Answer]:
+    """The three answers of the module docstring, in order (``trends``: as :func:`collapse` takes them)."""
+    return [filtering(summary, effects), collapse(data, summary, trends), predictor(summary, effects, predictions)]

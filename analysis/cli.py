@@ -306,6 +306,10 @@ def report(
         typer.echo("findings over seeds (rules: docs/science.md):")
         for finding in found.findings:
             typer.echo(f"  {finding.line()}")
+        from analysis.science import trend_lines
+
+        for line in trend_lines(found.trends):
+            typer.echo(f"  {line}")
         for gap in found.untested:
             typer.echo(f"note: not tested yet: {gap}", err=True)
     if strict and built.gaps:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from analysis.mlflow_store import RunData
-    from analysis.science import Science
+    from analysis.science import Readings, Science
 
 FORMATS = ("html", "png", "pdf")
 SCATTER_DIAGNOSTICS = (names.MI_ZSCORE_EMA, names.ENTROPY)  # the paper's MI-vs-entropy comparison
@@ -281,12 +281,14 @@ def _predictor(
     return section
 
 
-def _answers(data: RunData, summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.DataFrame | None) -> Section:
-    """The first screen: the user's three questions (analysis/answers.py), each in words with one figure."""
+def _answers(data: RunData, summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.DataFrame | None,
+             trends: Readings | None = None) -> Section:
+    """The first screen: the user's three questions (analysis/answers.py), each in words with one figure
+    (``trends``: the post-hoc trend readings when the findings already computed them for every scope)."""
     from analysis.answers import answers
 
     section = Section("The answers: did filtering help, did MI collapse, what did the predictor say?")
-    for answer in answers(data, summary, effects, predictions):
+    for answer in answers(data, summary, effects, predictions, trends):
         section.blocks.append(
             f"<h3>{html.escape(answer.question)}</h3>"
             + "".join(f'<p class="answer">{html.escape(line)}</p>' for line in answer.words)
@@ -312,6 +314,8 @@ def _science(result: Science) -> Section:
     section.table(result.frame())
     for gap in result.untested:
         section.note(f"Not tested yet: {gap}.")
+    for line in science.trend_lines(result.trends):  # the post-hoc reading beside the verdicts, labelled so
+        section.note(line)
     if result.effects is not None and not result.effects.dropna(subset=["delta"]).empty:
         section.figure(figures.effect_intervals(result.effects))
     return section
@@ -412,7 +416,8 @@ def build_report(
         sections.insert(position, section)
     sections.insert(0, _overview(data, summary, store, notes))
     effects = found.effects if found.effects is not None else filter_effect(summary)
-    sections.insert(0, _answers(data, summary, effects, predictions))
+    complete = not found.reason and not found.untested  # then the findings read every scope's trends
+    sections.insert(0, _answers(data, summary, effects, predictions, found.trends if complete else None))
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Report(sweep=sweep, tracking_uri=data.tracking_uri, generated=generated, notes=notes, sections=sections,
                   science=found)

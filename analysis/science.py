@@ -39,6 +39,10 @@ into every statistic.
     2's success delta). Reproduced when *likely helps* meets a gain interval that clears 0, or *unlikely to help*
     one that misses 0; not reproduced when they point the other way; inconclusive when the verdict is *uncertain*,
     the interval spans 0, or no baseline run dumped a batch.
+
+Beside the findings, a reading made after the runs and labelled so (:data:`POST_HOC`): the trend test of
+:mod:`analysis.trend` (zero in expectation on a flat noisy series, unlike the *fall* above) on each of finding 1a's
+signals, for every filter arm side by side (:func:`arm_trends`). It changes no verdict.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from analysis.mlflow_store import RunData
+    from analysis.trend import Trend
 
 DROP = DEFAULT_RULE.drop_fraction  # the fall that counts as a collapse (0.3)
 CLAIMS = {
@@ -99,6 +104,12 @@ class Finding:
         return f"finding {self.key} [{self.scope}] {self.verdict}: {self.claim} -- {self.evidence}"
 
 
+TREND_LABELS = {names.MI_ZSCORE_EMA: "MI-ZScore-EMA", names.RETRIEVAL_EXCESS: "retrieval excess",
+                names.ENTROPY: "entropy"}  # finding 1a's signals, read by the post-hoc trend test
+POST_HOC = "post-hoc: trend test"
+Readings = dict[tuple[str, str], dict[str, dict[str, "Trend"]]]  # (task, variant) -> filter arm -> signal -> trend
+
+
 @dataclass
 class Science:
     """The verdicts of a sweep, or why the sweep cannot test the story (``reason``; then no findings). A sweep
@@ -109,6 +120,7 @@ class Science:
     reason: str = ""
     untested: list[str] = field(default_factory=list)  # "scope: why" of each (task, variant) left untested
     effects: pd.DataFrame | None = None  # filter_effect(): the deltas behind findings 2 and 4
+    trends: Readings = field(default_factory=dict)  # arm_trends() of the tested scopes: the post-hoc reading
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -153,6 +165,42 @@ def falls(data: RunData, keys: tuple[str, ...]) -> pd.DataFrame:
             peak, final = stats["peak"].astype(float), stats["final"].astype(float)
             columns[key] = ((peak - final) / peak).where(peak > 0, 0.0)
     return pd.DataFrame(columns).rename_axis("run_id")
+
+
+def arm_trends(data: RunData, summary: pd.DataFrame) -> Readings:
+    """The post-hoc trend test (:func:`analysis.trend.trends`) of finding 1a's signals per (task, variant) and per
+    filter arm (the baseline ``none`` first), over the runs whose filter setting is known. ``data`` must carry
+    retrieval excess (:func:`with_retrieval_excess`); a signal no run of an arm logged is left out of that arm."""
+    from analysis.trend import trends
+
+    known = summary[summary["filtered"].notna()]
+    readings: Readings = {}
+    for (task, variant), group in known.groupby(["task", "variant"], sort=True):
+        arms = sorted(group.groupby("filter", sort=True), key=lambda arm: bool(arm[1]["filtered"].astype(bool).any()))
+        readings[task, variant] = {str(setting): trends(data, tuple(TREND_LABELS), runs["run_id"])
+                                   for setting, runs in arms}
+    return readings
+
+
+def trend_lines(readings: Readings) -> list[str]:
+    """``readings`` (:func:`arm_trends`) in words: a header naming the test and its measured false-positive rate, then
+    per scope and signal one line with every arm side by side (entropy's with its held verdict)."""
+    from analysis.trend import HOLD_MARGIN, null_note
+
+    if not readings:
+        return []
+    lines = [f"{POST_HOC} (read after the runs, not a pre-registered rule; it changes no verdict): {null_note()}"]
+    for (task, variant), arms in readings.items():
+        for key, label in TREND_LABELS.items():
+            parts = []
+            for arm, signals in arms.items():
+                if key in signals:
+                    reading = signals[key]
+                    held = f", {reading.level} (margin +-{HOLD_MARGIN:.0%})" if key == names.ENTROPY else ""
+                    parts.append(f"{arm}: {reading.text()}{held}")
+            if parts:
+                lines.append(f"{POST_HOC} [{_scope(task, variant)}] {label} -- " + "; ".join(parts))
+    return lines
 
 
 def diagnostics_state(data: RunData) -> str:
@@ -383,5 +431,6 @@ def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | No
             findings.append(_finding_4(_scope(task, variant, effect["filter"]), ratios, effect))
     order = list(CLAIMS)
     findings.sort(key=lambda f: order.index(f.key))
-    return Science(findings=findings, effects=effects,
+    tested = done[~done.set_index(["task", "variant"]).index.isin(list(gaps))]
+    return Science(findings=findings, effects=effects, trends=arm_trends(data, tested),
                    untested=[f"{_scope(*scope)}: {why}" for scope, why in gaps.items()])

@@ -181,6 +181,31 @@ def test_a_task_one_seed_short_is_left_untested_while_a_complete_task_is_tested(
     assert not alone.findings
 
 
+def test_the_post_hoc_trend_test_reads_both_arms_beside_the_unchanged_verdicts(sweeps):
+    """The story's baseline MI falls (2.0 -> 0.4) and its filtered MI is flat; entropy rises 2% in both arms (held).
+    The pre-registered verdicts are the same as without the trend test; its lines never start with 'finding'."""
+    from analysis import names, trend
+
+    data, summary = _load(sweeps, "story")
+    found = science.science(data, summary, _predictions(sweeps, summary))
+    assert [f.verdict for f in found.findings] == [REPRODUCED] * 5
+    arms = found.trends["sokoban", "base"]
+    assert list(arms) == ["none", "top_p"]  # the baseline first
+    assert arms["none"][names.MI_ZSCORE_EMA].verdict == trend.FELL
+    assert arms["top_p"][names.MI_ZSCORE_EMA].verdict == trend.NO_TREND
+    assert {arm[names.ENTROPY].level for arm in arms.values()} == {trend.HELD}
+    lines = science.trend_lines(found.trends)
+    assert lines[0].startswith("post-hoc: trend test (read after the runs, not a pre-registered rule")
+    assert f"at most {trend.FALSE_POSITIVE_RATE:.2%} of seeded trials" in lines[0]
+    assert lines[1].startswith("post-hoc: trend test [sokoban] MI-ZScore-EMA -- none: fell -")
+    assert "; top_p: no trend detected +0% [+0%, +0%] over steps 1-24 (4 runs: no trend detected 4)" in lines[1]
+    assert "held (margin +-15%)" in lines[3]
+
+    against = science.science(*_load(sweeps, "against"))
+    entropy = against.trends["frozenlake", "base"]["none"][names.ENTROPY]
+    assert (entropy.verdict, entropy.level) == (trend.FELL, trend.CHANGED)  # 1.95 -> 0.8
+
+
 def test_interval_rules():
     assert science.side(*science.mean_interval([0.5, 0.6, 0.7, 0.55])[1:], 0.3) == "clears"
     assert science.side(*science.mean_interval([0.1, 0.0, 0.05])[1:], 0.3) == "misses"
@@ -204,6 +229,9 @@ def test_first_screen_answers_the_three_questions(sweeps, tmp_path):
     assert "4 vs 4 seeds): it helped." in text
     assert "MI-ZScore-EMA declined (at or below 70% of its running peak twice in a row) in 4 of 4 runs" in text
     assert "median lead 8 steps" in text and "fired in 4 of 4 runs (first at step 16)" in text
+    assert "Trend over training (post-hoc: trend test, made after the runs" in text
+    assert "sokoban, filter none: MI-ZScore-EMA: fell -" in text and "Mean fall" not in text
+    assert "sokoban, filter top_p: MI-ZScore-EMA: no trend detected" in text
     assert "std(RV)/mean(RV) = 1.29 on the first rollout batch (mean of 4 baseline runs): likely helps" in text
     assert [f.verdict for f in report.science.findings].count(REPRODUCED) == 5
 
@@ -252,3 +280,5 @@ def test_report_command_prints_the_verdicts(sweeps, tmp_path):
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith("finding ")]
     assert [line.split("]")[1].split(":")[0].strip() for line in lines] == [REPRODUCED] * 5
     assert lines[0].startswith("finding 1a [sokoban] reproduced")
+    post_hoc = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith("post-hoc: trend test")]
+    assert len(post_hoc) == 4  # the header, then MI-ZScore-EMA, retrieval excess and entropy with both arms
