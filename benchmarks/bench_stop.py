@@ -71,7 +71,9 @@ def progress(folder: Path) -> dict:
 def reached(state: dict, phase: str) -> bool:
     if phase == "between":
         return state.get("done") == 1 and state.get("phase") == "logging"
-    if phase in ("warm start", "setup"):  # setup: the model loaded, the MLflow run and (veRL) Ray starting
+    if phase == "setup":  # the run's set-up with a cached warm start: models loading, (veRL) Ray starting
+        return state.get("phase") in ("setup", "warm start")
+    if phase == "warm start":
         return state.get("phase") == phase
     return state.get("step") == 2 and state.get("phase") == phase
 
@@ -85,14 +87,15 @@ def session_left(leader: int) -> list[str]:
         except OSError:
             continue
         if int(fields[3]) == leader and fields[0] != "Z":  # fields: state, ppid, pgrp, session, ...
-            left.append(stat.parent.name)
+            comm = stat.read_text().split("(", 1)[1].rsplit(")", 1)[0]
+            left.append(f"{stat.parent.name}:{comm}")
     return left
 
 
 def kill_session(leader: int) -> None:
     for pid in session_left(leader):
         with contextlib.suppress(OSError):
-            os.kill(int(pid), signal.SIGKILL)
+            os.kill(int(pid.split(":")[0]), signal.SIGKILL)
 
 
 def one(phase: str, signame: str, scratch: Path) -> dict:
@@ -112,16 +115,17 @@ def one(phase: str, signame: str, scratch: Path) -> dict:
     if phase == "warm start":
         time.sleep(10)
     elif phase == "setup":
-        time.sleep(2)  # into it: on veRL, Ray starting
+        time.sleep(8 if BACKEND else 0.5)  # into it: on veRL, Ray starting (the cached warm start takes ~1 s)
     sent = time.monotonic()
     process.send_signal(getattr(signal, f"SIG{signame}"))
     out, err = process.communicate()
     seconds = time.monotonic() - sent
+    time.sleep(2)  # what is still alive 2 s after the exit (a process already exiting is not counted)
     left = session_left(process.pid)
     kill_session(process.pid)
     row = {"phase": phase, "exit": process.returncode, "seconds": seconds,
            "said": (out.strip().splitlines() or [""])[-1][:160],
-           "tracebacks": err.count("Traceback"), "left": len(left)}
+           "tracebacks": err.count("Traceback"), "left": ",".join(left) or 0}
     if phase == "warm start":
         return row
     resumed = subprocess.run(command(folder), cwd=folder, env=env, capture_output=True, text=True)
@@ -143,8 +147,7 @@ def job_row(phase: str, signame: str, scratch: Path) -> dict:
 
     folder = scratch / f"job_{phase.replace(' ', '_')}_{signame}"
     folder.mkdir()
-    base = dict(override.split("=", 1) for override in [*OVERRIDES, *BACKEND])
-    base["hooks"] = ["collapse"]
+    base = {key: yaml.safe_load(value) for key, value in (o.split("=", 1) for o in [*OVERRIDES, *BACKEND])}
     sweep = {"name": "stopjob", "backend": base.pop("backend", "torch"), "base": base, "seeds": [0],
              "resources": {"default": {"cpus_per_task": 1, "time_min": 60}},
              "cluster": {"signal_delay_s": 30, "max_requeues": 2}}

@@ -57,6 +57,8 @@ class OneLineErrors(TyperGroup):
 
 def _after_stop(argv: list[str]) -> str:
     """What a stop signal leaves of the command `argv` (docs/reliability.md, "Every long phase")."""
+    if argv[:1] == ["status"]:
+        return "its cells go on"
     if argv[:1] == ["tune"]:
         return "its running trials go on; the same command resumes the study"
     if argv[:1] in (["sweep"], ["eval"], ["resume"]) and "--wait" in argv:

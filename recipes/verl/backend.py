@@ -103,6 +103,9 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
         with ray_cluster(plan), _stop_file_when(should_stop, stop_file):
             runner = OrchTaskRunner.remote()
             summary = _unless_stopped_before_the_loop(runner, runner.run.remote(config), should_stop, started_file)
+    except StopRequested as stop:  # while Ray started (recipes.verl.cluster): nothing of this attempt to keep
+        return TrainResult(status="preempted", steps_done=resume or 0, mlflow_run_id=tracker.run_id,
+                           reason=str(stop))
     except ray.exceptions.RayError:
         if not should_stop():
             raise

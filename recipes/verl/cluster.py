@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchlib.errors import OrchError
 
@@ -90,17 +92,18 @@ def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
     processes: list[subprocess.Popen] = []
     try:
         if len(plan.nodes) == 1:
-            with _signals_ignored():
-                ray.init(address="local", num_cpus=plan.cpus, num_gpus=plan.gpus_per_node if plan.logical_gpus else None,
-                         include_dashboard=False, _temp_dir=str(scratch), runtime_env={"env_vars": plan.env},
-                         log_to_driver=True)
+            with _signals_ignored() as job_handlers:
+                _init_keeping_handlers(
+                    job_handlers.get(signal.SIGTERM), address="local", num_cpus=plan.cpus,
+                    num_gpus=plan.gpus_per_node if plan.logical_gpus else None, include_dashboard=False,
+                    _temp_dir=str(scratch), runtime_env={"env_vars": plan.env}, log_to_driver=True)
             yield ray.get_runtime_context().gcs_address
             return
         auth = {name: os.environ[name] for name in AUTH_VARIABLES if name in os.environ}
         auth.setdefault("RAY_AUTH_MODE", "disabled")  # as this process connects (Ray reads it once, at import)
         with _signals_ignored():
             address = _start_multi_node(plan, scratch, processes, auth)
-        ray.init(address=address, runtime_env={"env_vars": plan.env}, log_to_driver=True)
+        _init_keeping_handlers(address=address, runtime_env={"env_vars": plan.env}, log_to_driver=True)
         _wait_for_nodes(plan)
         yield address
     finally:
@@ -111,21 +114,49 @@ def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _init_keeping_handlers(job_handler: Any = None, **options: Any) -> None:
+    """`ray.init(**options)` with the job's stop handlers kept. `ray.init` installs its own SIGTERM handler
+    (`sys.exit(15)`, ray/_private/worker.py: "terminate any signal before connecting driver") and leaves it there: a
+    preemption's SIGTERM during or after the start then ended the job with exit 15, no checkpoint and no line (seen
+    in `benchmarks/bench_stop.py --backend verl --phases setup`; on a multi-node cell for the whole run). The
+    handlers in place before come back once it returns; a SIGTERM that Ray's handler caught meanwhile is handed to
+    them (the stop is recorded, not lost: `job_handler`, else the one in place) and the start ends with
+    `StopRequested`: nothing of the attempt to keep."""
+
+    import ray
+
+    from recipes.runtime.stop import StopRequested
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        ray.init(**options)
+    except SystemExit as ended:  # Ray's handler: a SIGTERM while Ray started
+        if not main or ended.code != signal.SIGTERM:
+            raise
+        handler = job_handler or previous
+        if callable(handler):
+            handler(signal.SIGTERM, None)
+        raise StopRequested("stop requested while Ray started; nothing to keep") from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
 @contextmanager
-def _signals_ignored() -> Iterator[None]:
+def _signals_ignored() -> Iterator[dict[int, Any]]:
     """The stop signals (`orchlib.signals.STOP_SIGNALS`: SIGUSR2, SIGTERM, SIGINT) ignored while Ray's processes start
     (they inherit it, so a Ctrl-C or a preemption reaches only the driver, which checkpoints), then the job's
     handlers back."""
-    import signal
 
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield {}
         return
     from orchlib.signals import STOP_SIGNALS
 
     previous = {number: signal.signal(number, signal.SIG_IGN) for number in STOP_SIGNALS}
     try:
-        yield
+        yield previous
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)

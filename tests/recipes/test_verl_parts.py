@@ -869,3 +869,48 @@ def test_the_time_limit_stops_the_verl_trainer_before_a_step_that_would_overrun_
     assert trainer.pending_stop.reason.startswith("time limit: ") and "trainer.time_limit=60" in str(
         trainer.pending_stop.reason) and trainer.pending_stop.reason.endswith("checkpoint at step 2")
     assert run_time_limit(None, time.time() + 30).would_overrun() is None  # no limit: never
+
+
+def test_ray_init_keeps_the_jobs_stop_handler_and_a_sigterm_during_it_becomes_a_stop(monkeypatch) -> None:
+    """Issue 45 item 2: `ray.init` installs its own SIGTERM handler (`sys.exit(15)`) and leaves it: a preemption
+    during or after Ray's start ended the job with exit 15, no checkpoint and no line (a multi-node cell kept Ray's
+    handler for the whole run). The job's handler comes back after the start; a SIGTERM caught by Ray's meanwhile
+    is handed to the job's handler and ends the start with `StopRequested`."""
+    import os
+    import signal
+    import sys
+    import time
+
+    import ray
+
+    from recipes.runtime.stop import StopRequested
+    from recipes.verl.cluster import _init_keeping_handlers
+
+    def rays_init(signalled: bool):
+        def init(**_options) -> None:
+            signal.signal(signal.SIGTERM, lambda number, _frame: sys.exit(number))  # as ray/_private/worker.py
+            if signalled:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler runs at the next bytecode
+        return init
+
+    received: list[int] = []
+
+    def job(number, _frame) -> None:
+        received.append(number)
+
+    before = signal.signal(signal.SIGTERM, job)
+    try:
+        monkeypatch.setattr(ray, "init", rays_init(False))
+        _init_keeping_handlers(address="local")
+        assert signal.getsignal(signal.SIGTERM) is job  # Ray's handler is not left in place
+        monkeypatch.setattr(ray, "init", rays_init(True))
+        with pytest.raises(StopRequested, match="while Ray started"):
+            _init_keeping_handlers(address="local")
+        assert received == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is job
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as `_signals_ignored` has it, with the job's handler given
+        with pytest.raises(StopRequested):
+            _init_keeping_handlers(job, address="local")
+        assert received == [signal.SIGTERM] * 2 and signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
