@@ -114,8 +114,13 @@ def one(phase: str, signame: str, scratch: Path) -> dict:
         time.sleep(0.02)
     if phase == "warm start":
         time.sleep(10)
+    elif phase == "setup" and BACKEND:  # veRL: once Ray's own processes appear (ray.init under way)
+        while not any(name.split(":", 1)[1].startswith(("gcs_server", "raylet")) for name in session_left(process.pid)):
+            if process.poll() is not None:
+                return {"phase": phase, "error": f"Ray never started (exit {process.returncode})"}
+            time.sleep(0.02)
     elif phase == "setup":
-        time.sleep(8 if BACKEND else 0.5)  # into it: on veRL, Ray starting (the cached warm start takes ~1 s)
+        time.sleep(0.5)  # into it: the cached warm start takes ~1 s, then the models load
     sent = time.monotonic()
     process.send_signal(getattr(signal, f"SIG{signame}"))
     out, err = process.communicate()

@@ -7,8 +7,10 @@
   attaching to another one running on the machine, with its own temp folder and free ports, so several cells
   sharing a node never collide. On cpu it declares logical GPUs (veRL schedules every worker on a "GPU" bundle).
 * SLURM signals every process of a job step (SIGUSR2 before the time limit, SIGTERM on preemption or `scancel`), Ray's
-  included, and Ray's processes die of them: they are started with both signals ignored (the dispositions survive
-  `exec`), so that only the job's own process reacts -- by asking the trainer to checkpoint and stop.
+  included, and Ray's processes die of them: a local cluster's processes start with the stop signals blocked, the
+  `ray start` processes of a multi-node cell with them ignored (the mask and the dispositions survive `exec`), so that
+  only the job's own process reacts -- by asking the trainer to checkpoint and stop. The job's process keeps its
+  handlers through `ray.init` (which installs a SIGTERM handler of its own: `_init_keeping_handlers`).
 * Several nodes (a SLURM allocation with `SLURM_JOB_NUM_NODES > 1`): `ray start --head --block` on the first node
   of the allocation, `srun ... ray start --address=<head> --block` on the others (one task per node), then wait
   until every node and every GPU has joined (`verl.ray_join_timeout_s`; the error names the nodes missing), and
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from orchlib.errors import OrchError
+from orchlib.signals import held_by_children
 
 AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
@@ -92,9 +95,13 @@ def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
     processes: list[subprocess.Popen] = []
     try:
         if len(plan.nodes) == 1:
-            with _signals_ignored() as job_handlers:
+            # Ray's processes start with the stop signals blocked (the mask survives `exec`: they never act on
+            # them), while this process keeps its handlers: a signal meanwhile is delivered once the start is over
+            # (or to another of its threads at once), never lost -- with the signals ignored instead, a SIGINT or
+            # SIGUSR2 during the start was dropped and the run trained on (benchmarks/bench_stop.py).
+            with held_by_children():
                 _init_keeping_handlers(
-                    job_handlers.get(signal.SIGTERM), address="local", num_cpus=plan.cpus,
+                    None, address="local", num_cpus=plan.cpus,
                     num_gpus=plan.gpus_per_node if plan.logical_gpus else None, include_dashboard=False,
                     _temp_dir=str(scratch), runtime_env={"env_vars": plan.env}, log_to_driver=True)
             yield ray.get_runtime_context().gcs_address
