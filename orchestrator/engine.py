@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.executors import get_executor
 from orchestrator.executors.base import CellTask, SubmitError, SweepContext
-from orchestrator.states import ACTIVE, MISSING, State
+from orchestrator.states import ACTIVE, DONE, MISSING, State
 from orchestrator.store import DEFAULT_DIR, Attempt, Store
 from orchestrator.store_schema import CellRow, SweepRow
 from orchlib.errors import OrchError
@@ -96,12 +96,14 @@ def _submit(report: SubmitReport, store: Store, sweep: SweepRow, rows: list[Cell
 
 
 def cell_fields(plan: Plan) -> list[dict]:
-    """The store columns of every planned cell."""
+    """The store columns of every planned cell, and its planned config (`config_json` and `cell_json`:
+    `recipes.config.resolve.stored_form`, what its job runs)."""
     resources_json: dict[Resources, str] = {}
     rows = []
     for cell in plan.cells:
         if cell.resources not in resources_json:
             resources_json[cell.resources] = cell.resources.model_dump_json()
+        shared, own = cell.resolved.stored() if cell.resolved is not None else (None, None)
         rows.append({
             "digest": cell.digest,
             "position": cell.index,
@@ -112,6 +114,8 @@ def cell_fields(plan: Plan) -> list[dict]:
             "overrides_json": json.dumps(cell.overrides),
             "varied_json": json.dumps(plan.varied_values(cell)),
             "resources_json": resources_json[cell.resources],
+            "config_json": shared,
+            "cell_json": own,
         })
     return rows
 
@@ -231,6 +235,88 @@ def resume(store: Store, name: str, executor: str | None = None, retry_failed: b
         store.update_sweep(sweep.id, executor=executor)
     _submit(report, store, sweep, rows, executor, wanted)
     return report
+
+
+@dataclass
+class ReplanReport:
+    """What `orch resume --replan` found: the cells resolved again against `conf/`, and the identities that
+    changed: (old digest, its state, new digest, what became of it)."""
+
+    sweep: str
+    resolved: int = 0
+    unchanged: int = 0
+    changed: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+
+def replan(store: Store, name: str) -> ReplanReport:
+    """Resolve every cell of sweep `name` that may still run (not finished, stopped or pruned) again from its stored
+    settings against the current `conf/`, and store what it resolves to: a cell whose identity is unchanged keeps its
+    row and takes the new config (a cell of an older store gets its first); a cell whose identity changed is
+    replaced by a pending cell of the new identity (unless the sweep has that digest already), its attempts leaving
+    the store (its MLflow run and checkpoints stay, under the old digest). Lost jobs are reconciled first. Refused,
+    with one line and nothing
+    written, for a study's sweep (its trials name their cells), for settings that no longer resolve, and for a
+    queued or running cell whose identity changed (it runs its planned config: let it end, or cancel it, first)."""
+    from orchestrator.store import Replacement
+    from recipes.config.resolve import ConfigResolver
+
+    sweep = store.require_sweep(name)
+    if _is_study(sweep):
+        raise OrchError(f"sweep {name} is an `orch tune` study: its trials name their cells, which --replan would "
+                        f"replace; run `orch tune {sweep.spec_path}` to go on with it")
+    reconcile(store, sweep)  # a cell whose job vanished is not running any more
+    rows = [row for row in store.cell_rows(sweep.id) if row.state not in DONE | {State.PRUNED}]
+    resolver = ConfigResolver()
+    report = ReplanReport(sweep=name, resolved=len(rows))
+    same: dict[int, dict] = {}
+    replaced: list[Replacement] = []
+    for row in rows:
+        try:
+            resolved = resolver.resolve(json.loads(row.settings_json))
+        except OrchError as err:
+            raise OrchError(f"cell {row.digest} of sweep {name}: its settings no longer resolve against conf/: "
+                            f"{err}; nothing replanned") from None
+        fields = {"digest": resolved.digest, "position": row.position, "axis": row.axis, "seed": row.seed,
+                  "backend": row.backend, "settings_json": json.dumps(resolved.settings),
+                  "overrides_json": json.dumps(resolved.overrides), "varied_json": row.varied_json,
+                  "resources_json": row.resources_json}
+        fields["config_json"], fields["cell_json"] = resolved.stored()
+        if resolved.digest == row.digest:
+            same[row.id] = fields
+            continue
+        if row.state in ACTIVE:
+            raise OrchError(f"cell {row.digest} of sweep {name} is {row.state}: it runs the config it was planned "
+                            f"with, but its settings now resolve to cell {resolved.digest}; let it end, or `orch "
+                            f"cancel {name} --cell {row.digest}`, then replan; nothing replanned")
+        replaced.append(Replacement(row.id, fields))
+    resolver.flush()
+    kept = {row.digest: row.state for row in store.cell_rows(sweep.id) if row.id not in {r.cell_id for r in replaced}}
+    store.replan(sweep.id, same, replaced, active=ACTIVE)
+    report.unchanged = len(same)
+    created: set[str] = set()
+    by_id = {row.id: row for row in rows}
+    for item in replaced:
+        old, new = by_id[item.cell_id], item.fields["digest"]
+        if new in kept:
+            outcome = f"the sweep has it already ({kept[new]})"
+        elif new in created:
+            outcome = "the same config as another replaced cell"
+        else:
+            outcome = "new, pending"
+            created.add(new)
+        report.changed.append((old.digest, old.state, new, outcome))
+    return report
+
+
+def _is_study(sweep: SweepRow) -> bool:
+    """Whether the sweep is an `orch tune` study (its file has a `study:` section)."""
+    import yaml
+
+    try:
+        spec = yaml.safe_load(sweep.spec_text)
+    except yaml.YAMLError:
+        return False
+    return isinstance(spec, dict) and spec.get("study") is not None
 
 
 def cancel(store: Store, name: str, cells: Sequence[str] = ()) -> int:

@@ -2,8 +2,10 @@
 
     CellJob(store_url, cell_id, executor, requeue)()
       1. read the cell from the store, report `running` (attempt: job id, host, pid, log paths)
-      2. compose its config with `recipes.config.resolve.resolve_cell` (the cell's overrides + per-cell infra keys:
-         MLflow run, checkpoint folder), and check it still hashes to the cell's identity
+      2. load the config planned for it (the store's `cell_configs`: no Hydra composition, whatever `conf/` holds
+         now), add the per-cell hosting keys (MLflow run, checkpoint folder: `TrainConfig.with_hosting`, a
+         `model_copy`), check it still hashes to the cell's identity and run the host checks; a cell of a store
+         written before configs were kept composes its overrides with Hydra instead, as then
       3. run the backend with `should_stop` wired to SIGUSR2 (SLURM's warning before the time limit) and SIGTERM
          (preemption, scancel): the trainer stops its current work, checkpoints its last completed step and
          returns `preempted`
@@ -154,8 +156,10 @@ def _run_cell(store_url: str, cell_id: int, executor: str, requeue: Requeue, sub
 
 
 def compose_cell_config(context: JobContext) -> TrainConfig:
-    """The cell's training config, with the per-cell infra keys; `OrchError` if `conf/` changed its identity."""
-    from recipes.config.resolve import resolve_cell
+    """The cell's training config as planned, with the per-cell hosting keys, checked for this host; `OrchError`
+    (one line) if it no longer hashes to the cell's identity or no longer fits this orch's config schema (a key
+    removed or renamed since it was planned; a key added since takes its default)."""
+    from recipes.config.resolve import load_config, resolve_cell
 
     infra = {
         "mlflow.experiment_name": context.experiment_name,
@@ -166,13 +170,22 @@ def compose_cell_config(context: JobContext) -> TrainConfig:
         infra["mlflow.tracking_uri"] = context.tracking_uri
     if context.mlflow_run_id:
         infra["mlflow.run_id"] = context.mlflow_run_id
-    cfg = resolve_cell(overrides=context.overrides, hosting=infra, host=True).config
+    where = f"cell {context.digest} of sweep {context.sweep}"
+    replan = f"`orch resume {context.sweep} --replan` plans its settings again as a new cell"
+    if context.config_json is None:  # planned before configs were stored: composed with Hydra, as then
+        cfg = resolve_cell(overrides=context.overrides, hosting=infra, host=True).config
+        if cfg.digest() != context.digest:
+            raise OrchError(f"{where}: conf/ changed since the sweep was planned (the config now hashes to "
+                            f"{cfg.digest()}); {replan}")
+        return cfg
+    try:
+        cfg = load_config(context.config_json, context.cell_json or "{}", hosting=infra)
+    except OrchError as err:
+        raise OrchError(f"{where}: its planned config does not fit this orch's config schema: {err}; {replan}") from None
     if cfg.digest() != context.digest:
-        raise OrchError(
-            f"cell {context.digest} of sweep {context.sweep}: conf/ changed since the sweep was planned (the config "
-            f"now hashes to {cfg.digest()}); run `orch sweep FILE` again to plan the new config as a new cell"
-        )
-    return cfg
+        raise OrchError(f"{where}: its planned config hashes to {cfg.digest()} under this orch (the identity of a "
+                        f"config changed since it was planned); {replan}")
+    return cfg.check_host()
 
 
 def _task_rank() -> int:

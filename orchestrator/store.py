@@ -14,6 +14,8 @@ bulk updates (`mark`, `end_attempts`) select their rows by the sources the table
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import time
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import case, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -38,11 +40,15 @@ from orchestrator.states import (
 )
 from orchestrator.store_schema import (
     AttemptRow,
+    CellConfigRow,
     CellRow,
+    ConfigRow,
     ProgressRow,
     SweepRow,
+    add_tables,
     display_url,
     ensure_schema,
+    has_table,
     make_engine,
 )
 from orchlib.errors import OrchError
@@ -110,6 +116,19 @@ class JobContext:
     state: str
     requeues: int
     max_requeues: int
+    # The config planned for the cell (`recipes.config.resolve.stored_form`: its shared part, its per-cell keys); None
+    # in a store written before configs were kept.
+    config_json: str | None = None
+    cell_json: str | None = None
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """`orch resume --replan`: a cell whose settings resolve to another identity now. The old cell leaves the store;
+    `fields` (the `cell_fields` of the new identity) make a new pending cell unless the sweep has that digest."""
+
+    cell_id: int
+    fields: dict[str, Any]
 
 
 class Store:
@@ -118,7 +137,7 @@ class Store:
     def __init__(self, url: str, readonly: bool = False) -> None:
         self.url = url
         self.engine = make_engine(url, readonly=readonly)
-        self._progress_table: bool | None = None
+        self._tables: dict[str, bool] = {}  # tables added within the schema version: present in this store?
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -210,23 +229,58 @@ class Store:
             return session.scalar(select(SweepRow.parent_run_id).where(SweepRow.id == sweep_id))
 
     def add_cells(self, sweep_id: int, cells: Sequence[dict[str, Any]]) -> int:
-        """Insert the cells whose digest the sweep does not have yet; return how many were new."""
+        """Insert the cells whose digest the sweep does not have yet, each with its planned config when given
+        (`config_json` and `cell_json`: `recipes.config.resolve.stored_form`, kept in `configs` and `cell_configs`),
+        in one transaction; return how many were new. A cell the sweep has already keeps its row and its config."""
+        if any(cell.get("config_json") for cell in cells):
+            self._add_tables()
 
         def write() -> int:
-            now = time.time()
             with Session(self.engine) as session, session.begin():
                 existing = set(session.scalars(select(CellRow.digest).where(CellRow.sweep_id == sweep_id)))
-                new = [
-                    {**cell, "sweep_id": sweep_id, "state": State.PENDING, "attempts": 0, "requeues": 0,
-                     "created_at": now, "updated_at": now}
-                    for cell in cells
-                    if cell["digest"] not in existing
-                ]
-                if new:  # Core executemany: several times faster than the ORM's bulk path for 10,000 rows
-                    session.connection().execute(CellRow.__table__.insert(), new)
-            return len(new)
+                return _insert_cells(session, sweep_id, [cell for cell in cells if cell["digest"] not in existing])
 
         return _again_on_conflict(write)
+
+    def replan(self, sweep_id: int, same: dict[int, dict[str, Any]], replaced: Sequence[Replacement],
+               active: Iterable[str] = ()) -> dict[int, str]:
+        """`orch resume --replan`'s write, one transaction: the cells of `same` (cell id -> `cell_fields` of the same
+        identity) take their new settings, overrides and config; each `Replacement`'s cell is deleted (its attempts
+        and config with it) and its new identity added as a pending cell unless the sweep has that digest. Cells are
+        locked first; `OrchError`, and nothing written, if a cell to replace is now in one of the `active` states
+        (submitted since it was read), or a cell is gone. Returns {old cell id: the digest of the cell that replaces
+        it}."""
+        self._add_tables()
+        ids = [*same, *(item.cell_id for item in replaced)]
+        if not ids:
+            return {}
+        now = time.time()
+        with Session(self.engine) as session, session.begin():
+            rows = session.execute(select(CellRow.id, CellRow.digest, CellRow.state).where(CellRow.id.in_(ids))
+                                   .order_by(CellRow.id).with_for_update()).all()
+            old = {item.cell_id for item in replaced}
+            busy = [row for row in rows if row.id in old and row.state in {str(state) for state in active}]
+            if busy or len(rows) != len(ids):
+                what = f"cell {busy[0].digest} is {busy[0].state} now" if busy else "a cell was removed meanwhile"
+                raise OrchError(f"{what} (another orch changed the sweep meanwhile); nothing replanned: run it again")
+            if same:
+                session.execute(update(CellRow), [
+                    {"id": cell_id, "settings_json": fields["settings_json"],
+                     "overrides_json": fields["overrides_json"], "updated_at": now}
+                    for cell_id, fields in same.items()])
+                session.execute(delete(CellConfigRow).where(CellConfigRow.cell_id.in_(list(same))))
+                _store_configs(session, [(cell_id, fields) for cell_id, fields in same.items()], now)
+            if old:
+                session.execute(delete(CellConfigRow).where(CellConfigRow.cell_id.in_(list(old))))
+                session.execute(delete(CellRow).where(CellRow.id.in_(list(old))))  # attempts, progress: ON DELETE CASCADE
+            existing = set(session.scalars(select(CellRow.digest).where(CellRow.sweep_id == sweep_id)))
+            new, seen = [], set()
+            for item in replaced:
+                if item.fields["digest"] not in existing | seen:
+                    seen.add(item.fields["digest"])
+                    new.append(item.fields)
+            _insert_cells(session, sweep_id, new)
+        return {item.cell_id: item.fields["digest"] for item in replaced}
 
     def cell_rows(self, sweep_id: int, digests: Iterable[str] | None = None,
                   states: Iterable[str] | None = None) -> list[CellRow]:
@@ -297,11 +351,20 @@ class Store:
 
     def _has_progress(self) -> bool:
         """Whether the store has the progress table (an older store opened read-only may not)."""
-        if self._progress_table is None:
-            from sqlalchemy import inspect
+        return self._has_table(ProgressRow.__tablename__)
 
-            self._progress_table = ProgressRow.__tablename__ in inspect(self.engine).get_table_names()
-        return self._progress_table
+    def _has_table(self, name: str) -> bool:
+        """Whether the store has table `name`, one added within the schema version (looked up once: a table is never
+        dropped; `_add_tables` records its creation)."""
+        if not self._tables.get(name):
+            self._tables[name] = has_table(self.engine, name)
+        return self._tables[name]
+
+    def _add_tables(self) -> None:
+        """Create the tables an older store lacks before writing to one (`store_schema.add_tables`)."""
+        if not self._has_table(CellConfigRow.__tablename__):
+            add_tables(self.engine)
+            self._tables.clear()
 
     # -- submissions and job reports --------------------------------------------------------------------------------
 
@@ -376,16 +439,22 @@ class Store:
 
     def job_context(self, cell_id: int) -> JobContext:
         """Everything the job of `cell_id` reads from the store."""
+        configs = self._has_table(CellConfigRow.__tablename__)  # before the session: SQLite would wait for itself
         with Session(self.engine) as session:
             cell = session.get(CellRow, cell_id)
             if cell is None:
                 raise OrchError(f"store {self.display_url()}: no cell with id {cell_id}")
             sweep = session.get(SweepRow, cell.sweep_id)
+            config = session.execute(
+                select(ConfigRow.config_json, CellConfigRow.cell_json).join(ConfigRow, ConfigRow.id ==
+                                                                            CellConfigRow.config_id)
+                .where(CellConfigRow.cell_id == cell_id)).first() if configs else None
             return JobContext(
                 sweep=sweep.name, sweep_id=sweep.id, parent_run_id=sweep.parent_run_id, cell_id=cell.id, digest=cell.digest, overrides=json.loads(cell.overrides_json),
                 mlflow_run_id=cell.mlflow_run_id, tracking_uri=sweep.tracking_uri, experiment_name=sweep.name,
                 run_dir=sweep.run_dir, state=cell.state, requeues=cell.requeues,
-                max_requeues=_max_requeues(sweep),
+                max_requeues=_max_requeues(sweep), config_json=config.config_json if config else None,
+                cell_json=config.cell_json if config else None,
             )
 
     def job_started(self, cell_id: int, executor: str, job_id: str | None, host: str, pid: int,
@@ -554,6 +623,57 @@ class Store:
         with Session(self.engine, expire_on_commit=False) as session:
             return list(session.scalars(select(AttemptRow).where(AttemptRow.cell_id == cell_id)
                                         .order_by(AttemptRow.number)))
+
+
+CONFIG_FIELDS = ("config_json", "cell_json")  # a cell's planned config in `cell_fields`: not columns of `cells`
+
+
+def _insert_cells(session: Session, sweep_id: int, cells: Sequence[dict[str, Any]]) -> int:
+    """Insert `cells` (store columns, and optionally their `CONFIG_FIELDS`) as pending cells of the sweep, with
+    their configs; returns how many."""
+    if not cells:
+        return 0
+    now = time.time()
+    rows = [{**{key: value for key, value in cell.items() if key not in CONFIG_FIELDS}, "sweep_id": sweep_id,
+             "state": State.PENDING, "attempts": 0, "requeues": 0, "created_at": now, "updated_at": now}
+            for cell in cells]
+    session.connection().execute(CellRow.__table__.insert(), rows)  # Core executemany: fast for 10,000 rows
+    if any(cell.get("config_json") for cell in cells):
+        ids = dict(session.execute(select(CellRow.digest, CellRow.id).where(CellRow.sweep_id == sweep_id)).all())
+        _store_configs(session, [(ids[cell["digest"]], cell) for cell in cells], now)
+    return len(rows)
+
+
+def _store_configs(session: Session, cells: Sequence[tuple[int, dict[str, Any]]], now: float) -> None:
+    """Keep the planned config of each (cell id, its fields) that has one: its shared part once in `configs` (keyed
+    by the SHA-256 of its text; a shape's cells share one text), its per-cell keys in `cell_configs`."""
+    cells = [(cell_id, fields) for cell_id, fields in cells if fields.get("config_json")]
+    if not cells:
+        return
+    keys: dict[str, str] = {}
+    for _, fields in cells:
+        if fields["config_json"] not in keys:
+            keys[fields["config_json"]] = hashlib.sha256(fields["config_json"].encode()).hexdigest()
+    known = set(session.scalars(select(ConfigRow.id).where(ConfigRow.id.in_(list(set(keys.values()))))))
+    connection = session.connection()
+    new = [{"id": key, "config_json": text, "written_by": _orch_version(), "created_at": now}
+           for text, key in keys.items() if key not in known]
+    if new:
+        connection.execute(ConfigRow.__table__.insert(), new)
+    connection.execute(CellConfigRow.__table__.insert(), [
+        {"cell_id": cell_id, "config_id": keys[fields["config_json"]], "cell_json": fields.get("cell_json") or "{}"}
+        for cell_id, fields in cells])
+
+
+@functools.cache
+def _orch_version() -> str:
+    """This orch's version (the package's), which `cell_configs.written_by` records."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"orch {version('orch')}"
+    except PackageNotFoundError:
+        return "orch (not installed)"
 
 
 def _again_on_conflict(write: Callable[[], T]) -> T:

@@ -3,12 +3,17 @@
     orch_meta  key/value facts about the store (`schema_version`)
     sweeps     one row per sweep: its file as submitted, its folder, its MLflow experiment and parent run
     cells      one row per cell of a sweep (unique digest per sweep): what to run and its current state
+    configs    resolved configs as planned, without their per-cell keys (one row per shape: its cells differ only
+               in the seed), keyed by the hash of their text, shared by every sweep of the store
+    cell_configs  a cell's config as planned: its `configs` row and its per-cell keys; what its job runs
     attempts   one row per run of a cell's job: a submission, or a restart of the same cluster job
     progress   the latest progress its job reported for an attempt (step k of N, phase, last success rate)
 
 Times are UNIX seconds (floats). `ensure_schema` creates the tables of an empty database, or checks that an
 existing one has the version this code understands (`SCHEMA_VERSION`); there are no migrations, but a table added
-within a version (`progress`) is created by the next writable open of an older store. `make_engine`
+within a version (`progress`; `configs` and `cell_configs`) is created by the next writable open of an older store that may create
+(`orch sweep`, `orch tune`), or by `add_tables` before its first write; a reader finds it missing in a store written
+before it (`has_table`) and does without it, as that store's own version did. `make_engine`
 sets each backend up for many concurrent writers (SQLite in WAL mode with up-front write locks; PostgreSQL with
 pre-ping). The rows hold states as plain strings; which changes of them are legal is `orchestrator.states`' job,
 and writing them is `orchestrator.store`'s.
@@ -110,6 +115,30 @@ class CellRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class ConfigRow(Base):
+    """A resolved config as it was planned, without its per-cell keys (`recipes.config.resolve.stored_form`: its
+    `conf/` tree as JSON, hosting keys included): the same text for every seed of a shape, stored once. `id`: the
+    SHA-256 of the text. `written_by`: the orch version that first stored it."""
+
+    __tablename__ = "configs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    config_json: Mapped[str] = mapped_column(Text)
+    written_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class CellConfigRow(Base):
+    """A cell's config as it was planned: its `configs` row and its per-cell keys (`cell_json`, `{"seed": 1}`),
+    which make the whole `conf/` tree: the object its job validates and runs, whatever `conf/` holds by then.
+    Added within schema version 1: the cells of a store written before have none, and their jobs compose their
+    `overrides_json` with Hydra, as then."""
+
+    __tablename__ = "cell_configs"
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id", ondelete="CASCADE"), primary_key=True)
+    config_id: Mapped[str] = mapped_column(ForeignKey("configs.id"))
+    cell_json: Mapped[str] = mapped_column(Text)
+
+
 class AttemptRow(Base):
     """One run of a cell's job: a submission, or a restart of the same cluster job after a requeue."""
 
@@ -198,6 +227,20 @@ def ensure_schema(engine: Engine, create: bool = True) -> None:
             f"{where}: schema version {version}, this orch understands {SCHEMA_VERSION}"
             + ("; upgrade orch" if version > SCHEMA_VERSION else "; no migration exists from it")
         )
+
+
+def has_table(engine: Engine, name: str) -> bool:
+    """Whether the store has table `name` (one added within the schema version may be missing from an older store)."""
+    return name in inspect(engine).get_table_names()
+
+
+def add_tables(engine: Engine) -> None:
+    """Create the tables added within this schema version that an existing store lacks (`checkfirst`), under the
+    same lock as `ensure_schema`'s creation, so that concurrent writers create each once."""
+    with engine.begin() as connection:
+        if engine.url.get_backend_name() == "postgresql":
+            connection.execute(select(func.pg_advisory_xact_lock(SCHEMA_LOCK)))
+        Base.metadata.create_all(connection)
 
 
 def make_engine(url: str, readonly: bool = False, first_look: bool = False) -> Engine:

@@ -356,6 +356,7 @@ def resume_command(
     sweep: SweepArg,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Executor (default: the sweep's last one).")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also resubmit failed cells.")] = False,
+    replan: Annotated[bool, typer.Option("--replan", help="First resolve every cell that may still run against conf/ as it is now, say which identities changed, and replace each changed cell by its new identity (without it, a cell runs the config it was planned with).")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Block until every cell has ended.")] = False,
     store_url: StoreOpt = None,
 ) -> None:
@@ -365,8 +366,12 @@ def resume_command(
 
     try:
         store = _open_store(store_url)
-        from orchestrator.views import print_submit
+        from orchestrator.views import print_replan, print_submit
 
+        if replan:
+            from orchestrator.engine import replan as replan_sweep
+
+            print_replan(replan_sweep(store, sweep))
         print_submit(resume(store, sweep, executor=cluster, retry_failed=retry_failed))
         if wait:
             _wait(store, sweep)

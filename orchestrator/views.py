@@ -156,6 +156,18 @@ def print_submit(report: Any) -> None:
         console.print(f"{report.lost} cell(s) found lost (their job vanished without reporting)")
 
 
+def print_replan(report: Any) -> None:
+    """`orch resume --replan`: how many cells were resolved again, then one line per identity that changed (whole
+    lines: a person greps them)."""
+    console = _console()
+    changed = len(report.changed)
+    console.print(f"sweep {report.sweep}: {report.resolved} cell(s) that may still run resolved again against conf/: "
+                  f"{report.unchanged} same identity (config stored again), {changed} changed identity"
+                  + (" (replaced):" if changed else ""), soft_wrap=True)
+    for old, state, new, outcome in report.changed:
+        console.print(f"  cell {old} ({state}) -> cell {new}: {outcome}", soft_wrap=True)
+
+
 def counts_line(counts: dict[str, int]) -> str:
     """`finished 3 · running 2 · queued 1` in a fixed state order."""
     parts = [f"[{STATE_STYLE[state]}]{state} {counts[state]}[/]" for state in ORDER if counts.get(state)]

@@ -7,7 +7,8 @@ rooms before it in this order (tests/test_layers.py checks it, the modules named
     stats          the paper's statistics: SNR-Aware Filtering, MI proxies, cross-scoring, the collapse rule,
                    rollout statistics and the rollout-batch format
     diagnostics    the step-hook contract and the collapse hook
-    config         the typed training config, Hydra composition of conf/, the trainer-backend registry
+    config         the typed training config, Hydra composition of conf/, the one resolve (settings -> config
+                   and identity), the trainer-backend registry
     run            a run's record: MLflow bookkeeping, progress
     torch_trainer  the `torch` backend (one process: entry, loop, run state) and the warm start both backends use
     verl           the `verl` backend: veRL's trainer with orch's plug-in

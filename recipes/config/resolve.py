@@ -3,7 +3,7 @@
     resolve_cell({"task": "sokoban", "filter.value": 0.95, "seed": 1})   # a sweep cell: its settings
     resolve_cell(overrides=["task=sokoban", "filter.value=0.95"])        # `orch train`: Hydra-syntax overrides
     resolver = ConfigResolver(); resolver.resolve(settings)              # many cells: the caches shared
-    config_json(resolved.config); load_config(text, hosting={...})       # a cell's stored form, and back
+    shared, own = resolved.stored(); load_config(shared, own, hosting={...})   # a cell's stored form, and back
 
 A cell's *settings* are the keys a sweep file sets (its base, its grid or axis row, its profile's forced keys, merged
 by the planner): config-group choices (`task: sokoban`) and dotted keys (`filter.value: 0.95`, `seed: 1`). Its
@@ -23,10 +23,12 @@ Composing with Hydra costs ~0.2 s per call, far too slow for 10,000 cells, so th
   types `conf/` gives them) and validates the result once per distinct *shape* (settings except the seed) with
   `TrainConfig.from_tree`; per cell, only the seed is set on a copy of the shape's config, then hashed.
 
-A planned cell's config is stored with it (`config_json`: its `conf/` tree as JSON), and its job runs that object
-(`load_config`, with the hosting keys that are not part of the identity); the Hydra overrides of its settings
-(`ResolvedConfig.overrides`) are kept beside it for a person to read, and for the cells of stores written before
-configs were stored, whose jobs still compose them with Hydra.
+A planned cell's config is stored with it and its job runs that object (`load_config`, with the hosting keys that
+are not part of the identity). The stored form is its `conf/` tree as JSON in two parts (`stored_form`): the tree
+without the per-cell keys, the same text for every seed of a shape (stored once), and the per-cell keys
+(`{"seed": 1}`); together they are the whole tree. The Hydra overrides of its settings (`ResolvedConfig.overrides`)
+are kept beside it for a person to read, and for the cells of stores written before configs were stored, whose jobs
+still compose them with Hydra.
 """
 
 from __future__ import annotations
@@ -69,16 +71,14 @@ class ResolvedConfig:
     shape: ResolvedConfig | None = field(default=None, repr=False, compare=False)  # the config it copies, if any
 
     @functools.cached_property
-    def tree(self) -> dict[str, Any]:
-        """The config in the `conf/` layout (`TrainConfig.to_tree`), the shape's tree reused when only per-cell keys
-        differ from it (a top-level copy: the tree is read, never changed)."""
-        if self.shape is None:
-            return self.config.to_tree()
-        return {**self.shape.tree, **{key: getattr(self.config, key) for key in PER_CELL_KEYS}}
+    def shared_json(self) -> str:
+        """The stored form's shared part (`stored_form`): computed once per shape, whose cells differ only in their
+        per-cell keys."""
+        return self.shape.shared_json if self.shape is not None else stored_form(self.config)[0]
 
-    def config_json(self) -> str:
-        """The stored form of the config (`config_json`)."""
-        return json.dumps(self.tree)
+    def stored(self) -> tuple[str, str]:
+        """The config's stored form (`stored_form`): (the tree without the per-cell keys, the per-cell keys)."""
+        return self.shared_json, _own_json(self.config)
 
 
 def resolve_cell(settings: Mapping[str, Any] | None = None, *, overrides: Sequence[str] | None = None,
@@ -110,21 +110,33 @@ def resolve_cell(settings: Mapping[str, Any] | None = None, *, overrides: Sequen
     return ResolvedConfig(config, resolved.digest, resolved.settings, resolved.overrides)
 
 
-def config_json(config: TrainConfig) -> str:
-    """A config's stored form: its `conf/` tree (`TrainConfig.to_tree`) as JSON, `load_config` reads it back."""
-    return json.dumps(config.to_tree())
+def stored_form(config: TrainConfig) -> tuple[str, str]:
+    """A config's stored form: its `conf/` tree (`TrainConfig.to_tree`) as JSON, in two parts: the tree without the
+    per-cell keys (`PER_CELL_KEYS`), and those keys (`{"seed": 1}`). `load_config` reads them back."""
+    tree = config.to_tree()
+    for key in PER_CELL_KEYS:
+        tree.pop(key, None)
+    return json.dumps(tree), _own_json(config)
 
 
-def load_config(text: str, hosting: Mapping[str, Any] | None = None) -> TrainConfig:
-    """A stored config (`config_json`) validated by this orch's `TrainConfig`, with `hosting` keys set
-    (`TrainConfig.with_hosting`). A key the schema has gained since it was stored takes its default (a required one
-    is refused); a key it has lost or renamed is refused. Raises `OrchError`, one line naming the key."""
-    try:
-        tree = json.loads(text)
-    except ValueError as err:
-        raise OrchError(f"not a stored config: {err}") from None
-    if not isinstance(tree, dict):
-        raise OrchError(f"not a stored config: a JSON {type(tree).__name__}, not an object")
+def _own_json(config: TrainConfig) -> str:
+    return json.dumps({key: getattr(config, key) for key in PER_CELL_KEYS})
+
+
+def load_config(shared: str, own: str = "{}", hosting: Mapping[str, Any] | None = None) -> TrainConfig:
+    """A stored config (`stored_form`: its shared part and its per-cell keys) validated by this orch's
+    `TrainConfig`, with `hosting` keys set (`TrainConfig.with_hosting`). A key the schema has gained since it was
+    stored takes its default (a required one is refused); a key it has lost or renamed is refused. Raises
+    `OrchError`, one line naming the key."""
+    tree = {}
+    for text in (shared, own):
+        try:
+            part = json.loads(text)
+        except ValueError as err:
+            raise OrchError(f"not a stored config: {err}") from None
+        if not isinstance(part, dict):
+            raise OrchError(f"not a stored config: a JSON {type(part).__name__}, not an object")
+        tree.update(part)
     config = TrainConfig.from_tree(tree)
     return config.with_hosting(hosting) if hosting else config
 

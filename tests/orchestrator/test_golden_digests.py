@@ -14,6 +14,7 @@ import yaml
 
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
+from recipes.config.resolve import load_config
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 GOLDEN = Path(__file__).with_name("golden_digests.json")
@@ -26,6 +27,8 @@ CASES = [f"{path.name}:{profile}" for path in sorted(SWEEPS.glob("*.yaml")) if p
 def _digests(case: str) -> list[str]:
     name, profile = case.split(":")
     plan = build_plan(load_sweep(SWEEPS / name, profile=None if profile == "default" else profile))
+    for cell in plan.cells:  # the config its job runs (stored with the cell, read back) is the cell planned (#47)
+        assert load_config(*cell.resolved.stored()).digest() == cell.digest, f"{case}: cell {cell.digest}"
     return [cell.digest for cell in plan.cells]
 
 
