@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,6 +93,13 @@ def main() -> None:
     args = parser.parse_args()
     sweep_file = args.sweep.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="bench-job-start-"))
+    try:
+        run(args, sweep_file, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, sweep_file: Path, scratch: Path) -> None:
     os.chdir(scratch)
     os.environ.setdefault("ORCH_CACHE_DIR", str(scratch / "cache"))
     sys.path.insert(0, str(REPO))
