@@ -2,7 +2,7 @@
 with nothing planted (the false-alarm rate) and with a planted collapse (the detection rate), and how far the
 trajectory set's retrieval accuracy sits above chance before and after step 3.
 
-The runs are those of `tests/recipes/test_controls.py` (same overrides; CI runs seed 0 only): the tiny model after
+The runs are those of `tests/recipes/diagnostics/test_controls.py` (same overrides; CI runs seed 0 only): the tiny model after
 a small FrozenLake warm start, 6 steps of 8 prompts x 2 samples, MI at every step on 16 samples, a learning rate of
 1e-6; the planted run generates every reply from one fixed chat from step 3 on (`control.blind_from_step=3`).
 

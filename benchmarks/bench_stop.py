@@ -6,7 +6,7 @@ diagnostics and validation at every step, 3 steps) in a scratch folder, read its
 when step 2 is in the phase send the signal; time the exit; then run the same command again (the resume) and check
 that it finishes with steps 1-3 each logged once. `warm start` instead starts with an empty warm-start cache and
 signals 10 s into the warm start (no resume: the warm start's own resume is tested in
-`tests/recipes/test_warmstart.py`).
+`tests/recipes/torch_trainer/test_warmstart.py`).
 
     python benchmarks/bench_stop.py [--signal TERM] [--phases setup rollout diagnostics scoring update validation between "warm start"]
     python benchmarks/bench_stop.py --backend verl [--phases setup "warm start" rollout diagnostics update validation between]

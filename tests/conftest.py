@@ -22,10 +22,10 @@ GROUPS = {
     # the single-node SLURM (2 CPUs: some tests need both at once) and the Ray/veRL/vLLM stacks (GBs each)
     "cluster": ("orchestrator/test_sweep_e2e.py", "orchestrator/test_sweep_slurm.py",
                 "orchestrator/test_sweep_slurm_verl.py", "orchestrator/test_sweep_injection.py",
-                "recipes/test_verl_training.py", "recipes/test_verl_parts.py", "recipes/test_vllm_cpu.py",
+                "recipes/verl/test_verl_training.py", "recipes/verl/test_verl_parts.py", "recipes/verl/test_vllm_cpu.py",
                 "test_gpu_stack.py"),
     # test_deepcoder asserts no sandbox process is left anywhere on the machine
-    "deepcoder": ("envs/test_deepcoder.py", "recipes/test_train_deepcoder.py"),
+    "deepcoder": ("envs/test_deepcoder.py", "recipes/torch_trainer/test_train_deepcoder.py"),
     # module fixtures of tens of seconds, built once
     "fidelity": ("analysis/test_fidelity.py",),
     "golden": ("orchestrator/test_golden_digests.py",),

@@ -71,7 +71,7 @@ def _blind_seed(row: dict[str, Any]) -> Any:
     """CONTROL, the agent loop's side of `blind_marks`: the seed whose first-turn chat this trajectory's replies are
     generated from, or None. veRL's repeat gives a prompt's trajectories one shared `extra_info`; its `blind_rows`
     (when set) name the blinded ones by the row veRL numbers each trajectory with: `priority`, arange over the
-    repeated batch (`AgentLoopManager.generate_sequences`; tests/recipes/test_verl_parts.py pins it)."""
+    repeated batch (`AgentLoopManager.generate_sequences`; tests/recipes/verl/test_verl_parts.py pins it)."""
     info = row["extra_info"]
     rows = info.get("blind_rows")
     return None if rows is not None and int(row["priority"]) not in rows else info.get("blind_seed")

@@ -2,8 +2,9 @@
 
 Everything else goes through veRL's public registries (recipes.verl.plugin). The five writes below have no public
 extension point. They are installed only on the veRL version they were written against (`SUPPORTED_VERL`); on any
-other, `check_version` makes the verl backend refuse to start, and tests/recipes/test_verl_plugin.py fails until
-each write is checked again against the new veRL source.
+other, `check_version` makes the verl backend refuse to start, and
+`tests/recipes/verl/test_verl_parts.py::test_the_private_writes_still_fit_verl` fails until each write is
+checked again against the new veRL source.
 
 P1  `_ROLLOUT_REGISTRY[("hf", "async")]`  (verl/workers/rollout/base.py:89-93)
     The in-worker rollout adapter (the object `ActorRolloutRefWorker.init_model` builds with

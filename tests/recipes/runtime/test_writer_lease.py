@@ -36,7 +36,7 @@ lease.release()
 def hold(folder: Path, lease_s: float = 120.0, for_s: float = 600.0) -> subprocess.Popen:
     """A process holding the lease on `folder`, its main thread asleep; returns once it holds it."""
     process = subprocess.Popen([sys.executable, "-c", HOLD, str(folder), str(lease_s), str(for_s)],
-                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3])
     deadline = time.monotonic() + 60
     while not (folder / "held").exists():
         assert process.poll() is None and time.monotonic() < deadline, "the holder did not take the lease"
@@ -106,7 +106,7 @@ def test_a_slow_but_alive_writer_keeps_its_lease_past_its_length(tmp_path: Path)
     lease_s = 2.0
     release = tmp_path / "release"
     process = subprocess.Popen([sys.executable, "-c", HOLD_UNTIL, str(tmp_path), str(lease_s), str(release)],
-                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3])
     other = WriterLease(tmp_path, lease_s=60.0, host="node-b")
     renewals: set[float] = set()
     refused = 0
@@ -161,7 +161,7 @@ def test_of_many_processes_taking_over_one_stale_lease_exactly_one_wins(tmp_path
     folder.mkdir()
     (folder / LEASE_FILE).write_text(json.dumps({"host": os.uname().nodename, "pid": 2 ** 22 + 7, "token": "dead",
                                                  "since": 0, "renewed": 0}))
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     done = tmp_path / "done"
     workers = [subprocess.Popen([sys.executable, "-c", CONTEND, str(folder), str(go), str(done)],
                                 stdout=subprocess.PIPE, text=True, cwd=root) for _ in range(4)]

@@ -1,4 +1,4 @@
-"""One rank of tests/recipes/test_verl_parts.py's FSDP2 cross-scoring test (run as a script: spawned processes
+"""One rank of tests/recipes/verl/test_verl_parts.py's FSDP2 cross-scoring test (run as a script: spawned processes
 cannot import test modules under pytest's importlib mode).
 
 usage: python fsdp_scoring_rank.py MODEL_FOLDER JOB_JSON RANK WORLD PORT OUT_JSON [STOP_FILE]

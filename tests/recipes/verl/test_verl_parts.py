@@ -481,7 +481,7 @@ def test_ranks_that_stopped_their_scoring_end_the_step_as_a_stop_during_the_diag
 def test_prefix_cross_scoring_runs_on_fsdp2_shards_in_lockstep_and_equals_the_naive_scores(tmp_path: Path) -> None:
     """The worker method's scoring for real on an FSDP2-sharded model over gloo ranks whose prompt blocks hold
     different prompts (the job's five distinct prompts over three ranks: blocks of 2, 2 and 1 + a filler;
-    tests/recipes/fsdp_scoring_rank.py is one rank): no rank waits forever on another's parameter gather, and
+    tests/recipes/verl/fsdp_scoring_rank.py is one rank): no rank waits forever on another's parameter gather, and
     the joined columns equal the unsharded naive scores; a stop seen by one rank stops all three together."""
     import subprocess
     import sys

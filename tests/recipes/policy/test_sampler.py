@@ -162,7 +162,7 @@ def test_the_torch_rollout_tells_the_blind_sampler_each_episodes_row() -> None:
 
 
 def test_the_blind_control_is_part_of_a_runs_identity_on_both_backends() -> None:
-    """Planted on the torch backend by `BlindSampler`, on veRL by its agent loop (tests/recipes/test_verl_parts.py).
+    """Planted on the torch backend by `BlindSampler`, on veRL by its agent loop (tests/recipes/verl/test_verl_parts.py).
     `control.blind_strength` came later: at its default 1 a control cell keeps the identity it had without it."""
     from recipes.config.schema import compose_train_config
 
