@@ -95,6 +95,10 @@ def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
     processes: list[subprocess.Popen] = []
     try:
         if len(plan.nodes) == 1:
+            if plan.logical_gpus and os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+                # on cpu the "GPUs" are logical; submitit's local executor sets CUDA_VISIBLE_DEVICES="" for a job
+                # without GPUs, and Ray then refuses to start a raylet with num_gpus=1 ("contains []")
+                os.environ.pop("CUDA_VISIBLE_DEVICES")
             # Ray's processes start with the stop signals blocked (the mask survives `exec`: they never act on
             # them), while this process keeps its handlers: a signal meanwhile is delivered once the start is over
             # (or to another of its threads at once), never lost -- with the signals ignored instead, a SIGINT or

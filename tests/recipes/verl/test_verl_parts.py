@@ -368,7 +368,7 @@ def test_a_rewound_checkpoint_saves_the_dataloader_position_of_its_own_step(tmp_
     from omegaconf import OmegaConf
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from recipes.verl.trainer import OrchPPOTrainer
+    from recipes.verl.trainer import OrchPPOTrainer, run_time_limit
 
     def verl_save(self) -> None:
         folder = tmp_path / f"global_step_{self.global_steps}"
@@ -381,6 +381,7 @@ def test_a_rewound_checkpoint_saves_the_dataloader_position_of_its_own_step(tmp_
     trainer.global_steps, trainer.loader_state, trainer.empty_steps, trainer.validation = 2, {"position": 2}, 0, {}
     trainer.validation_pending = False
     trainer.tracker, trainer.hooks = SimpleNamespace(run_id="r"), {}
+    trainer.time_limit = run_time_limit(None, None)
     trainer._save_checkpoint()
     assert torch.load(tmp_path / "global_step_2" / "data.pt") == {"position": 2} and trainer.loader_state is None
 
