@@ -24,6 +24,7 @@ from orchestrator.spec import load_sweep
 from orchestrator.store import Store
 from recipes.runtime.checkpoint import REQUEUE_EXIT_CODE
 from tests.orchestrator.conftest import MICRO
+from tests.stops import signal_at_line
 
 pytestmark = pytest.mark.slow
 # A warm start of a few seconds an epoch on the micro model, evaluated after every epoch (one log line each)
@@ -60,13 +61,7 @@ def test_sigterm_in_the_verl_warm_start_ends_train_and_the_sweep_job_and_their_e
                *(f"{key}={value}" for key, value in SETTINGS.items()), f"mlflow.tracking_uri={tracking}",
                f"trainer.checkpoint_dir={workdir / 'ck'}"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 600
-    for line in process.stderr:
-        if "warm start countdown epoch 1:" in line:
-            signalled = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            break
-        assert time.monotonic() < deadline, "the warm start did not finish its first epoch"
+    signalled = signal_at_line(process, "warm start countdown epoch 1:")
     rest = process.stderr.read()
     assert process.wait(timeout=120) == REQUEUE_EXIT_CODE, rest[-2000:]
     took = time.monotonic() - signalled
@@ -121,13 +116,7 @@ def test_sigterm_while_verls_workers_start_ends_train_within_seconds_and_leaves_
                f"trainer.checkpoint_dir={workdir / 'ck'}"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
-    deadline = time.monotonic() + 300
-    for line in process.stderr:
-        if "(OrchTaskRunner pid=" in line:  # Ray is up and the runner is building its workers
-            signalled = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            break
-        assert time.monotonic() < deadline, "the TaskRunner did not start"
+    signalled = signal_at_line(process, "(OrchTaskRunner pid=", timeout_s=300)  # Ray up, the workers building
     out, rest = process.communicate(timeout=120)
     took = time.monotonic() - signalled
     assert process.returncode == REQUEUE_EXIT_CODE, rest[-2000:]

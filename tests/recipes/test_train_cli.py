@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from recipes.runtime.checkpoint import REQUEUE_EXIT_CODE, latest_checkpoint
+from tests.stops import signal_at_line
 
 
 def test_print_config_and_bad_overrides() -> None:
@@ -143,13 +144,7 @@ def test_a_stop_in_the_warm_start_ends_within_seconds_and_the_next_run_resumes_i
                "model.warm_start.max_response_tokens=16", f"model.cache_dir={cache}", "trainer.total_steps=1",
                "trainer.val_every=0"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
-    deadline = time.monotonic() + 600
-    for line in process.stderr:
-        if "warm start countdown epoch 1:" in line:
-            signalled = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            break
-        assert time.monotonic() < deadline, "the warm start did not finish its first epoch"
+    signalled = signal_at_line(process, "warm start countdown epoch 1:")
     rest = process.stderr.read()
     assert process.wait(timeout=300) == REQUEUE_EXIT_CODE, rest[-2000:]
     assert time.monotonic() - signalled < 30, "the stop took longer than 30 s"  # measured: a few seconds
