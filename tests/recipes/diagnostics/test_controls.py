@@ -72,7 +72,7 @@ def mean(values) -> float:
     return sum(values) / len(values)
 
 
-def retrieval_and_bound(seen: dict[str, dict[int, float]], steps: range) -> tuple[float, float]:
+def retrieval_and_bound(seen: dict[str, dict[int, float]], steps: range | list[int]) -> tuple[float, float]:
     """(mean retrieval accuracy over `steps`, chance plus 3 binomial standard deviations, pooled over len(steps) x
     SAMPLES draws: a false failure at true chance is about 1 in 1000)."""
     chance = mean(seen[CHANCE][s] for s in steps)
@@ -96,10 +96,14 @@ def test_a_planted_collapse_drops_the_mi_proxies_to_chance_but_not_entropy_and_f
     # the proxies saw the input dependence while it was there ...
     assert mean(seen[RETRIEVAL][s] for s in before) > mean(seen[CHANCE][s] for s in before) + 0.1, seen
     # ... and see it gone: retrieval over the planted steps at chance within 3 binomial standard deviations, MI near
-    # zero
-    retrieval, bound = retrieval_and_bound(seen, after)
+    # zero. A planted step none of whose blinded replies holds a complete <think> block has no MI proxies (the
+    # monitor logs num_samples 0 and says so): seen on a loaded 2-core machine at the first planted step, at this
+    # session's start commit too; the others must be measured.
+    measured = [s for s in after if s in seen[CHANCE]]
+    assert len(measured) >= len(after) - 1, (sorted(seen[CHANCE]), after)
+    retrieval, bound = retrieval_and_bound(seen, measured)
     assert retrieval <= bound, (seen[RETRIEVAL], seen[CHANCE])
-    assert max(seen[MI][s] for s in after) < 0.25 * mean(seen[MI][s] for s in before), seen[MI]
+    assert max(seen[MI][s] for s in measured) < 0.25 * mean(seen[MI][s] for s in before), seen[MI]
     assert seen[EMA][STEPS] < 0.5 * max(seen[EMA].values()), seen[EMA]
     # entropy does not see it
     assert mean(seen[ENTROPY][s] for s in after) > 0.9 * mean(seen[ENTROPY][s] for s in before), seen[ENTROPY]
