@@ -2,8 +2,7 @@
 
 The torch trainer (`recipes.torch_trainer.trainer`) creates one at its start and, before each step, stops as on a stop
 signal when the next step and a checkpoint would end past the limit; the veRL trainer reads it at the same point
-(`recipes.verl.trainer.run_time_limit`: counted from the driver's start, so the warm start and Ray's start-up count
-too). SLURM's own limit reaches both as SIGUSR2 (`recipes.runtime.stop`).
+(counted from the driver's start, `spent_s`, so the warm start and Ray's start-up count too). SLURM's own limit reaches both as SIGUSR2 (`recipes.runtime.stop`).
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ class TimeLimit:
     MARGIN = 1.5  # the next step may be this much longer than the longest so far
     FIRST_CHECKPOINT_S = 5.0  # what a checkpoint is assumed to take before one was timed
 
-    def __init__(self, limit_s: float | None) -> None:
-        self.deadline = None if limit_s is None else time.monotonic() + limit_s
+    def __init__(self, limit_s: float | None, spent_s: float = 0.0) -> None:
+        """`spent_s`: seconds of the limit already used before this object's creation (another process's)."""
+        self.deadline = None if limit_s is None else time.monotonic() + limit_s - spent_s
         self.limit_s = limit_s
         self.step_s = 0.0
         self.checkpoint_s: float | None = None

@@ -67,21 +67,26 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     from recipes.verl.cluster import ray_cluster
     from recipes.verl.task_runner import OrchTaskRunner
 
-    deadline = time.time() + cfg.infra.time_limit if cfg.infra.time_limit else None  # `trainer.time_limit` from here
+    started_at = time.time()  # `trainer.time_limit` counts from here, as on the torch backend
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     (checkpoint_dir / RUN_FILE).write_text(json.dumps({"mlflow_run_id": tracker.run_id}))
-    stop_file = checkpoint_dir / STOP_FILE
+    stop_file, started_file = checkpoint_dir / STOP_FILE, checkpoint_dir / STARTED_FILE
     stop_file.unlink(missing_ok=True)
+    started_file.unlink(missing_ok=True)
     logged = tracker.last_logged_step("timing_s/step")
     resume = resume_step(checkpoint_dir / "verl", logged) if cfg.infra.resume == "auto" else None
+
+    def preempted(reason: str) -> TrainResult:  # stopped before veRL's loop began: the checkpoint it resumed from
+        return TrainResult(status="preempted", steps_done=resume or 0, mlflow_run_id=tracker.run_id, reason=reason)
+
     try:
         job, plan, figures = prepare(cfg, checkpoint_dir, resume, should_stop)
     except StopRequested as stop:  # in the warm start: its completed epochs are kept, the next attempt resumes them
-        return TrainResult("preempted", resume or 0, tracker.run_id, f"{stop}; its completed epochs are kept")
+        return preempted(f"{stop}; its completed epochs are kept")
     config = build_config(cfg, job, {"run_id": tracker.run_id, "stop_file": str(stop_file),
-                                     "started_file": str(checkpoint_dir / STARTED_FILE),
+                                     "started_file": str(started_file),
                                      "tracking_uri": default_tracking_uri(cfg.infra.mlflow.tracking_uri),
-                                     "logged_until": logged or 0, "deadline": deadline})
+                                     "logged_until": logged or 0, "started_at": started_at})
     if resume is not None and logged is not None and logged > resume:
         log.warning("steps %d..%d were logged after the last checkpoint: they are re-run, not logged again",
                     resume + 1, logged)
@@ -94,18 +99,14 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     tracker.log_text(_config_yaml(config), "verl_config.yaml")
     if resume is None:
         tracker.log_metrics(figures, step=0)
-    started_file = checkpoint_dir / STARTED_FILE
-    started_file.unlink(missing_ok=True)
     if should_stop():  # asked during the set-up above: Ray need not start
-        return TrainResult(status="preempted", steps_done=resume or 0, mlflow_run_id=tracker.run_id,
-                           reason="stop requested during the set-up (nothing to keep)")
+        return preempted("stop requested during the set-up (nothing to keep)")
     try:
         with ray_cluster(plan), _stop_file_when(should_stop, stop_file):
             runner = OrchTaskRunner.remote()
             summary = _unless_stopped_before_the_loop(runner, runner.run.remote(config), should_stop, started_file)
     except StopRequested as stop:  # while Ray started (recipes.verl.cluster): nothing of this attempt to keep
-        return TrainResult(status="preempted", steps_done=resume or 0, mlflow_run_id=tracker.run_id,
-                           reason=str(stop))
+        return preempted(str(stop))
     except ray.exceptions.RayError:
         if not should_stop():
             raise
@@ -115,9 +116,8 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
         return TrainResult(status="preempted", steps_done=saved, mlflow_run_id=tracker.run_id,
                            reason=f"stopped by a signal that also ended Ray's processes; resumes after step {saved}")
     if summary is None:
-        return TrainResult(status="preempted", steps_done=resume or 0, mlflow_run_id=tracker.run_id,
-                           reason="stop requested while veRL's workers started (nothing to keep); "
-                                  + (f"resumes after step {resume}" if resume else "starts afresh"))
+        return preempted("stop requested while veRL's workers started (nothing to keep); "
+                         + (f"resumes after step {resume}" if resume else "starts afresh"))
     return TrainResult(status=summary["status"], steps_done=int(summary["steps_done"]),
                        mlflow_run_id=tracker.run_id, reason=summary["reason"])
 

@@ -105,7 +105,7 @@ def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
             # SIGUSR2 during the start was dropped and the run trained on (benchmarks/bench_stop.py).
             with held_by_children():
                 _init_keeping_handlers(
-                    None, address="local", num_cpus=plan.cpus,
+                    address="local", num_cpus=plan.cpus,
                     num_gpus=plan.gpus_per_node if plan.logical_gpus else None, include_dashboard=False,
                     _temp_dir=str(scratch), runtime_env={"env_vars": plan.env}, log_to_driver=True)
             yield ray.get_runtime_context().gcs_address
@@ -125,15 +125,13 @@ def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _init_keeping_handlers(job_handler: Any = None, **options: Any) -> None:
+def _init_keeping_handlers(**options: Any) -> None:
     """`ray.init(**options)` with the job's stop handlers kept. `ray.init` installs its own SIGTERM handler
     (`sys.exit(15)`, ray/_private/worker.py: "terminate any signal before connecting driver") and leaves it there: a
     preemption's SIGTERM during or after the start then ended the job with exit 15, no checkpoint and no line (seen
     in `benchmarks/bench_stop.py --backend verl --phases setup`; on a multi-node cell for the whole run). The
     handlers in place before come back once it returns; a SIGTERM that Ray's handler caught meanwhile is handed to
-    them (the stop is recorded, not lost: `job_handler`, else the one in place) and the start ends with
-    `StopRequested`: nothing of the attempt to keep."""
-
+    them (the stop is recorded, not lost) and the start ends with `StopRequested`: nothing of the attempt to keep."""
     import ray
 
     from recipes.runtime.stop import StopRequested
@@ -145,9 +143,8 @@ def _init_keeping_handlers(job_handler: Any = None, **options: Any) -> None:
     except SystemExit as ended:  # Ray's handler: a SIGTERM while Ray started
         if not main or ended.code != signal.SIGTERM:
             raise
-        handler = job_handler or previous
-        if callable(handler):
-            handler(signal.SIGTERM, None)
+        if callable(previous):
+            previous(signal.SIGTERM, None)
         raise StopRequested("stop requested while Ray started; nothing to keep") from None
     finally:
         if main:
@@ -155,19 +152,19 @@ def _init_keeping_handlers(job_handler: Any = None, **options: Any) -> None:
 
 
 @contextmanager
-def _signals_ignored() -> Iterator[dict[int, Any]]:
+def _signals_ignored() -> Iterator[None]:
     """The stop signals (`orchlib.signals.STOP_SIGNALS`: SIGUSR2, SIGTERM, SIGINT) ignored while Ray's processes start
     (they inherit it, so a Ctrl-C or a preemption reaches only the driver, which checkpoints), then the job's
     handlers back."""
 
     if threading.current_thread() is not threading.main_thread():
-        yield {}
+        yield
         return
     from orchlib.signals import STOP_SIGNALS
 
     previous = {number: signal.signal(number, signal.SIG_IGN) for number in STOP_SIGNALS}
     try:
-        yield previous
+        yield
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)

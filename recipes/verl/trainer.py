@@ -49,6 +49,7 @@ from recipes.run.progress import ProgressFile, report, reporting
 from recipes.run.tracking import PEAK_MEMORY_METRIC
 from recipes.runtime.checkpoint import VERL_ITERATION_FILE as ITERATION_FILE
 from recipes.runtime.checkpoint import VERL_STATE_FILE as STATE_FILE
+from recipes.runtime.time_limit import TimeLimit
 from recipes.verl.agent_loop import blind_marks, train_config
 
 log = logging.getLogger("orch.verl")
@@ -83,7 +84,8 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     `orch` (a mapping): run_id and tracking_uri of the cell's MLflow run, stop_file (its existence requests a stop),
     started_file (written as the loop begins), logged_until (the last step already in MLflow: steps re-run after a
-    resume are not logged again), deadline (`trainer.time_limit`'s end, wall-clock seconds, or None).
+    resume are not logged again), started_at (the driver's start, wall-clock seconds: `trainer.time_limit` counts
+    from it).
     """
 
     def __init__(self, *args: Any, orch: dict[str, Any], **kwargs: Any) -> None:
@@ -94,7 +96,8 @@ class OrchPPOTrainer(RayPPOTrainer):
 
         self.cfg = train_config(self.config)
         self.orch = orch
-        self.time_limit = run_time_limit(self.cfg.infra.time_limit, orch.get("deadline"))
+        # `trainer.time_limit`, counted from the driver's start (before the warm start and Ray's start-up)
+        self.time_limit = TimeLimit(self.cfg.infra.time_limit, time.time() - orch.get("started_at", time.time()))
         self.tracker = RunTracker(orch["tracking_uri"], self.cfg.infra.mlflow.experiment_name, run_id=orch["run_id"])
         self.encoder = ChatEncoder(self.tokenizer)
         self.hooks = build_hooks(self.cfg.hooks, self.cfg)
@@ -616,17 +619,6 @@ class OrchPPOTrainer(RayPPOTrainer):
 
 
 BEST_RECORD = "best.json"
-
-
-def run_time_limit(limit_s: float | None, deadline: float | None) -> Any:
-    """`trainer.time_limit` counted from the job's start (`deadline`: wall-clock seconds, set by the driver before the
-    warm start and Ray's start-up, as the torch trainer counts them), read before every step (`_stop_profiling`)."""
-    from recipes.runtime.time_limit import TimeLimit
-
-    limit = TimeLimit(limit_s)
-    if limit_s is not None and deadline is not None:
-        limit.deadline = time.monotonic() + (deadline - time.time())
-    return limit
 
 
 def keep_best(saved: Path, best_dir: Path, best: dict[str, float]) -> None:
