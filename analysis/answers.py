@@ -114,6 +114,7 @@ def collapse(data: RunData, summary: pd.DataFrame, trends: Readings | None = Non
     import pandas as pd
 
     from analysis import figures
+    from analysis.alert_calibration import alert_lines, rules_used
     from analysis.early_warning import early_warning
 
     answer = Answer(QUESTIONS[1])
@@ -157,6 +158,7 @@ def collapse(data: RunData, summary: pd.DataFrame, trends: Readings | None = Non
         answer.words.append(text)
     else:
         answer.words.append(f"The collapse alert ({names.COLLAPSE_ALERT}) fired in none of the {n} runs.")
+    answer.words += [f"Its error rates: {line}." for line in alert_lines(rules_used(data))]
     answer.figure = figures.collapse_figure(data, summary)
     return answer
 

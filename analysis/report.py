@@ -215,12 +215,21 @@ def _correlations(data: RunData, summary: pd.DataFrame, n_boot: int) -> Section:
 
 
 def _early_warning(data: RunData, summary: pd.DataFrame) -> Section:
+    from analysis import alert_calibration
     from analysis.controls import control_lines
     from analysis.early_warning import early_warning
 
     section = Section("Early warning: did MI fall before success?")
     for line in control_lines(summary["task"].dropna().unique()):  # has the instrument been seen to move here?
         section.note(line)
+    for line in alert_calibration.alert_lines(alert_calibration.rules_used(data)):  # the alert's error rates
+        section.note(line)
+    cells = alert_calibration.cells_from(data, "")
+    if any(cell.planted for cell in cells):  # planted controls: the alert's ROC over this sweep's own runs
+        section.table(alert_calibration.roc_frame(cells),
+                      "The collapse alert's ROC on this sweep's runs (analysis.alert_calibration): candidate rules no "
+                      "other beats on both false alarms (honest runs without an MI-independent collapse) and "
+                      f"detections (planted runs, fired within {alert_calibration.DETECTION_WINDOW} steps of the plant)")
     leads = early_warning(data)
     if leads.empty:
         section.note(f"no run logged {names.MI_ZSCORE_EMA} or {names.VAL_SUCCESS}")

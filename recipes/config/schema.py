@@ -471,11 +471,16 @@ def config_digest(config: TrainConfig) -> str:
         if dump[name] == type(getattr(config, name))().model_dump():
             del dump[name]
     for name, section in config:  # likewise a section's late keys at their default (`Section.late_keys`)
-        if not isinstance(section, Section) or name not in dump:
+        if not isinstance(section, BaseModel) or name not in dump:
             continue
-        for key in section.late_keys:
+        for key in section.late_keys if isinstance(section, Section) else ():
             if dump[name][key] == type(section).model_fields[key].default:
                 del dump[name][key]
+        for key, part in section:  # and a nested part's late keys at the values that reproduce it from before them
+            legacy = getattr(part, "late_keys", None)  # {key: value} (`recipes.stats.collapse.CollapseRule`)
+            for late, value in legacy.items() if isinstance(legacy, dict) else ():
+                if dump[name][key].get(late) == value:
+                    del dump[name][key][late]
     env_config = env_class(config.task.name).config_class
     for key in env_config.late_keys:  # likewise the task's late keys at their default (envs.base.EnvConfig)
         if dump["task"]["env"].get(key) == env_config.model_fields[key].default:

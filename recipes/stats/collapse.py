@@ -2,13 +2,20 @@
 
 The rule, evaluated every time the MI proxies are computed (step 1 and every ``mi_every`` steps):
 
-1. Track the running peak of two signals: MI-ZScore-EMA, and retrieval accuracy's excess over chance
-   (:func:`recipes.stats.mi.retrieval_excess`).
-2. A signal has *fallen* when it is at or below ``(1 - drop_fraction) * peak`` (peaks must be positive).
-3. Raise the alert when **both** signals have fallen on ``patience`` consecutive computations, after at least
+1. Track a reference level of two signals: MI-ZScore-EMA, and retrieval accuracy's excess over chance
+   (:func:`recipes.stats.mi.retrieval_excess`). ``reference: peak`` -- the running peak; ``reference: baseline``
+   -- the mean of the first ``min_points`` computations (the policy before any collapse the rule could report).
+2. A signal has *fallen* when it is at or below ``(1 - drop_fraction) * reference`` (the reference must be positive).
+3. ``signals`` says which must have fallen: ``both`` (MI-ZScore-EMA and retrieval excess), ``mi``, ``retrieval`` or
+   ``either``. Raise the alert when they have fallen on ``patience`` consecutive computations, after at least
    ``min_points`` computations, **while task success has not yet fallen**: the latest validation success is
    above ``success_peak - success_tolerance`` (or no validation has run yet). That is the early-warning case the
-   paper describes; once success has dropped too the collapse is no longer early news.
+   paper describes; once success has dropped too the collapse is no longer early news (``success_tolerance`` >= 1
+   turns the guard off).
+
+The defaults are the rule chosen offline from planted and honest runs (`analysis.alert_calibration`,
+docs/diagnostics.md#the-alerts-error-rates); :data:`LEGACY_RULE` is the rule before that choice, which every cell
+planned before it ran with.
 
 The alert latches: it is raised once (``new_alert``) and stays on. Its state travels with checkpoints.
 """
@@ -16,7 +23,7 @@ The alert latches: it is raised once (``new_alert``) and stays on. Its state tra
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Annotated
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,6 +43,18 @@ class CollapseRule(BaseModel):
     min_points: Annotated[int, integer(1, "collapse computations before the alert may fire")] = 3
     success_tolerance: Annotated[float, number(
         lambda v: v >= 0.0, ">= 0 (how far success may fall below its peak before a collapse warning is moot)")] = 0.05
+    signals: Literal["both", "mi", "retrieval", "either"] = "both"
+    reference: Literal["peak", "baseline"] = "peak"
+
+    # Keys added after cells had run with the rule (`recipes.config.schema.config_digest` leaves them out of a cell's
+    # identity while they hold these values, which reproduce the rule as it was before them).
+    late_keys: ClassVar[dict[str, object]] = {"signals": "both", "reference": "peak"}
+
+
+# The rule every cell ran with before the offline choice (issue 46): both signals 30% below their running peaks twice
+# in a row, after 3 computations, while success holds within 0.05.
+LEGACY_RULE = CollapseRule(drop_fraction=0.3, patience=2, min_points=3, success_tolerance=0.05, signals="both",
+                           reference="peak")
 
 
 @dataclass(frozen=True)
@@ -44,7 +63,7 @@ class CollapseStatus:
 
     alert: bool
     new_alert: bool
-    mi_drop: float  # fraction of the MI-ZScore-EMA peak lost, in [0, 1] (0 at the peak)
+    mi_drop: float  # fraction of the MI-ZScore-EMA reference lost, in [0, 1] (0 at or above it)
     retrieval_drop: float
     reason: str
 
@@ -58,6 +77,8 @@ class CollapseDetector:
     mi_peak: float = float("-inf")
     retrieval_peak: float = float("-inf")
     success_peak: float = float("-inf")
+    mi_sum: float = 0.0  # the first min_points values (reference: baseline)
+    retrieval_sum: float = 0.0
     fallen_streak: int = 0
     alert_step: int | None = None
 
@@ -73,11 +94,17 @@ class CollapseDetector:
         self.points += 1
         self.mi_peak = max(self.mi_peak, mi_zscore_ema)
         self.retrieval_peak = max(self.retrieval_peak, excess)
+        if self.points <= self.rule.min_points:
+            self.mi_sum += mi_zscore_ema
+            self.retrieval_sum += excess
         if success is not None:
             self.success_peak = max(self.success_peak, success)
-        mi_drop = self._drop(mi_zscore_ema, self.mi_peak)
-        retrieval_drop = self._drop(excess, self.retrieval_peak)
-        fallen = min(mi_drop, retrieval_drop) >= self.rule.drop_fraction
+        mi_ref, retrieval_ref = self.references()
+        mi_drop = self._drop(mi_zscore_ema, mi_ref)
+        retrieval_drop = self._drop(excess, retrieval_ref)
+        drops = {"both": min(mi_drop, retrieval_drop), "mi": mi_drop, "retrieval": retrieval_drop,
+                 "either": max(mi_drop, retrieval_drop)}
+        fallen = drops[self.rule.signals] >= self.rule.drop_fraction
         self.fallen_streak = self.fallen_streak + 1 if fallen else 0
         success_holding = success is None or success > self.success_peak - self.rule.success_tolerance
 
@@ -91,10 +118,11 @@ class CollapseDetector:
             self.alert_step = step
         reason = ""
         if self.alert_step is not None:
+            level = "peak" if self.rule.reference == "peak" else "early level"
             reason = (
                 f"template-collapse warning since step {self.alert_step}: MI-ZScore-EMA is {mi_drop:.0%} below its "
-                f"peak ({mi_zscore_ema:.3f} vs {self.mi_peak:.3f}) and retrieval's excess over chance is "
-                f"{retrieval_drop:.0%} below its peak, while validation success has not fallen"
+                f"{level} ({mi_zscore_ema:.3f} vs {mi_ref:.3f}) and retrieval's excess over chance is "
+                f"{retrieval_drop:.0%} below its {level}, while validation success had not fallen"
             )
         return CollapseStatus(
             alert=self.alert_step is not None,
@@ -103,6 +131,13 @@ class CollapseDetector:
             retrieval_drop=retrieval_drop,
             reason=reason,
         )
+
+    def references(self) -> tuple[float, float]:
+        """The levels MI-ZScore-EMA and retrieval excess are measured against (see ``reference``)."""
+        if self.rule.reference == "peak":
+            return self.mi_peak, self.retrieval_peak
+        counted = min(self.points, self.rule.min_points)
+        return self.mi_sum / counted, self.retrieval_sum / counted
 
     def state_dict(self) -> dict:
         state = asdict(self)

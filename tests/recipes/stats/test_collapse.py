@@ -81,3 +81,23 @@ def test_state_roundtrip_continues_identically():
 def test_rule_validation(kwargs):
     with pytest.raises(ValueError, match="collapse"):
         CollapseRule(**kwargs)
+
+
+@pytest.mark.parametrize("signals, fires", [("both", False), ("mi", True), ("retrieval", False), ("either", True)])
+def test_the_signals_knob_says_which_must_fall(signals: str, fires: bool) -> None:
+    mi = [1.0, 1.3, 1.3, 0.7, 0.6, 0.5]
+    retrieval = [0.7] * 6  # only MI falls
+    _, statuses = run(list(zip(mi, retrieval, strict=True)), rule=CollapseRule(signals=signals))
+    assert statuses[-1].alert is fires
+
+
+def test_the_baseline_reference_is_the_mean_of_the_first_points_and_resumes() -> None:
+    series = [(1.0, 0.6), (1.6, 0.6), (1.0, 0.6), (2.0, 0.6), (0.8, 0.25), (0.8, 0.25)]
+    rule = CollapseRule(reference="baseline", drop_fraction=0.3)
+    detector, statuses = run(series, rule=rule)
+    assert detector.references()[0] == pytest.approx(1.2)  # (1.0 + 1.6 + 1.0) / 3: later points do not move it
+    assert statuses[4].mi_drop == pytest.approx(1 - 0.8 / 1.2)
+    assert detector.alert_step == 26  # the fifth and sixth points, 33% below the early level, twice in a row
+    resumed = CollapseDetector(rule)
+    resumed.load_state_dict(detector.state_dict())
+    assert resumed.references() == detector.references()

@@ -1,0 +1,362 @@
+"""The collapse alert's error rates, measured offline: replay candidate rules over logged runs whose answer is known.
+
+Every run with the `collapse` hook logs what the online rule (:class:`recipes.stats.collapse.CollapseDetector`) reads
+at each MI computation -- MI-ZScore-EMA, retrieval accuracy and its chance level, the success it was given -- so any
+rule can be replayed over the archive afterwards, exactly as it would have run (:func:`replay`; the replay of the
+rule a run used reproduces its logged `collapse/alert`, which :func:`replay_fidelity` checks).
+
+Two kinds of runs carry known answers:
+
+* **planted** (`control.blind_strength` > 0 from `control.blind_from_step`, sweeps/controls_graded.yaml): a share of
+  each step's replies is generated from one fixed chat. A rule *detects* the plant when it fires at the plant's step
+  or within :data:`DETECTION_WINDOW` steps after it (a firing before the plant is a false alarm);
+* **honest** (no plant, or strength 0): a rule's firing is a *false alarm* unless the run collapsed by a measure that
+  does not read MI (:func:`collapsed`: validation success fell to half its first value or less, or validation format
+  validity fell by :data:`FORMAT_MARGIN` or more, first validation to last). Honest runs that did collapse are listed
+  apart; they are neither false alarms nor detections.
+
+:func:`choose` picks a rule on one half of the runs (even seeds) and :func:`rates` reports it on the other (odd
+seeds), so the reported rates are not those the choice was fitted to. The target (issue 46): false alarms in at most
+10% of honest runs without a collapse, detection within 5 steps in at least 90% of runs planted at strength >= 0.5.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysis import names
+from analysis.verdicts import wilson
+from recipes.stats.collapse import CollapseDetector, CollapseRule
+
+if TYPE_CHECKING:
+    from analysis.mlflow_store import RunData
+
+DETECTION_WINDOW = 5  # steps after the plant's first step within which a firing counts as a detection
+STRONG = 0.5  # plants at or above this strength are the ones the detection target is about
+SUCCESS_FALL = 0.5  # honest collapse: last validation success at most this share of the first
+FORMAT_MARGIN = 0.2  # honest collapse: validation format validity down this much, first to last
+FALSE_ALARM_TARGET = 0.10
+DETECTION_TARGET = 0.90
+ROLLOUT_SUCCESS = "rollout/success_rate"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One logged run, reduced to what the rule reads and what the answer is."""
+
+    sweep: str
+    task: str
+    seed: int
+    arm: str  # the filter, or "none"
+    strength: float  # 0: nothing planted
+    plant_step: int | None  # the plant's first step (None: nothing planted)
+    steps: np.ndarray  # steps of the MI computations
+    mi: np.ndarray  # MI-ZScore-EMA at each
+    acc: np.ndarray  # retrieval accuracy
+    chance: np.ndarray  # its chance level
+    success: list[float | None]  # the success the online rule was given at each (validation, else rollout)
+    val_success: np.ndarray  # validation success, in step order
+    val_format: np.ndarray  # validation format validity, in step order
+    logged_alert: int | None  # the step the run's own detector fired at
+    rule: CollapseRule = field(default_factory=CollapseRule)  # the rule the run used
+
+    @property
+    def planted(self) -> bool:
+        return self.plant_step is not None
+
+    @property
+    def label(self) -> str:
+        plant = f" strength {self.strength:g}" if self.planted else ""
+        return f"{self.sweep} {self.task} {self.arm} seed {self.seed}{plant}"
+
+
+def collapsed(cell: Cell) -> bool:
+    """Whether an honest run collapsed by a measure that does not read MI (the module docstring)."""
+    fell = len(cell.val_success) >= 2 and cell.val_success[-1] <= SUCCESS_FALL * cell.val_success[0]
+    broke = len(cell.val_format) >= 2 and cell.val_format[0] - cell.val_format[-1] >= FORMAT_MARGIN - 1e-9
+    return bool(fell or broke)
+
+
+def _series(frame, run_id: str) -> tuple[np.ndarray, np.ndarray]:
+    rows = frame[frame["run_id"] == run_id].sort_values("step")
+    return rows["step"].to_numpy(dtype=np.int64), rows["value"].to_numpy(dtype=np.float64)
+
+
+def _number(row, key: str, default: float) -> float:
+    value = row.get(key)
+    try:
+        return default if value is None or value != value else float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _fed_success(step: int, val_steps: np.ndarray, val: np.ndarray, rollout: dict[int, float]) -> float | None:
+    """The success the online rule read at ``step``: the latest validation, which runs at a step's end (so one of an
+    earlier step), else the step's own rollout success (`recipes.diagnostics.collapse_hook`)."""
+    earlier = np.flatnonzero(val_steps < step)
+    return float(val[earlier[-1]]) if len(earlier) else rollout.get(step)
+
+
+def _rule_of(row) -> CollapseRule:
+    values = {}
+    for key, kind in CollapseRule.model_fields.items():
+        value = row.get(f"params.diagnostics.rule.{key}")
+        if value is not None and value == value:
+            values[key] = value if kind.annotation is not int and kind.annotation is not float else kind.annotation(
+                float(value))
+    return CollapseRule(**values)
+
+
+def cells_from(data: RunData, sweep: str) -> list[Cell]:
+    """The cells of ``data`` (one sweep's runs) that computed MI, as :class:`Cell` rows."""
+    runs = data.runs
+    if "tags.orch.role" in runs.columns:
+        runs = runs[runs["tags.orch.role"] == "cell"]
+    keys = (names.MI_ZSCORE_EMA, names.RETRIEVAL_ACC, names.RETRIEVAL_CHANCE, names.VAL_SUCCESS,
+            names.VAL_FORMAT_VALID, ROLLOUT_SUCCESS, names.COLLAPSE_ALERT)
+    history = {key: data.history(key) for key in keys}
+    cells = []
+    for _, row in runs.iterrows():
+        run_id = row["run_id"]
+        steps, mi = _series(history[names.MI_ZSCORE_EMA], run_id)
+        if not len(steps):
+            continue
+        acc_steps, acc = _series(history[names.RETRIEVAL_ACC], run_id)
+        _, chance = _series(history[names.RETRIEVAL_CHANCE], run_id)
+        if not np.array_equal(acc_steps, steps):
+            continue  # a step scored one set and not the other: not the rule's input
+        val_steps, val = _series(history[names.VAL_SUCCESS], run_id)
+        roll_steps, roll = _series(history[ROLLOUT_SUCCESS], run_id)
+        roll_at = dict(zip(roll_steps.tolist(), roll, strict=True))
+        success = [_fed_success(step, val_steps, val, roll_at) for step in steps.tolist()]
+        _, fmt = _series(history[names.VAL_FORMAT_VALID], run_id)
+        alert_steps, alert = _series(history[names.COLLAPSE_ALERT], run_id)
+        fired = alert_steps[alert >= 0.5]
+        strength = _number(row, "params.control.blind_strength", 1.0)
+        plant_from = int(_number(row, "params.control.blind_from_step", 0))
+        planted = plant_from > 0 and strength > 0
+        cells.append(Cell(
+            sweep=sweep, task=str(row.get("tags.task")), seed=int(_number(row, "tags.seed", 0)),
+            arm=str(row.get("params.filter.name") or "none"), strength=strength if plant_from > 0 else 0.0,
+            plant_step=plant_from if planted else None, steps=steps, mi=mi, acc=acc, chance=chance,
+            success=[None if s is None else float(s) for s in success], val_success=val, val_format=fmt,
+            logged_alert=int(fired[0]) if len(fired) else None, rule=_rule_of(row)))
+    return cells
+
+
+def replay(rule: CollapseRule, cell: Cell) -> int | None:
+    """The step at which ``rule`` fires on the cell's logged series, as the online detector would (None: never)."""
+    detector = CollapseDetector(rule)
+    for step, mi, acc, chance, success in zip(cell.steps, cell.mi, cell.acc, cell.chance, cell.success,
+                                              strict=True):
+        if np.isnan(mi) or np.isnan(acc):
+            continue  # a step whose sample set was empty logs no proxies and feeds the detector nothing
+        detector.update(int(step), float(mi), float(acc), float(chance), success)
+    return detector.alert_step
+
+
+def replay_fidelity(cells: list[Cell]) -> tuple[int, int]:
+    """(runs whose own rule, replayed, fires at the step the run logged, runs checked)."""
+    same = sum(replay(cell.rule, cell) == cell.logged_alert for cell in cells)
+    return same, len(cells)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """A rule's record on a set of cells."""
+
+    false_alarms: int
+    honest: int  # honest cells without an MI-independent collapse
+    detected: int  # planted at >= STRONG, fired within the window
+    strong: int
+    by_strength: dict[float, tuple[int, int]]  # strength -> (detected within the window, planted)
+    delays: list[int]  # steps from the plant to the firing, detected strong cells
+
+    @property
+    def false_alarm_rate(self) -> float:
+        return self.false_alarms / self.honest if self.honest else float("nan")
+
+    @property
+    def detection_rate(self) -> float:
+        return self.detected / self.strong if self.strong else float("nan")
+
+    def meets_target(self) -> bool:
+        return self.false_alarm_rate <= FALSE_ALARM_TARGET and self.detection_rate >= DETECTION_TARGET
+
+    def text(self) -> str:
+        """`false alarms 1/20 (5%, 95% CI 1-24%); detection within 5 steps at strength >= 0.5: 7/8 (...)`."""
+        return (f"false alarms {_share(self.false_alarms, self.honest)} of honest runs without a collapse; "
+                f"detection within {DETECTION_WINDOW} steps at strength >= {STRONG:g}: "
+                f"{_share(self.detected, self.strong)}")
+
+
+def _share(hits: int, n: int) -> str:
+    if not n:
+        return "n = 0"
+    lo, hi = wilson(hits, n)
+    return f"{hits}/{n} ({hits / n:.0%}, 95% CI {lo:.0%}-{hi:.0%})"
+
+
+def rates(rule: CollapseRule, cells: list[Cell]) -> Rates:
+    """``rule``'s false alarms on the honest cells and detections on the planted ones (the module docstring)."""
+    false_alarms = honest = detected = strong = 0
+    by_strength: dict[float, list[int]] = {}
+    delays: list[int] = []
+    for cell in cells:
+        fired = replay(rule, cell)
+        if not cell.planted:
+            if collapsed(cell):
+                continue
+            honest += 1
+            false_alarms += fired is not None
+            continue
+        hit = fired is not None and cell.plant_step <= fired <= cell.plant_step + DETECTION_WINDOW
+        tally = by_strength.setdefault(cell.strength, [0, 0])
+        tally[0] += hit
+        tally[1] += 1
+        if cell.strength >= STRONG:
+            strong += 1
+            detected += hit
+            if hit:
+                delays.append(fired - cell.plant_step)
+    return Rates(false_alarms, honest, detected, strong, {k: (v[0], v[1]) for k, v in sorted(by_strength.items())},
+                 delays)
+
+
+def candidate_rules() -> list[CollapseRule]:
+    """The rules replayed: which signals, against which reference, how far a fall, how many computations in a row,
+    the success guard on or off."""
+    grid = itertools.product(("both", "mi", "retrieval", "either"), ("peak", "baseline"),
+                             (0.2, 0.3, 0.4, 0.5, 0.6, 0.7), (1, 2, 3), (0.05, 1.0))
+    return [CollapseRule(signals=signals, reference=reference, drop_fraction=drop, patience=patience,
+                         success_tolerance=tolerance)
+            for signals, reference, drop, patience, tolerance in grid]
+
+
+def split(cells: list[Cell]) -> tuple[list[Cell], list[Cell]]:
+    """(the cells a rule is chosen on: even seeds, the cells it is reported on: odd seeds)."""
+    return [c for c in cells if c.seed % 2 == 0], [c for c in cells if c.seed % 2 == 1]
+
+
+def _score(record: Rates) -> tuple:
+    """Order of preference: meets the false-alarm target, then detects most, then fewest false alarms."""
+    fa = record.false_alarm_rate if record.honest else 1.0
+    detection = record.detection_rate if record.strong else 0.0
+    return (fa <= FALSE_ALARM_TARGET, detection, -fa)
+
+
+def choose(cells: list[Cell], rules: list[CollapseRule] | None = None) -> tuple[CollapseRule, Rates]:
+    """The best rule on ``cells`` by :func:`_score` (ties: the earlier in ``rules``, i.e. the simpler grid point)."""
+    rules = candidate_rules() if rules is None else rules
+    best = max(((rule, rates(rule, cells)) for rule in rules), key=lambda pair: _score(pair[1]))
+    return best
+
+
+def rule_text(rule: CollapseRule) -> str:
+    """`both signals 30% below their peak on 2 computations in a row (success guard 0.05)`."""
+    which = {"both": "MI-ZScore-EMA and retrieval excess both", "mi": "MI-ZScore-EMA", "retrieval":
+             "retrieval excess", "either": "MI-ZScore-EMA or retrieval excess"}[rule.signals]
+    level = "running peak" if rule.reference == "peak" else f"mean of the first {rule.min_points} computations"
+    guard = ("no success guard" if rule.success_tolerance >= 1 else
+             f"while success is within {rule.success_tolerance:g} of its peak")
+    return (f"{which} {rule.drop_fraction:.0%} below the {level} on {rule.patience} computation"
+            f"{'s' if rule.patience > 1 else ''} in a row, {guard}")
+
+
+def frontier(cells: list[Cell], rules: list[CollapseRule] | None = None) -> list[tuple[CollapseRule, Rates]]:
+    """The ROC frontier: the rules no other beats on both false alarms and detection (fewest false alarms first;
+    of equal rules the earlier in ``rules``)."""
+    scored = [(rule, rates(rule, cells)) for rule in (candidate_rules() if rules is None else rules)]
+    kept: list[tuple[CollapseRule, Rates]] = []
+    for rule, record in sorted(scored, key=lambda pair: (pair[1].false_alarm_rate, -pair[1].detection_rate)):
+        if all(record.detection_rate > other.detection_rate for _, other in kept):
+            kept.append((rule, record))
+    return kept
+
+
+def roc_frame(cells: list[Cell], shipped: CollapseRule | None = None):
+    """The ROC table `orch report` prints for a sweep with planted cells: the frontier of :func:`frontier`, plus the
+    shipped rule (``shipped``, marked) wherever it sits."""
+    import pandas as pd
+
+    shipped = CollapseRule() if shipped is None else shipped
+    rows = frontier(cells)
+    if all(rule != shipped for rule, _ in rows):
+        rows.append((shipped, rates(shipped, cells)))
+    strengths = sorted({cell.strength for cell in cells if cell.planted})
+    table = []
+    for rule, record in rows:
+        row = {"rule": ("[shipped] " if rule == shipped else "") + rule_text(rule),
+               "false alarms": f"{record.false_alarms}/{record.honest}",
+               f"detected (>= {STRONG:g})": f"{record.detected}/{record.strong}"}
+        for strength in strengths:
+            hits, n = record.by_strength.get(strength, (0, 0))
+            row[f"strength {strength:g}"] = f"{hits}/{n}"
+        row["median delay"] = float(np.median(record.delays)) if record.delays else float("nan")
+        table.append(row)
+    return pd.DataFrame(table)
+
+
+def rates_record(record: Rates) -> dict:
+    """``record`` as plain data for the recorded rates file."""
+    return {"false_alarms": record.false_alarms, "honest": record.honest, "detected": record.detected,
+            "strong": record.strong, "by_strength": {float(k): list(v) for k, v in record.by_strength.items()}}
+
+
+def rates_from_record(entry: dict) -> Rates:
+    """The inverse of :func:`rates_record` (delays are not kept)."""
+    return Rates(int(entry["false_alarms"]), int(entry["honest"]), int(entry["detected"]), int(entry["strong"]),
+                 {float(k): (int(v[0]), int(v[1])) for k, v in (entry.get("by_strength") or {}).items()}, [])
+
+
+RECORD = Path(__file__).with_name("alert_rates.yaml")
+
+
+def load_record(path: Path = RECORD) -> dict:
+    """The recorded rates of the shipped rule ({} when none are recorded)."""
+    import yaml
+
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def alert_lines(used: list[CollapseRule], record: dict | None = None) -> list[str]:
+    """What a report prints beside the collapse alert: the measured error rates of the rule the runs used, with
+    their source (the recorded shipped rule's, or the legacy rule's when the runs used that one)."""
+    record = load_record() if record is None else record
+    if not record:
+        return ["collapse alert: no measured error rates are recorded (python benchmarks/bench_alert_rules.py "
+                "--record); read its firings as unvalidated"]
+    shipped = CollapseRule(**record["rule"])
+    legacy = CollapseRule(**record["legacy"]["rule"])
+    lines = []
+    for rule in sorted(set(used), key=rule_text):
+        if rule == shipped:
+            measured = rates_from_record(record["held_out"])
+            where = "on runs held out from its choice"
+        elif rule == legacy:
+            measured = rates_from_record(record["legacy"]["all"])
+            where = "the rule before the offline choice, replayed over the same runs"
+        else:
+            lines.append(f"collapse alert ({rule_text(rule)}): a rule with no measured error rates; replay it with "
+                         "analysis.alert_calibration to get them")
+            continue
+        lines.append(f"collapse alert ({rule_text(rule)}), measured {where}: {measured.text()} "
+                     f"({'; '.join(record.get('sources', []))}; {record.get('source', '')})")
+    return lines
+
+
+def rules_used(data: RunData) -> list[CollapseRule]:
+    """The distinct rules the runs of ``data`` ran the alert with (from their params)."""
+    runs = data.runs
+    if "tags.orch.role" in runs.columns:
+        runs = runs[runs["tags.orch.role"] == "cell"]
+    if "params.diagnostics.rule.drop_fraction" not in runs.columns:
+        return []
+    return list({_rule_of(row) for _, row in runs.iterrows()
+                 if row.get("params.diagnostics.rule.drop_fraction") == row.get("params.diagnostics.rule.drop_fraction")
+                 and row.get("params.diagnostics.rule.drop_fraction") is not None})

@@ -1,0 +1,125 @@
+"""The collapse alert's offline calibration (analysis.alert_calibration) on constructed runs whose answer is known:
+the replay is the online detector, the rates count what they say, the choice is made on one half and reported on
+the other, and the report prints the rates and the ROC."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import alert_calibration as ac
+from analysis import names
+from analysis.mlflow_store import RunData
+from recipes.stats.collapse import LEGACY_RULE, CollapseDetector, CollapseRule
+
+CHANCE = 0.1
+STEPS = np.array([1, 5, 10, 15, 20, 25, 30, 35, 40])
+
+
+def cell(mi, acc, *, seed=0, strength=0.0, plant=None, val=(0.5, 0.5), fmt=(1.0, 1.0), task="frozenlake"):
+    return ac.Cell(sweep="s", task=task, seed=seed, arm="none", strength=strength, plant_step=plant,
+                   steps=STEPS[:len(mi)], mi=np.asarray(mi, float), acc=np.asarray(acc, float),
+                   chance=np.full(len(mi), CHANCE), success=[0.5] * len(mi), val_success=np.asarray(val, float),
+                   val_format=np.asarray(fmt, float), logged_alert=None)
+
+
+FLAT = cell([2.0] * 9, [0.6] * 9)
+NOISY_PEAK = cell([2.0, 3.0, 2.0, 1.9, 2.1, 1.9, 2.0, 1.8, 2.0], [0.6, 0.9, 0.6, 0.55, 0.6, 0.5, 0.6, 0.55, 0.6])
+PLANTED = cell([2.0, 2.1, 1.9, 0.9, 0.6, 0.5, 0.5, 0.5, 0.5], [0.6, 0.6, 0.6, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2],
+               strength=0.5, plant=15)
+LATE = cell([2.0, 2.1, 1.9, 2.0, 2.0, 0.6, 0.5, 0.5, 0.5], [0.6, 0.6, 0.6, 0.6, 0.6, 0.2, 0.2, 0.2, 0.2],
+            strength=0.5, plant=15)
+
+
+def test_the_replay_is_the_online_detector() -> None:
+    rule = CollapseRule(drop_fraction=0.4, patience=2)
+    detector = CollapseDetector(rule)
+    for step, mi, acc in zip(PLANTED.steps, PLANTED.mi, PLANTED.acc, strict=True):
+        detector.update(int(step), mi, acc, CHANCE, 0.5)
+    assert ac.replay(rule, PLANTED) == detector.alert_step == 20
+
+
+def test_a_noisy_peak_fires_the_peak_rule_but_not_the_baseline_rule() -> None:
+    # one high point at step 5 makes every later point 'fallen' against the running peak, not against the early mean
+    peak = CollapseRule(drop_fraction=0.3, patience=2, reference="peak")
+    baseline = CollapseRule(drop_fraction=0.3, patience=2, reference="baseline")
+    assert ac.replay(peak, NOISY_PEAK) is not None
+    assert ac.replay(baseline, NOISY_PEAK) is None
+    assert ac.replay(baseline, PLANTED) == 20
+
+
+def test_honest_collapse_is_read_from_success_or_format_only() -> None:
+    assert not ac.collapsed(FLAT)
+    assert ac.collapsed(cell([2.0] * 9, [0.6] * 9, val=(0.4, 0.5, 0.2)))  # success halved, first to last
+    assert not ac.collapsed(cell([2.0] * 9, [0.6] * 9, val=(0.4, 0.5, 0.21)))
+    assert ac.collapsed(cell([2.0] * 9, [0.6] * 9, fmt=(1.0, 0.8)))  # format validity down 0.2
+    assert not ac.collapsed(cell([0.1] * 9, [0.1] * 9))  # MI alone says nothing here
+
+
+def test_rates_count_false_alarms_detections_and_late_firings() -> None:
+    rule = CollapseRule(drop_fraction=0.3, patience=2, reference="peak")
+    collapsed = cell([2.0, 3.0, 1.0, 1.0, 1.0], [0.6, 0.9, 0.3, 0.3, 0.3], val=(0.5, 0.1))
+    record = ac.rates(rule, [FLAT, NOISY_PEAK, collapsed, PLANTED, LATE])
+    assert (record.false_alarms, record.honest) == (1, 2)  # NOISY_PEAK fired; the collapsed run is set apart
+    assert (record.detected, record.strong) == (1, 2)  # LATE fired at 30: 15 steps after the plant
+    assert record.delays == [5]
+    assert record.by_strength == {0.5: (1, 2)}
+    assert "false alarms 1/2 (50%" in record.text() and "1/2" in record.text()
+
+
+def test_choose_on_one_half_report_on_the_other() -> None:
+    even = [FLAT, NOISY_PEAK, PLANTED]
+    odd = [ac.Cell(**{**c.__dict__, "seed": 1}) for c in (FLAT, NOISY_PEAK, PLANTED)]
+    chosen_on, held_out = ac.split(even + odd)
+    assert all(c.seed % 2 == 0 for c in chosen_on) and all(c.seed % 2 for c in held_out)
+    rule, record = ac.choose(chosen_on)
+    assert record.meets_target()  # no false alarm on FLAT or NOISY_PEAK, the plant found within 5 steps
+    assert ac.rates(rule, held_out).meets_target()
+    assert ac.replay(LEGACY_RULE, NOISY_PEAK) is not None  # the old rule fails the same runs
+
+
+def test_the_frontier_is_monotone_and_marks_the_shipped_rule() -> None:
+    cells = [FLAT, NOISY_PEAK, PLANTED, LATE]
+    kept = ac.frontier(cells)
+    fa = [r.false_alarm_rate for _, r in kept]
+    detection = [r.detection_rate for _, r in kept]
+    assert fa == sorted(fa) and detection == sorted(detection) and len(set(detection)) == len(detection)
+    table = ac.roc_frame(cells, shipped=LEGACY_RULE)
+    assert table["rule"].str.startswith("[shipped]").sum() == 1
+    assert "strength 0.5" in table.columns
+
+
+def _run_data(rule: CollapseRule) -> RunData:
+    runs = pd.DataFrame([{"run_id": "r1", "tags.orch.role": "cell", "tags.task": "frozenlake", "tags.seed": "0",
+                          "params.filter.name": "none", "status": "FINISHED",
+                          **{f"params.diagnostics.rule.{k}": str(v) for k, v in rule.model_dump().items()}}])
+    rows = []
+    for step, mi, acc in zip(PLANTED.steps, PLANTED.mi, PLANTED.acc, strict=True):
+        rows += [("r1", names.MI_ZSCORE_EMA, step, mi), ("r1", names.RETRIEVAL_ACC, step, acc),
+                 ("r1", names.RETRIEVAL_CHANCE, step, CHANCE), ("r1", ac.ROLLOUT_SUCCESS, step, 0.5)]
+    metrics = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"]).assign(timestamp=0)
+    return RunData(runs=runs, metrics=metrics, tracking_uri="none", reader="archive")
+
+
+def test_cells_and_rules_are_read_back_from_logged_runs() -> None:
+    rule = CollapseRule(drop_fraction=0.5, patience=1, signals="retrieval", reference="baseline")
+    data = _run_data(rule)
+    [found] = ac.cells_from(data, "s")
+    assert found.rule == rule and not found.planted  # no control params: an unplanted run
+    assert np.array_equal(found.mi, PLANTED.mi) and found.success == [0.5] * 9
+    assert ac.rules_used(data) == [rule]
+
+
+@pytest.mark.parametrize("rule, where", [(LEGACY_RULE, "the rule before the offline choice"),
+                                         (CollapseRule(drop_fraction=0.45), "no measured error rates")])
+def test_alert_lines_say_the_rates_of_the_rule_the_runs_used(rule: CollapseRule, where: str) -> None:
+    entry = ac.rates_record(ac.rates(LEGACY_RULE, [FLAT, NOISY_PEAK, PLANTED]))
+    record = {"rule": CollapseRule(drop_fraction=0.6).model_dump(), "held_out": entry,
+              "legacy": {"rule": LEGACY_RULE.model_dump(), "all": entry}, "sources": ["docs/results/x (3 runs)"],
+              "source": "python benchmarks/bench_alert_rules.py --record"}
+    [line] = ac.alert_lines([rule], record)
+    assert where in line
+    if rule == LEGACY_RULE:
+        assert "false alarms 1/2" in line and "docs/results/x (3 runs)" in line
+    assert "no measured error rates are recorded" in ac.alert_lines([rule], {})[0]
