@@ -33,8 +33,8 @@ def control_lines(tasks, record: dict[str, dict[str, Any]] | None = None) -> lis
             continue
         verdict, reason = control_verdict(entry["detected"], entry["planted"], entry["false_alarms"],
                                           entry["negative"])
-        reading = ("a flat MI curve reads as no collapse" if verdict == SHOWN
-                   else "a flat MI curve here is not yet evidence that nothing collapsed")
+        reading = ("a flat MI curve rules out a total collapse (weaker ones: the alert's measured rates)"
+                   if verdict == SHOWN else "a flat MI curve here is not yet evidence that nothing collapsed")
         lines.append(f"MI instrument on {task}: {verdict} -- {reason}; {entry.get('setting', '')} "
                      f"({entry.get('source', 'benchmarks/bench_controls.py')}); {reading}")
     return lines

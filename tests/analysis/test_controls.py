@@ -32,7 +32,7 @@ def test_report_lines_say_where_the_instrument_was_and_was_not_shown_to_move() -
                              "source": "bench"}}
     frozen, sokoban = control_lines(["sokoban", "frozenlake", "frozenlake"], record)
     assert frozen.startswith("MI instrument on frozenlake: shown to move") and "(bench)" in frozen
-    assert "a flat MI curve reads as no collapse" in frozen
+    assert "a flat MI curve rules out a total collapse" in frozen
     assert sokoban.startswith("MI instrument on sokoban: not shown to move -- no control has run on this task")
     assert "--task sokoban --record" in sokoban
 

@@ -51,3 +51,18 @@ def test_cell_digests_are_unchanged(case: str, monkeypatch: pytest.MonkeyPatch, 
 
 def test_every_shipped_sweep_is_pinned() -> None:
     assert sorted(json.loads(GOLDEN.read_text())) == sorted(CASES)
+
+
+@pytest.mark.parametrize("sweep", ["repro_long", "controls_graded"])
+def test_archived_cells_are_still_the_sweeps_cells(sweep: str, monkeypatch: pytest.MonkeyPatch,
+                                                   fresh_cache: Path) -> None:
+    """`orch sweep sweeps/<sweep>.yaml --done-in docs/results/<sweep>/...` leaves out every archived cell: an
+    identity change of conf/ (a new default) must leave these sweeps' cells as they were archived (#46: they pin the
+    collapse rule they ran with)."""
+    from analysis.archive import finished_cells
+
+    monkeypatch.setenv("ORCH_CACHE_DIR", str(fresh_cache))
+    archives = sorted(p for p in (SWEEPS.parent / "docs" / "results" / sweep).iterdir() if p.is_dir())
+    archived = finished_cells(archives, sweep)
+    planned = {cell.digest for cell in build_plan(load_sweep(SWEEPS / f"{sweep}.yaml")).cells}
+    assert archived and archived <= planned
