@@ -33,7 +33,7 @@ LATE = cell([2.0, 2.1, 1.9, 2.0, 2.0, 0.6, 0.5, 0.5, 0.5], [0.6, 0.6, 0.6, 0.6, 
 
 
 def test_the_replay_is_the_online_detector() -> None:
-    rule = CollapseRule(drop_fraction=0.4, patience=2)
+    rule = LEGACY_RULE.model_copy(update={"drop_fraction": 0.4})
     detector = CollapseDetector(rule)
     for step, mi, acc in zip(PLANTED.steps, PLANTED.mi, PLANTED.acc, strict=True):
         detector.update(int(step), mi, acc, CHANCE, 0.5)
@@ -42,8 +42,8 @@ def test_the_replay_is_the_online_detector() -> None:
 
 def test_a_noisy_peak_fires_the_peak_rule_but_not_the_baseline_rule() -> None:
     # one high point at step 5 makes every later point 'fallen' against the running peak, not against the early mean
-    peak = CollapseRule(drop_fraction=0.3, patience=2, reference="peak")
-    baseline = CollapseRule(drop_fraction=0.3, patience=2, reference="baseline")
+    peak = LEGACY_RULE
+    baseline = LEGACY_RULE.model_copy(update={"reference": "baseline"})
     assert ac.replay(peak, NOISY_PEAK) is not None
     assert ac.replay(baseline, NOISY_PEAK) is None
     assert ac.replay(baseline, PLANTED) == 20
@@ -58,7 +58,7 @@ def test_honest_collapse_is_read_from_success_or_format_only() -> None:
 
 
 def test_rates_count_false_alarms_detections_and_late_firings() -> None:
-    rule = CollapseRule(drop_fraction=0.3, patience=2, reference="peak")
+    rule = LEGACY_RULE
     collapsed = cell([2.0, 3.0, 1.0, 1.0, 1.0], [0.6, 0.9, 0.3, 0.3, 0.3], val=(0.5, 0.1))
     record = ac.rates(rule, [FLAT, NOISY_PEAK, collapsed, PLANTED, LATE])
     assert (record.false_alarms, record.honest) == (1, 2)  # NOISY_PEAK fired; the collapsed run is set apart
@@ -112,10 +112,10 @@ def test_cells_and_rules_are_read_back_from_logged_runs() -> None:
 
 
 @pytest.mark.parametrize("rule, where", [(LEGACY_RULE, "the rule before the offline choice"),
-                                         (CollapseRule(drop_fraction=0.45), "no measured error rates")])
+                                         (LEGACY_RULE.model_copy(update={"drop_fraction": 0.45}), "no measured error rates")])
 def test_alert_lines_say_the_rates_of_the_rule_the_runs_used(rule: CollapseRule, where: str) -> None:
     entry = ac.rates_record(ac.rates(LEGACY_RULE, [FLAT, NOISY_PEAK, PLANTED]))
-    record = {"rule": CollapseRule(drop_fraction=0.6).model_dump(), "held_out": entry,
+    record = {"rule": LEGACY_RULE.model_copy(update={"drop_fraction": 0.6}).model_dump(), "held_out": entry,
               "legacy": {"rule": LEGACY_RULE.model_dump(), "all": entry}, "sources": ["docs/results/x (3 runs)"],
               "source": "python benchmarks/bench_alert_rules.py --record"}
     [line] = ac.alert_lines([rule], record)

@@ -81,7 +81,8 @@ def test_alert_tags_the_run_warns_and_stops_it(train_overrides, every_reply_is_r
     monkeypatch.setattr(CollapseDetector, "update", scripted)
     overrides = [*train_overrides, *SMALL, "trainer.total_steps=3", "trainer.val_every=0", "trainer.save_every=0",
                  "diagnostics.stop_on_collapse=true", "diagnostics.rule.min_points=2", "diagnostics.rule.patience=1",
-                 "diagnostics.rule.drop_fraction=0.3", "diagnostics.rule.success_tolerance=2.0"]
+                 "diagnostics.rule.drop_fraction=0.3", "diagnostics.rule.success_tolerance=2.0",
+                 "diagnostics.rule.signals=both", "diagnostics.rule.reference=peak"]
     result = run_training(compose_train_config(overrides))
     assert (result.status, result.steps_done) == ("stopped", 2)
     assert "stop_on_collapse" in result.reason and "template-collapse" in result.reason

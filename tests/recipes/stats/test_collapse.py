@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from recipes.stats.collapse import CollapseDetector, CollapseRule
+from recipes.stats.collapse import LEGACY_RULE, CollapseDetector, CollapseRule
 
 CHANCE = 0.125
 
 
 def run(series, success=None, rule=None):
-    detector = CollapseDetector(rule or CollapseRule())
+    detector = CollapseDetector(rule or LEGACY_RULE)
     statuses = []
     for index, (mi, retrieval) in enumerate(series):
         value = None if success is None else success[index]
@@ -65,10 +65,10 @@ def test_mi_alone_falling_is_not_enough():
 def test_state_roundtrip_continues_identically():
     series = [(1.0, 0.6), (1.3, 0.7), (1.2, 0.6), (0.8, 0.4), (0.7, 0.3), (0.5, 0.2)]
     straight, expected = run(series)
-    first = CollapseDetector()
+    first = CollapseDetector(LEGACY_RULE)
     for index, (mi, retrieval) in enumerate(series[:3]):
         first.update(1 + 5 * index, mi, retrieval, CHANCE, None)
-    resumed = CollapseDetector()
+    resumed = CollapseDetector(LEGACY_RULE)
     resumed.load_state_dict(first.state_dict())
     tail = [resumed.update(1 + 5 * index, mi, r, CHANCE, None) for index, (mi, r) in enumerate(series) if index >= 3]
     assert tail == expected[3:]
@@ -87,13 +87,13 @@ def test_rule_validation(kwargs):
 def test_the_signals_knob_says_which_must_fall(signals: str, fires: bool) -> None:
     mi = [1.0, 1.3, 1.3, 0.7, 0.6, 0.5]
     retrieval = [0.7] * 6  # only MI falls
-    _, statuses = run(list(zip(mi, retrieval, strict=True)), rule=CollapseRule(signals=signals))
+    _, statuses = run(list(zip(mi, retrieval, strict=True)), rule=LEGACY_RULE.model_copy(update={"signals": signals}))
     assert statuses[-1].alert is fires
 
 
 def test_the_baseline_reference_is_the_mean_of_the_first_points_and_resumes() -> None:
     series = [(1.0, 0.6), (1.6, 0.6), (1.0, 0.6), (2.0, 0.6), (0.8, 0.25), (0.8, 0.25)]
-    rule = CollapseRule(reference="baseline", drop_fraction=0.3)
+    rule = LEGACY_RULE.model_copy(update={"reference": "baseline"})
     detector, statuses = run(series, rule=rule)
     assert detector.references()[0] == pytest.approx(1.2)  # (1.0 + 1.6 + 1.0) / 3: later points do not move it
     assert statuses[4].mi_drop == pytest.approx(1 - 0.8 / 1.2)
