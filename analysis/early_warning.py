@@ -3,8 +3,9 @@
 
 Both series go through the same rule, :func:`decline_onset`: a series has *declined* once it sits at or below
 ``(1 - drop_fraction)`` times its running peak (a positive peak) for ``patience`` consecutive logged points; the
-onset is the step of the first of those points. The defaults are the training-time detector's
-(``recipes.stats.collapse.CollapseRule``: a 30% fall, seen twice in a row). The lead is
+onset is the step of the first of those points. The defaults are the training-time detector's first rule
+(``recipes.stats.collapse.LEGACY_RULE``: a 30% fall, seen twice in a row; the findings' rules were declared with it,
+so it stays theirs when the alert's own default moves -- issue 46 chose that offline). The lead is
 ``success_decline_step - mi_decline_step``: positive when MI fell first. The step at which the trainer's own
 detector raised ``collapse/alert`` is reported beside it.
 
@@ -22,14 +23,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from analysis import names
-from recipes.stats.collapse import CollapseRule
+from recipes.stats.collapse import LEGACY_RULE
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from analysis.mlflow_store import RunData
 
-DEFAULT_RULE = CollapseRule()
+DEFAULT_RULE = LEGACY_RULE  # the declared decline rule (module docstring), not the alert's current default
 
 
 def decline_onset(

@@ -12,7 +12,8 @@ Definitions (per run):
   (``recipes.stats.collapse.CollapseDetector``);
 * a metric's *fall* is ``(peak - final) / peak``, 0 when its peak is not positive (nothing above zero to lose);
 * a *decline onset* and the early-warning *lead* are :mod:`analysis.early_warning`'s (the series sits at or below
-  70% of its running peak on 2 consecutive points: ``recipes.stats.collapse.CollapseRule``'s defaults); the lead is
+  70% of its running peak on 2 consecutive points: ``recipes.stats.collapse.LEGACY_RULE``, the alert's rule when
+  these rules were declared); the lead is
   success's onset minus MI-ZScore-EMA's onset, in steps (positive: MI fell first).
 
 The statistics and the verdict vocabulary are :mod:`analysis.verdicts`'s, shared with the paper's side-by-side
