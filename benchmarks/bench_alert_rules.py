@@ -78,6 +78,11 @@ def main() -> None:
     chosen_on, held_out = ac.split(cells)
     print("\nROC frontier on the choosing half (even seeds):")
     print(ac.roc_frame(chosen_on).to_string(index=False))
+    print("\nROC frontier on every run (markdown):")
+    table = ac.roc_frame(cells)
+    print("| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns))
+    for row in table.itertuples(index=False):
+        print("| " + " | ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in row) + " |")
     chosen, _ = ac.choose(chosen_on)
     show("chosen", chosen, chosen_on, held_out, cells)
     show("legacy (the rule the runs were made with)", LEGACY_RULE, chosen_on, held_out, cells)
