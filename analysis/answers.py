@@ -167,29 +167,28 @@ def predictor(summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.Data
     import pandas as pd
 
     from analysis import figures
-    from analysis.predictor import PredictorThresholds, verdict_for
+    from analysis.predictor_record import hit_rate_line
+    from analysis.tables import task_verdicts
 
     answer = Answer(QUESTIONS[2])
     if predictions is None:
         answer.words.append("Not asked: the report was built without reading rollout batches (--no-rollouts).")
         return answer
-    baseline = summary[summary["filtered"].eq(False).fillna(False)]
-    first = predictions.sort_values("step").drop_duplicates("run_id")
-    first = baseline[["run_id", "task", "variant"]].merge(first, on="run_id")
-    if first.empty:
+    verdicts = task_verdicts(summary, predictions)
+    if verdicts.empty:
+        baseline = summary[summary["filtered"].eq(False).fillna(False)]
         cause = ("no run ran without the filter" if baseline.empty else
                  f"no baseline run dumped a rollout batch ({names.ROLLOUT_DIR}/step_NNNN.parquet; "
                  "trainer.dump_every > 0 writes them)")
         answer.words.append(f"Cannot say: {cause}.")
         return answer
     rows = []
-    for (task, variant), group in first.groupby(["task", "variant"], sort=True):
-        ratios = group["ratio"].astype(float)
-        mean = None if ratios.isna().all() else float(ratios.mean())
-        said = verdict_for(mean, PredictorThresholds())[0]
+    for _, said_row in verdicts.sort_values(["task", "variant"], kind="stable").iterrows():
+        task, variant, said = said_row["task"], said_row["variant"], said_row["verdict"]
+        mean = None if pd.isna(said_row["ratio_mean"]) else float(said_row["ratio_mean"])
         shown = "undefined (no prompt had reward variance)" if mean is None else f"{mean:.2f}"
         text = (f"{task}" + ("" if variant == "base" else f" · {variant}") + f": std(RV)/mean(RV) = {shown} on the "
-                f"first rollout batch (mean of {len(group)} baseline runs): {said}.")
+                f"first rollout batch (mean of {said_row['batches']} baseline runs): {said}.")
         measured = effects[(effects["task"] == task) & (effects["variant"] == variant)].dropna(subset=["delta"])
         for _, row in measured.iterrows():
             text += f" Measured with {row['filter']}: {row['delta']:+.1f} points"
@@ -197,10 +196,11 @@ def predictor(summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.Data
                 text += f" [{row['lo']:+.1f}, {row['hi']:+.1f}]"
             text += "."
             rows.append({"task": task, "variant": variant, "verdict": said, "ratio_mean": mean,
-                         "ratio_std": float(ratios.std()) if len(ratios) > 1 else math.nan, "gain": row["delta"]})
+                         "ratio_std": float(said_row["ratio_std"]), "gain": row["delta"]})
         if measured.empty:
             text += " No filtered run of this task to measure the effect against."
         answer.words.append(text)
+    answer.words.append(hit_rate_line())  # how often this verdict has been right on orch's own runs
     if rows:
         answer.figure = figures.predictor_figure(pd.DataFrame(rows))
     return answer

@@ -306,6 +306,10 @@ def report(
         typer.echo("findings over seeds (rules: docs/science.md):")
         for finding in found.findings:
             typer.echo(f"  {finding.line()}")
+        if any(finding.key == "4" for finding in found.findings):  # beside the predictor's verdict: its record
+            from analysis.predictor_record import hit_rate_line
+
+            typer.echo(f"  {hit_rate_line()}")
         from analysis.science import trend_lines
 
         for line in trend_lines(found.trends):

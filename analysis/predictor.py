@@ -16,6 +16,14 @@ A batch in which every prompt has zero variance has no task signal at all: the r
 *unlikely to help* (there is nothing for the filter to rank). Three points are all the paper offers, so treat the
 thresholds as options to recalibrate with your own runs (the analysis reports put predicted ratios beside the
 realised filter gains).
+
+Revisited on orch's own runs (:mod:`analysis.predictor_record`, recorded 2026-11-28): 2 comparisons, 0 decided --
+the long run's FrozenLake (ratio 1.07, *likely helps*; gain -7.5 [-22.5, +2.5] points) and Sokoban (1.96, *likely
+helps*; -0.6 [-3.8, +2.5]), both intervals spanning 0, both point estimates against the verdict. The thresholds and
+the uncertain band stay: nothing decided means no miss to fit; raising ``helps_above`` to 1.16 would excuse
+FrozenLake's point estimate after seeing it and not Sokoban's; and FrozenLake's per-run ratios (0.47-1.71 over five
+8-prompt batches, about 0.22 standard error on their mean) put 1.07 within one standard error of 1.0 and 1.16
+alike -- the ratio's noise, not the cut, limits the verdict at this scale (docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ PROB_MODE_INCLUDE_ZERO = {"linear": False, "softmax": True}
 VERDICT_HELPS = "likely helps"
 VERDICT_HURTS = "unlikely to help"
 VERDICT_UNCERTAIN = "uncertain"
+# A verdict against a measured filter gain (:func:`outcome`): finding 4's rule and the predictor's hit rate.
+HIT, MISS, UNDECIDED, NO_CALL = "hit", "miss", "undecided", "no call"
 PAPER_REFERENCES = predictor_references()  # the published points live in analysis.paper
 
 
@@ -146,6 +156,22 @@ def verdict_for(ratio: float | None, thresholds: PredictorThresholds) -> tuple[s
         f"std(RV)/mean(RV) = {ratio:.2f} lies between {thresholds.hurts_below:g} and {thresholds.helps_above:g}, "
         f"where no published run falls; try a short run with and without the filter. {cited}"
     )
+
+
+def outcome(verdict: str, lo: float, hi: float, seeds: int) -> str:
+    """A verdict against the filter gain measured over ``seeds`` (the smaller arm's run count), 95% interval
+    [lo, hi]: :data:`HIT` when *likely helps* meets an interval above 0 or *unlikely to help* one below 0,
+    :data:`MISS` the reverse, :data:`UNDECIDED` when the interval spans (or touches) 0 or an arm has fewer than
+    :data:`analysis.verdicts.MIN_SEEDS` runs, :data:`NO_CALL` for *uncertain*. Finding 4 of docs/science.md
+    (:mod:`analysis.science`) and the predictor's hit rate (:mod:`analysis.predictor_record`) both read it."""
+    from analysis.verdicts import MIN_SEEDS, side
+
+    if verdict not in (VERDICT_HELPS, VERDICT_HURTS):
+        return NO_CALL
+    where = side(lo, hi, 0.0)
+    if seeds < MIN_SEEDS or where == "spans":
+        return UNDECIDED
+    return HIT if (where == "clears") == (verdict == VERDICT_HELPS) else MISS
 
 
 def kept_fractions(stats: GroupStats, metric: str) -> list[KeptFraction]:

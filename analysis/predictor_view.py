@@ -52,3 +52,6 @@ def print_reports(reports: list[PredictorReport], *, metric: str, as_json: bool)
             style="dim",
         )
         console.print()
+    from analysis.predictor_record import hit_rate_line
+
+    console.print(hit_rate_line(), style="dim", highlight=False)  # how often the verdict was right on orch's runs

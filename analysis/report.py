@@ -266,6 +266,7 @@ def _predictor(
     """Table 8 from the baseline runs' first dumped batch (``first``: the runs that have one); RV histograms from
     every dumped batch of one baseline run per task (the runs with results, lowest seed first)."""
     from analysis import figures, rollout_artifacts, tables
+    from analysis.predictor_record import hit_rate_line
 
     section = Section("Will filtering help? The Std(RV)/Mean(RV) predictor")
     if not first:
@@ -274,6 +275,7 @@ def _predictor(
     if not predictions.empty:
         t8 = tables.table8(summary, predictions, t4)
         section.table(t8, "Table 8 — predictor on each baseline run's first dumped batch vs realised filter gain")
+        section.note(hit_rate_line())  # how often the verdict has been right on orch's own runs
         if t8["gain"].notna().any():
             section.figure(figures.predictor_figure(t8))
     if data.reader == ARCHIVE_READER:
@@ -535,7 +537,13 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
         if rollouts and item.key == "predictor":
             _, predictions, predictor_notes = _first_batches(data, summary, progress)
             notes.extend(predictor_notes)
-        sections.extend(paper_sections(data, summary, [item], n_boot=n_boot, predictions=predictions))
+        item_sections = paper_sections(data, summary, [item], n_boot=n_boot, predictions=predictions)
+        if item.key == "predictor":
+            from analysis.predictor_record import hit_rate_line
+
+            for section in item_sections:  # beside the published ratios: the verdict's own record on orch's runs
+                section.note(hit_rate_line())
+        sections.extend(item_sections)
         gaps.extend(metric_gaps(item, data))
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Report(sweep="the paper (RAGEN-2, arXiv 2604.06268)", tracking_uri=uri, generated=generated, notes=notes,

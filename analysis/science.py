@@ -336,7 +336,7 @@ def _finding_3(scope: str, runs: pd.DataFrame, n_boot: int) -> Finding:
 
 
 def _finding_4(scope: str, ratios: np.ndarray | None, effect: pd.Series) -> Finding:
-    from analysis.predictor import VERDICT_HELPS, VERDICT_HURTS, PredictorThresholds, verdict_for
+    from analysis.predictor import HIT, MISS, PredictorThresholds, outcome, verdict_for
 
     gain = f"gain {interval_text(effect['delta'], effect['lo'], effect['hi'], 1)} points"
     if ratios is None:
@@ -347,13 +347,13 @@ def _finding_4(scope: str, ratios: np.ndarray | None, effect: pd.Series) -> Find
     said = verdict_for(ratio, PredictorThresholds())[0]
     shown = "undefined (every prompt zero-variance)" if ratio is None else f"{ratio:.2f}"
     text = f"ratio {shown} over {ratios.size} baseline runs: {said}; {gain}"
-    if min(effect["base_n"], effect["filt_n"]) < MIN_SEEDS:
+    seeds = int(min(effect["base_n"], effect["filt_n"]))
+    if seeds < MIN_SEEDS:
         return Finding("4", scope, INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds in an arm; {text}")
-    where = side(effect["lo"], effect["hi"], 0.0)
-    if where == "spans" or said not in (VERDICT_HELPS, VERDICT_HURTS):
+    result = outcome(said, effect["lo"], effect["hi"], seeds)  # the rule the predictor's hit rate pools
+    if result not in (HIT, MISS):
         return Finding("4", scope, INCONCLUSIVE, text)
-    agrees = (said == VERDICT_HELPS) == (where == "clears")
-    return Finding("4", scope, REPRODUCED if agrees else NOT_REPRODUCED, text)
+    return Finding("4", scope, REPRODUCED if result == HIT else NOT_REPRODUCED, text)
 
 
 def untested(summary: pd.DataFrame) -> dict[tuple[str, str], str]:

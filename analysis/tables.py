@@ -177,9 +177,32 @@ def missing_pairs(table: pd.DataFrame) -> list[str]:
     return notes
 
 
+def task_verdicts(summary: pd.DataFrame, predictions: pd.DataFrame) -> pd.DataFrame:
+    """The Std(RV)/Mean(RV) predictor per variant x task: its ratio on each baseline run's earliest dumped rollout
+    batch, aggregated over those runs, and the verdict of the mean ratio at the default thresholds (the one
+    verdict Table 8, the report's first screen and the predictor's hit rate read).
+
+    ``predictions``: :func:`analysis.rollout_artifacts.predictions`. Returns columns variant, task, ratio_mean,
+    ratio_std, ratio_n (runs with a defined ratio), batches (baseline runs with a batch), verdict.
+    """
+    from analysis.predictor import PredictorThresholds, verdict_for
+
+    earliest = predictions.sort_values("step").drop_duplicates("run_id")
+    baseline = summary[summary["filtered"].eq(False).fillna(False)][["run_id", "variant", "task"]]
+    first = baseline.merge(earliest, on="run_id")
+    ratios = _agg(first, ["variant", "task"], "ratio", "ratio")
+    ratios["batches"] = first.groupby(["variant", "task"], dropna=False, sort=True).size()
+    ratios = ratios.reset_index()
+    thresholds = PredictorThresholds()
+    ratios["verdict"] = [
+        verdict_for(None if pd_isna(r) else float(r), thresholds)[0] for r in ratios["ratio_mean"]
+    ]
+    return ratios
+
+
 def table8(summary: pd.DataFrame, predictions: pd.DataFrame, table4_long: pd.DataFrame) -> pd.DataFrame:
-    """Table 8: the Std(RV)/Mean(RV) predictor on the baseline runs' earliest dumped rollout batch, beside the
-    realised filter gain (the Table 4 delta of the same variant and task).
+    """Table 8: the Std(RV)/Mean(RV) predictor on the baseline runs' earliest dumped rollout batch
+    (:func:`task_verdicts`), beside the realised filter gain (the Table 4 delta of the same variant and task).
 
     ``predictions``: :func:`analysis.rollout_artifacts.predictions`. Returns columns variant, task, filter,
     ratio_mean, ratio_std, ratio_n, verdict (of the mean ratio, default thresholds), gain, agrees (True when
@@ -187,15 +210,9 @@ def table8(summary: pd.DataFrame, predictions: pd.DataFrame, table4_long: pd.Dat
     """
     import pandas as pd
 
-    from analysis.predictor import VERDICT_HELPS, VERDICT_UNCERTAIN, PredictorThresholds, verdict_for
+    from analysis.predictor import VERDICT_HELPS, VERDICT_UNCERTAIN
 
-    earliest = predictions.sort_values("step").drop_duplicates("run_id")
-    baseline = summary[summary["filtered"].eq(False).fillna(False)][["run_id", "variant", "task"]]
-    ratios = _agg(baseline.merge(earliest, on="run_id"), ["variant", "task"], "ratio", "ratio").reset_index()
-    thresholds = PredictorThresholds()
-    ratios["verdict"] = [
-        verdict_for(None if pd_isna(r) else float(r), thresholds)[0] for r in ratios["ratio_mean"]
-    ]
+    ratios = task_verdicts(summary, predictions)
     gains = table4_long[table4_long["task"] != AVERAGE][["variant", "task", "filter", "delta"]]
     out = ratios.merge(gains.rename(columns={"delta": "gain"}), on=["variant", "task"], how="left")
 
