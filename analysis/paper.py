@@ -204,6 +204,9 @@ def _claim(where: str, quantity: str, sign: float, **at: Any) -> Value:
 
 
 RHO_BEST = (0.8, 0.98)  # the best rho lies in this range; rho <= 0.6 and rho = 1.0 are worse
+# The arms the filter-strategy figure compares (filter.strategy -> filter.value; RAGEN's runs of every task have
+# these three). WebShop's extra top-p 0.95 arm (RAGEN run_webshop_release_combos.sh:242-243) is a cell of its own.
+FILTER_ARMS = {"top_p": 0.9, "top_k": 0.25, "none": 1.0}
 RHO_VALUES = (1.0, 0.98, 0.95, 0.9, 0.8, 0.6, 0.4)
 SLIP_RATES = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 SLIP_KEEPS_ADVANTAGE_UP_TO = 0.5  # filtering keeps its advantage for slip <= 50%; at 80-100% it vanishes
@@ -277,7 +280,9 @@ ITEMS: tuple[Item, ...] = (
          "Filter strategies compared on Sokoban, SearchQA, WebShop and DeepCoder",
          "Top-p beats top-k, which beats no filter: it can keep few prompts when the whole batch is weak",
          ("filters",), (names.VAL_SUCCESS, names.MI_ZSCORE_EMA, names.KEPT_RATIO), "filters",
-         "RAGEN scripts/runs/run_filtering_final.sh; SearchQA, WebShop, DeepCoder: " + ONE_CHANGE + " (the task)",
+         "RAGEN scripts/runs/run_filtering_final.sh (Sokoban), run_search_benchmark.sh with docs/experiment_search.md "
+         "(SearchQA), run_webshop_release_combos.sh with docs/experiment_webshop_release.md (WebShop; its top-p 0.95 "
+         "arm too), docs/experiment_deepcoder.md (DeepCoder)",
          tuple(_claim("Figure: filter strategies", f"{task}: peak success of {better} minus {worse}, points", +1,
                       task=TASKS[task], better=better, worse=worse)
                for task in ("Sokoban", "SearchQA", "WebShop", "DeepCoder")
@@ -296,7 +301,8 @@ ITEMS: tuple[Item, ...] = (
     Item("length", "Figure: response length over training",
          "Mean response length over training in all 8 environments",
          "Output length declines over training in every environment (-5% to -66%)",
-         ("length",), (names.RESPONSE_LENGTH,), "length", f"{ONE_CHANGE} (the task: 7 tasks and 8x8 Sokoban)",
+         ("length",), (names.RESPONSE_LENGTH,), "length",
+         f"{ONE_CHANGE} (the task: 7 tasks and 8x8 Sokoban, each with the context and turn lengths RAGEN runs it with)",
          tuple(Value("Figure: response length", f"{task}: change of mean response length from the first to the "
                      f"last steps, % (the paper's range over environments: {LENGTH_DECLINE_PCT[0]:g} to "
                      f"{LENGTH_DECLINE_PCT[1]:g})", LENGTH_DECLINE_PCT[1], {"task": orch}, DIRECTION)
@@ -568,10 +574,51 @@ DEVIATIONS: dict[str, tuple[str, str]] = {
                        "RAGEN selects its records (ragen/env/countdown/env.py:46-50), but every 10th record is held "
                        "out for validation (envs/split.py; RAGEN plays record seed % N for every seed, env.py:54)",
                        "validation must never score a problem the policy trained on, as for every task with records"),
-    "searchqa_webshop": ("SearchQA and WebShop environment settings (passages per search, retriever, reward "
-                         "threshold, turns, catalog) differ from RAGEN's config/envs.yaml:205-327",
-                         "no RAGEN script runs them in the paper's comparisons that orch maps; the filters and "
-                         "length sweeps use orch's environments as docs/environments.md defines them"),
+    "heldout_data": ("SearchQA, WebShop and DeepCoder hold out every 10th record for validation (envs/split.py): "
+                     "SearchQA reads the first 20,000 HotpotQA records as RAGEN does but RAGEN plays record seed % "
+                     "20,000 for training and validation alike (ragen/env/search/config.py:22, env.py:103); RAGEN "
+                     "validates WebShop on goals 500-1499 and trains on 1500 on (ragen/env/webshop/env.py:102-107); "
+                     "RAGEN draws DeepCoder problems at random from the DeepCoder-Preview test split for both "
+                     "(ragen/env/deepcoder/config.py:12, env.py:68-70, utils.py:36-37)",
+                     "validation must never score a problem the policy trained on, as for every task with records "
+                     "(countdown_data)"),
+    "searchqa_retrieval": ("SearchQA searches the data set's own paragraphs with BM25 in the training process "
+                           "(task.env.corpus all; whole paragraphs shown); RAGEN queries a server running E5 dense "
+                           "retrieval over 21M Wikipedia passages, each cut to 300 characters, 4,000 in all "
+                           "(docs/experiment_search.md:31-46; ragen/env/search/retrieval_client.py:125-139, "
+                           "config.py:28). An action that is neither search[...] nor finish[...] is invalid here "
+                           "(the format penalty); RAGEN reads an answer out of it with heuristics "
+                           "(ragen/env/search/env.py:138-140,188-220, reward.py:77-123)",
+                           "a CPU-only limit: RAGEN's retriever is a 74 GB index served from a dedicated GPU "
+                           "(experiment_search.md:31,46,160) and orch's environments run offline, in process; an "
+                           "action outside a task's grammar is a format error in every orch task, and RAGEN charges "
+                           "the same penalty for one (config/base.yaml:156)"),
+    "searchqa_topk_arm": ("SearchQA's top-k arm runs the other arms' 5,000-token context and mini-batch of 64 "
+                          "trajectories (RAGEN's top-k run: 4,000 and 32, docs/experiment_search.md:78,128,162)",
+                          "RAGEN's doc gives both as workarounds -- KV-cache memory (:162) and an assertion that the "
+                          "mini-batch not exceed the 32 trajectories top-k keeps (:84,161) -- and says the sweep keeps "
+                          "every other hyperparameter fixed (:13); orch has neither limit, and 32 kept trajectories "
+                          "make one update with a mini-batch of 64 as with one of 32"),
+    "mi_off_runs": ("the MI diagnostics run in the SearchQA and DeepCoder cells of the filters sweep too; RAGEN turns "
+                    "them off there (collapse_detection.compute_freq 999, docs/experiment_search.md:146-147; "
+                    "first_turn_enabled and multi_turn_enabled False, docs/experiment_deepcoder.md:115-116)",
+                    "the filters item reads MI-ZScore-EMA beside success on every task, as RAGEN's base config "
+                    "computes it in every run (config/base.yaml:147-153); the diagnostics only score the batch, "
+                    "without gradients (docs/diagnostics.md), so the update is the same"),
+    "webshop_env": ("WebShop is orch's re-implementation (envs/webshop: BM25 search, WebShop's reward re-written, "
+                    "titles and features cut to 120 and 240 characters, no shopping tips in the state); RAGEN runs "
+                    "WebShop's own webshop-minimal (Lucene search, ragen/env/webshop/env.py:3,45-57) and appends "
+                    "tips to every state (env.py:13-23,161-168)",
+                    "webshop-minimal needs Java and a Lucene index (pyserini) beside Python; orch's environments run "
+                    "offline, in process. Its pages, budget (9 turns of one action) and reward (1 for a full match) "
+                    "are RAGEN's: conf/task/webshop.yaml"),
+    "deepcoder_env": ("DeepCoder runs each test in a bubblewrap sandbox with limits per test (2 s CPU, 4 s wall, "
+                      "512 MiB); RAGEN runs the program's tests in one unsandboxed subprocess with a 3 s timeout "
+                      "(ragen/env/deepcoder/utils.py:107,315-332). A prompt longer than the context fails RAGEN's run "
+                      "(agent_proxy.fail_on_prompt_too_long, docs/experiment_deepcoder.md:108); orch cuts the "
+                      "trajectory (no loss on it)",
+                      "generated code must not run unisolated on a shared cluster node; a run that dies on one long "
+                      "problem loses every other cell's comparison"),
     "gradient_batch": ("the gradient split uses the step's own unfiltered 8 x 16 batch and reports task vs the "
                        "combined regulariser (RAGEN: a separate 128 x 16 rollout, filtered and unfiltered, task / "
                        "entropy / KL separately, scripts/runs/run_sokoban_ppo_filter_grad_analysis.sh:41-42,196-203)",

@@ -101,9 +101,9 @@ def parse_records(records: list[Any], where: str) -> QuestionSet:
 
 
 @lru_cache(maxsize=4)
-def load_questions(path: str) -> QuestionSet:
-    """The usable records of the HotpotQA file `path`, in file order. Raises OrchError for a missing or unreadable
-    file, an unknown suffix, or a file with no usable record."""
+def load_questions(path: str, max_instances: int | None = None) -> QuestionSet:
+    """The usable records among the first `max_instances` (None: all) of the HotpotQA file `path`, in file order.
+    Raises OrchError for a missing or unreadable file, an unknown suffix, or a file with no usable record."""
     file = Path(path)
     where = f"searchqa data_path {path}"
     if file.suffix not in SUFFIXES:
@@ -120,4 +120,4 @@ def load_questions(path: str) -> QuestionSet:
         raise OrchError(f"{where}: cannot read records ({err.__class__.__name__}: {err})") from None
     if not isinstance(records, list):
         raise OrchError(f"{where}: expected a JSON list of HotpotQA records")
-    return parse_records(records, where)
+    return parse_records(records if max_instances is None else records[:max_instances], where)

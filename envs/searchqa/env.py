@@ -48,6 +48,16 @@ class SearchQAConfig(EnvConfig):
     data_path: str | None = Field(
         None, description="HotpotQA file (.json list or .jsonl); question: a training record; evaluation seeds play the held-out 10% (envs.split). None: generated."
     )
+    max_instances: int | None = Field(
+        None, ge=1, description="Records of data_path read, from its start (RAGEN's max_instances, 20,000: "
+        "ragen/env/search/config.py:22); None: all."
+    )
+    f1_threshold: float | None = Field(
+        None, gt=0, le=1, description="RAGEN's reward rule (ragen/env/search/reward.py:165,190-196; 0.3 in "
+        "ragen/env/search/config.py:38): an exact answer earns 1, an answer with F1 >= this earns its F1, any other "
+        "0; success = such an answer (ragen/env/search/env.py:181). None: the reward is the F1 and success the "
+        "exact match.",
+    )
 
 
 @register_env("searchqa")
@@ -73,14 +83,20 @@ class SearchQAEnv(Env):
             "You are answering a question that needs facts from several encyclopedia articles. Each turn give one "
             f"action: search[query] returns the {self.config.top_k} best-matching passages, finish[answer] ends "
             "the episode with your answer (a short phrase). "
-            f"You have {self.config.max_actions} actions. Reward: the F1 overlap of your answer with the correct "
-            "one, 0 without a finish."
+            f"You have {self.config.max_actions} actions. Reward: {self._reward_rule()}, 0 without a finish."
         )
+
+    def _reward_rule(self) -> str:
+        threshold = self.config.f1_threshold
+        if threshold is None:
+            return "the F1 overlap of your answer with the correct one"
+        return (f"1 for the exact answer, else the F1 overlap of your answer with the correct one when it is at "
+                f"least {threshold:g}, else 0")
 
     def _questions(self) -> QuestionSet:
         if self.config.data_path is None:
             return generated_questions()
-        return load_questions(self.config.data_path)
+        return load_questions(self.config.data_path, self.config.max_instances)
 
     def _reset(self, rng: random.Random, options: dict[str, Any]) -> None:
         reject_options(self, options, ())
@@ -102,7 +118,11 @@ class SearchQAEnv(Env):
             return 0.0, False, {"query": argument, "results": [p.title for p in self.results]}
         f1, em = f1_score(argument, self.question.answer), exact_match(argument, self.question.answer)
         self.note = f"You answered: {argument}"
-        return f1, True, {"f1": f1, "em": float(em), "success": em, "answer": argument}
+        reward, success = f1, em
+        if self.config.f1_threshold is not None:  # RAGEN's rule (see SearchQAConfig.f1_threshold)
+            success = em or f1 >= self.config.f1_threshold
+            reward = 1.0 if em else f1 if success else 0.0
+        return reward, True, {"f1": f1, "em": float(em), "success": success, "answer": argument}
 
     def render_text(self) -> str:
         lines = [f"Question: {self.question.question}"]

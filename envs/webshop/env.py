@@ -7,7 +7,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -42,6 +42,10 @@ class WebShopConfig(EnvConfig):
     )
     results_per_page: int = Field(5, ge=1, le=50, description="Results per page (WebShop shows 10).")
     max_results: int = Field(50, ge=1, le=1000, description="Results a search returns (WebShop: top 50).")
+    reward: Literal["score", "binary"] = Field(
+        "score", description="score: WebShop's purchase score; binary: 1 when that score is 1, else 0 (RAGEN's, "
+        "ragen/env/webshop/env.py:133)."
+    )
 
     @model_validator(mode="after")
     def _paths(self) -> WebShopConfig:
@@ -130,9 +134,14 @@ class WebShopEnv(Env):
             "its attributes, its options and a price under the budget. Actions: search[keywords] on the search "
             "page; click[x] where x is one of the clickables listed on the page: an item id, an option value "
             f"(on an item page, click each option the instruction asks for), {NEXT}, {PREV}, {BACK}, {BUY}. "
-            "Buying ends the episode. Reward: the share of the instruction's attributes, options and price limit "
-            "that the purchase meets (1 = all), times 0 for a product of another type; 0 without a purchase."
+            f"Buying ends the episode. Reward: {self._reward_rule()}; 0 without a purchase."
         )
+
+    def _reward_rule(self) -> str:
+        if self.config.reward == "binary":
+            return "1 when the purchase meets all of the instruction's attributes, options and price limit, else 0"
+        return ("the share of the instruction's attributes, options and price limit that the purchase meets "
+                "(1 = all), times 0 for a product of another type")
 
     def _reset(self, rng: random.Random, options: dict[str, Any]) -> None:
         reject_options(self, options, ())
@@ -232,8 +241,10 @@ class WebShopEnv(Env):
         product = self._product()
         score = score_purchase(product, self.view.chosen, product.price, self.goal)
         self.bought = (product, dict(self.view.chosen), product.price)
-        return score.reward, True, {
+        reward = score.reward if self.config.reward == "score" else float(score.reward >= 1.0)
+        return reward, True, {
             "success": score.reward >= 1.0,
+            "score": score.reward,
             "r_type": score.r_type,
             "attributes_matched": score.attributes_matched,
             "options_matched": score.options_matched,

@@ -210,7 +210,7 @@ class TrainerConfig(Section):
     val_temperature: Temperature
     save_every: Cadence
     dump_every: Cadence
-    max_empty_steps: Count
+    max_empty_steps: Cadence  # 0: never stop on empty steps (RAGEN's rollout_filter_empty_stop_steps=0)
 
 
 class MlflowConfig(Section):

@@ -204,7 +204,8 @@ def _train(
                 run.keep_if_best(step)
             stop_reason = outcome.stop_reason or (
                 f"the filter kept no group for {run.empty_steps} consecutive steps (trainer.max_empty_steps); "
-                "the batch has no reward variance left" if run.empty_steps >= trainer.max_empty_steps else None)
+                "the batch has no reward variance left"
+                if trainer.max_empty_steps and run.empty_steps >= trainer.max_empty_steps else None)
             if (trainer.save_every and step % trainer.save_every == 0) or step == trainer.total_steps or stop_reason:
                 started = time.monotonic()
                 run.checkpoint(step)

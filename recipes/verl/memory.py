@@ -153,6 +153,9 @@ BUILTIN: dict[str, Architecture] = {
         Architecture("Qwen2.5-3B", 2048, 11008, 36, 16, 2, 151936, True, 32768),
         Architecture("Qwen2.5-7B", 3584, 18944, 28, 28, 4, 152064, False, 131072),
         Architecture("Qwen2.5-14B", 5120, 13824, 48, 40, 8, 152064, False, 131072),
+        # DeepCoder's model (RAGEN docs/experiment_deepcoder.md:88): Qwen2.5-7B's dimensions, a 32k context
+        # (huggingface.co/Qwen/Qwen2.5-Coder-7B/config.json)
+        Architecture("Qwen2.5-Coder-7B", 3584, 18944, 28, 28, 4, 152064, False, 32768),
         Architecture("Llama-3.2-3B", 3072, 8192, 28, 24, 8, 128256, True, 131072, model_type="llama",
                      qkv_bias=False),
         Architecture("Qwen2.5-VL-3B", 2048, 11008, 36, 16, 2, 151936, True, 128000,

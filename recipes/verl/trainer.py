@@ -273,7 +273,7 @@ class OrchPPOTrainer(RayPPOTrainer):
             log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step,
                         self.empty_steps)
             self._keep_rows(batch, self._first_groups(batch), out, skipped=True)
-            if self.empty_steps >= cfg.trainer.max_empty_steps:
+            if cfg.trainer.max_empty_steps and self.empty_steps >= cfg.trainer.max_empty_steps:  # 0: never
                 self.pending_stop = Stop("stopped", (
                     f"the filter kept no group for {self.empty_steps} consecutive steps (trainer.max_empty_steps); "
                     "the batch has no reward variance left"))

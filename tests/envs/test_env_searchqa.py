@@ -167,6 +167,25 @@ def test_episode_on_loaded_records_searches_and_scores_f1(tmp_path):
     assert (reward, info["em"], info["success"]) == (1.0, 1.0, True)
 
 
+@pytest.mark.parametrize(("threshold", "answer", "reward", "success"), [
+    (0.3, "Orne", 2 / 3, True),  # F1 2/3 >= 0.3: the F1, a success (RAGEN reward.py:165,190-196, env.py:181)
+    (0.7, "Orne", 0.0, False),  # below the threshold: nothing
+    (0.3, "Orne River.", 1.0, True),  # exact: 1
+    (0.3, "Paris", 0.0, False),
+])
+def test_ragens_reward_rule_with_an_f1_threshold(tmp_path, threshold, answer, reward, success):
+    env = make_env("searchqa", data_path=write_records(tmp_path), f1_threshold=threshold)
+    env.reset(seed=0)
+    _, got, terminated, _, info = env.step(f"finish[{answer}]")
+    assert terminated and got == pytest.approx(reward) and info["success"] is success
+    assert "at least" in env.instruction
+
+
+def test_max_instances_reads_the_first_records_only(tmp_path):
+    path = write_records(tmp_path)
+    assert len(load_questions(path, 1).questions) <= 1 < len(load_questions(path).questions)
+
+
 def test_corpus_all_searches_every_record(tmp_path):
     path = write_records(tmp_path)
     alone, pooled = make_env("searchqa", data_path=path), make_env("searchqa", data_path=path, corpus="all")

@@ -279,6 +279,21 @@ def test_buying_reports_the_reward_parts():
     assert state.endswith(")." ) and "You bought" in state
 
 
+def test_binary_reward_pays_only_a_full_match():
+    """RAGEN's WebShop reward: 1 when WebShop's score is 1, else 0 (ragen/env/webshop/env.py:133)."""
+    env = make_env("webshop", reward="binary")
+    env.reset(11)
+    assert "else 0" in env.instruction
+    while env.view.page != "item":  # the solver's way to the goal item, stopping before it chooses any option
+        _, actions = env.plan()
+        for action in actions:
+            env.step(action)
+            if env.view.page == "item":
+                break
+    _, reward, terminated, _, info = env.step("click[buy now]")
+    assert terminated and 0 < info["score"] < 1 and reward == 0.0 and not info["success"]
+
+
 # --- the solver --------------------------------------------------------------------------------------------------
 def test_solver_buys_a_matching_product_for_every_shipped_instruction():
     env = make_env("webshop")

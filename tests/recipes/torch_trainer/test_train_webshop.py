@@ -14,7 +14,7 @@ from recipes.config.schema import compose_train_config
 def test_two_steps_on_webshop(train_overrides) -> None:
     overrides = [*train_overrides, "filter=none", "algorithm=grpo", "task=webshop"]
     cfg = compose_train_config(overrides)
-    assert cfg.task.name == "webshop" and cfg.task.env["max_turns"] == 6
+    assert cfg.task.name == "webshop" and cfg.task.env["max_turns"] == 9  # RAGEN config/_6_webshop.yaml:17
     result = run_training(cfg)
     assert (result.status, result.steps_done) == ("finished", 2), result.reason
     uri = next(o.split("=", 1)[1] for o in overrides if o.startswith("mlflow.tracking_uri="))

@@ -292,6 +292,15 @@ def test_an_empty_filter_skips_the_update_and_counts_towards_the_stop() -> None:
     assert trainer.pending_stop is not None and trainer.pending_stop.status == "stopped"
 
 
+def test_max_empty_steps_0_never_stops() -> None:
+    """RAGEN's DeepCoder runs set rollout_filter_empty_stop_steps=0: skip empty steps, never stop on them
+    (ragen/trainer/agent_trainer.py:1144; docs/experiment_deepcoder.md:104)."""
+    cfg = compose_train_config([*MICRO, "backend=verl", "trainer.samples_per_prompt=2", "filter=top_p",
+                                "trainer.max_empty_steps=0"])
+    batch, trainer, metrics = verl_step(cfg, trajectories([[0, 0], [1, 1]]))
+    assert trainer.skip_update and metrics["rollout/empty_steps"] == 1.0 and trainer.pending_stop is None
+
+
 class CountingHook:
     """A step hook with state (as the collapse monitor's EMA): counts the rollouts it saw; optionally requests a stop
     (creates the stop file) while it runs, as a signal arriving during the diagnostics would."""

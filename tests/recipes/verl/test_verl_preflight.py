@@ -25,7 +25,7 @@ from recipes.verl.preflight import preflight_cell
 # Parameter counts the model cards print (huggingface.co/Qwen/Qwen2.5-<size>: "Number of Parameters"; Llama 3.2:
 # 3.21B in meta-llama/Llama-3.2-3B's card; Qwen2.5-VL-3B: 3.75B, the safetensors total on its card).
 PUBLISHED_BILLIONS = {"Qwen2.5-0.5B": 0.49, "Qwen2.5-1.5B": 1.54, "Qwen2.5-3B": 3.09, "Qwen2.5-7B": 7.61,
-                      "Qwen2.5-14B": 14.7, "Llama-3.2-3B": 3.21, "Qwen2.5-VL-3B": 3.75}
+                      "Qwen2.5-14B": 14.7, "Llama-3.2-3B": 3.21, "Qwen2.5-VL-3B": 3.75, "Qwen2.5-Coder-7B": 7.61}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_BILLIONS))
@@ -109,6 +109,7 @@ def test_architecture_from_a_config_json_and_by_name() -> None:
     with pytest.raises(ValueError, match="no positive integer 'num_attention_heads'"):
         Architecture.from_config({"model_type": "qwen2"})
     assert builtin_architecture("models/Qwen2.5-7B-Instruct/") is BUILTIN["Qwen2.5-7B"]
+    assert builtin_architecture("models/Qwen2.5-Coder-7B") is BUILTIN["Qwen2.5-Coder-7B"]  # DeepCoder (filters)
     assert builtin_architecture("models/Mistral-7B") is None
 
 
