@@ -41,11 +41,11 @@ def load_cells(live: dict[str, str]) -> tuple[list[ac.Cell], list[str]]:
             from analysis.mlflow_store import load_runs
 
             data = load_runs(RunQuery(sweep=sweep), tracking_uri=live[sweep])
-            data = dataclasses.replace(data, runs=data.runs[data.runs["status"] == "FINISHED"])
             where = live[sweep]
         else:
             data, _ = read_archives(sorted(p for p in sweep_dir.iterdir() if p.is_dir()), sweep)
             where = str(sweep_dir.relative_to(ROOT))
+        data = dataclasses.replace(data, runs=data.runs[data.runs["status"] == "FINISHED"])  # whole runs only
         found = ac.cells_from(data, sweep)
         cells += found
         if found:

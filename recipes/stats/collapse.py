@@ -4,7 +4,8 @@ The rule, evaluated every time the MI proxies are computed (step 1 and every ``m
 
 1. Track a reference level of two signals: MI-ZScore-EMA, and retrieval accuracy's excess over chance
    (:func:`recipes.stats.mi.retrieval_excess`). ``reference: peak`` -- the running peak; ``reference: baseline``
-   -- the mean of the first ``min_points`` computations (the policy before any collapse the rule could report).
+   -- the mean of the first ``min_points`` computations (the policy before any collapse the rule could report; the
+   alert may fire from the computation after them).
 2. A signal has *fallen* when it is at or below ``(1 - drop_fraction) * reference`` (the reference must be positive).
 3. ``signals`` says which must have fallen: ``both`` (MI-ZScore-EMA and retrieval excess), ``mi``, ``retrieval`` or
    ``either``. Raise the alert when they have fallen on ``patience`` consecutive computations, after at least
@@ -32,19 +33,19 @@ from recipes.stats.mi import retrieval_excess
 
 
 class CollapseRule(BaseModel):
-    """Knobs of the early-warning rule (defaults: a 30% fall from the peak, seen twice in a row); the config's
-    `diagnostics.rule` section."""
+    """Knobs of the early-warning rule (defaults: both signals half below their early level, chosen offline --
+    module docstring); the config's `diagnostics.rule` section."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     drop_fraction: Annotated[float, number(lambda v: 0.0 < v < 1.0,
-                                           "in (0, 1) (the share of its peak a collapse signal must lose)")] = 0.3
-    patience: Annotated[int, integer(1, "collapse computations in a row with both signals fallen")] = 2
+                                           "in (0, 1) (the share of its reference a collapse signal must lose)")] = 0.5
+    patience: Annotated[int, integer(1, "collapse computations in a row with the signals fallen")] = 1
     min_points: Annotated[int, integer(1, "collapse computations before the alert may fire")] = 3
     success_tolerance: Annotated[float, number(
         lambda v: v >= 0.0, ">= 0 (how far success may fall below its peak before a collapse warning is moot)")] = 0.05
     signals: Literal["both", "mi", "retrieval", "either"] = "both"
-    reference: Literal["peak", "baseline"] = "peak"
+    reference: Literal["peak", "baseline"] = "baseline"
 
     # Keys added after cells had run with the rule (`recipes.config.schema.config_digest` leaves them out of a cell's
     # identity while they hold these values, which reproduce the rule as it was before them).
@@ -110,7 +111,7 @@ class CollapseDetector:
 
         new_alert = (
             self.alert_step is None
-            and self.points >= self.rule.min_points
+            and self.points >= self.rule.min_points + (self.rule.reference == "baseline")  # a whole baseline before
             and self.fallen_streak >= self.rule.patience
             and success_holding
         )
