@@ -103,7 +103,8 @@ def _fed_success(step: int, val_steps: np.ndarray, val: np.ndarray, rollout: dic
 
 
 def _rule_of(row) -> CollapseRule:
-    values = {}
+    """The rule a run logged in its params; a key it predates takes the value that reproduces the rule before it."""
+    values = dict(CollapseRule.late_keys)
     for key, kind in CollapseRule.model_fields.items():
         value = row.get(f"params.diagnostics.rule.{key}")
         if value is not None and value == value:

@@ -543,6 +543,13 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
 
             for section in item_sections:  # beside the published ratios: the verdict's own record on orch's runs
                 section.note(hit_rate_line())
+        if item.key == "early_warning":
+            from analysis.alert_calibration import alert_lines, rules_used
+            from recipes.stats.collapse import CollapseRule
+
+            for section in item_sections:  # beside MI's lead: the alert's own measured error rates
+                for line in alert_lines(rules_used(data) or [CollapseRule()]):
+                    section.note(line)
         sections.extend(item_sections)
         gaps.extend(metric_gaps(item, data))
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

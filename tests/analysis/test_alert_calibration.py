@@ -123,3 +123,11 @@ def test_alert_lines_say_the_rates_of_the_rule_the_runs_used(rule: CollapseRule,
     if rule == LEGACY_RULE:
         assert "false alarms 1/2" in line and "docs/results/x (3 runs)" in line
     assert "no measured error rates are recorded" in ac.alert_lines([rule], {})[0]
+
+
+def test_a_run_older_than_the_new_keys_is_read_as_the_legacy_rule() -> None:
+    data = _run_data(LEGACY_RULE)
+    runs = data.runs.drop(columns=["params.diagnostics.rule.signals", "params.diagnostics.rule.reference"])
+    old = RunData(runs=runs, metrics=data.metrics, tracking_uri="none", reader="archive")
+    assert ac.rules_used(old) == [LEGACY_RULE] != [CollapseRule()]
+    assert ac.cells_from(old, "s")[0].rule == LEGACY_RULE
