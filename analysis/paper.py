@@ -11,7 +11,7 @@ paper's figures are named by what they show (``Figure: ...``): no source availab
 numbers; `docs/paper.md` says so.
 
 `orch paper` prints the map with each item's cells and their states in the store; `orch paper --check` lists every
-item that has no sweep file, needs a metric no cell of its sweeps logs, or has no report section.
+item that has no sweep file, needs a metric no cell of its sweeps logs, has no published value or no report section.
 """
 
 from __future__ import annotations
@@ -114,16 +114,33 @@ TABLE5: dict[tuple[int, int], tuple[float, float | None, float, float | None]] =
 }
 
 
+# The step times are the paper's hardware's; its claim is the relative cut the filter brings at one split (26-41%),
+# judged as a direction (the sign; the size shown), with the seconds quoted in the quantity. Memory: "about
+# unchanged", a printed claim without a number -- judged as a level of 0 within TABLE5_MEMORY_TOLERANCE percent
+# (orch's reading of "about"), on the peak memory both backends log (names.PEAK_MEMORY).
+TABLE5_MEMORY_TOLERANCE = 10.0
+
+
+def table5_time_change(prompts: int, samples: int) -> float:
+    """The published step-time change the filter brings at one split, % of the unfiltered step."""
+    _, _, t0, t1 = TABLE5[prompts, samples]
+    return round(100.0 * (t1 / t0 - 1.0), 1)
+
+
 def _table5_values() -> tuple[Value, ...]:
     out = []
     for (prompts, samples), (s0, s1, t0, t1) in TABLE5.items():
         at = {"task": "sokoban", "prompts": prompts, "samples": samples}
         where = f"Table 5, {prompts}x{samples}"
         out.append(Value(where, "success % without the filter", s0, {**at, "filtered": False, "stat": "success"}))
-        out.append(Value(where, "step time (s) without the filter", t0, {**at, "filtered": False, "stat": "step_time"}))
         if s1 is not None:
             out.append(Value(where, "success % with the filter", s1, {**at, "filtered": True, "stat": "success"}))
-            out.append(Value(where, "step time (s) with the filter", t1, {**at, "filtered": True, "stat": "step_time"}))
+            out.append(Value(where, f"step-time change with the filter, % of the unfiltered step (the paper's "
+                                    f"{t0:g} s -> {t1:g} s)", table5_time_change(prompts, samples),
+                             {**at, "stat": "time_change"}, DIRECTION))
+            out.append(Value(where, f"peak-memory change with the filter, % (about unchanged: 0 within "
+                                    f"{TABLE5_MEMORY_TOLERANCE:g})", 0.0, {**at, "stat": "memory_change"}, LEVEL,
+                             figure_only=True, tolerance=TABLE5_MEMORY_TOLERANCE))
     return tuple(out)
 
 
@@ -259,7 +276,13 @@ ITEMS: tuple[Item, ...] = (
          "The MI proxies over training beside success, without filtering",
          "MI falls before task success does: an early warning of template collapse",
          ("table4",), (names.VAL_SUCCESS, names.MI_ZSCORE_EMA, names.RETRIEVAL_ACC, names.ENTROPY),
-         "early_warning", MAIN_TABLE),
+         "early_warning", MAIN_TABLE,
+         # analysis.early_warning's decline onsets (one rule for both series), per run without the filter
+         (_claim("Figure: MI falls before success", "which series declined first, per run without the filter: +1 "
+                 "MI-ZScore-EMA (success later or not by the run's end), -1 success, 0 together or neither; mean "
+                 "over runs", +1, stat="order"),
+          _claim("Figure: MI falls before success", "lead of MI-ZScore-EMA's decline over success's, steps "
+                 "(success's onset minus MI's), runs without the filter where both declined", +1, stat="lead"))),
     Item("gradient", "Figure: gradient norm by reward-variance bucket",
          "Task and regularisation gradient norms in 6 equal RV buckets (Sokoban, PPO)",
          "The task-gradient norm rises with reward variance; the regularisation-gradient norm is flat",
@@ -370,9 +393,9 @@ def sweep_path(sweep: str) -> Path:
 
 def check(sections: set[str], profile: str | None = None) -> list[str]:
     """One line per problem of the map: an item with no sweep file, a metric that some cell of its sweep does not
-    log (every cell must: a table cannot mix runs with and without the diagnostics), or no report section. Plans
-    every sweep file under `profile` (nothing is written). `sections`: the report's section keys
-    (`analysis.paper_report.SECTIONS`)."""
+    log (every cell must: a table cannot mix runs with and without the diagnostics), no published value or no
+    report section. Plans every sweep file under `profile` (nothing is written). `sections`: the report's section
+    keys (`analysis.paper_report.SECTIONS`)."""
     from orchestrator.api import planned_configs
 
     planned: dict[str, list[Any] | str] = {}
@@ -413,6 +436,8 @@ def check(sections: set[str], profile: str | None = None) -> list[str]:
         where = f"{item.ref} ({item.key})"
         if not item.sweeps:
             problems.append(f"{where}: no sweep produces it")
+        if not item.published:  # its section would have nothing to measure
+            problems.append(f"{where}: no published value (a printed number, or the claim's sign)")
         for sweep in item.sweeps:
             problems += unlogged(where, sweep, item.metrics)
         if item.section not in sections and item.ref.startswith(("Table", "Figure")):

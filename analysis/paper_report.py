@@ -3,9 +3,13 @@ with every published value beside the measured one (mean over seeds, 95% bootstr
 verdict per value by the rules of `analysis.verdicts`, then one figure on shared axes (published on x, measured on
 y for levels; the measured difference with its interval for directions, the published sign marked).
 
-An item whose sweep has no finished cells for it says so in one line; it never draws an empty chart. A sweep run on
-the code-built tiny model (a rehearsal, `--profile cpu`) or on generated data carries a banner saying so: its
-levels are not comparable with the paper's, only its directions are indicative.
+Below the comparison, some sections show what their verdicts were taken from (`DETAILS`: Table 5's seconds and
+gigabytes, the early warning's per-run onsets, the entropy and KL dose-response curves).
+
+An item whose sweep has no finished cells for it says so in one line (or, where its runs say why nothing could be
+measured, that reason: `UNMEASURABLE`); it never draws an empty chart. A sweep run on the code-built tiny model (a
+rehearsal, `--profile cpu`) or on generated data carries a banner saying so: its levels are not comparable with the
+paper's, only its directions are indicative.
 
     sections = paper_sections(data, summary, items)   # `analysis.report` calls this
 """
@@ -24,6 +28,7 @@ from analysis import names, paper
 from analysis.verdicts import (
     DIRECTION,
     INCONCLUSIVE,
+    change_interval,
     delta_interval,
     judge,
     mean_interval,
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
 
     from analysis.mlflow_store import RunData
     from analysis.paper import Item, Value
+    from analysis.sections import Section
 
 Measured = tuple[float, float, float, int]  # value, lo, hi, runs
 NONE: Measured = (math.nan, math.nan, math.nan, 0)
@@ -53,19 +59,33 @@ class Context:
     runs: pd.DataFrame
     n_boot: int
     predictions: pd.DataFrame | None = None  # analysis.rollout_artifacts.predictions of the first dumped batches
-    _finals: dict[str, pd.Series] = field(default_factory=dict)  # metric -> final per run, computed once
+    _stats: dict[tuple[str, str], pd.Series] = field(default_factory=dict)  # (metric, how) -> per run, computed once
+    _leads: pd.DataFrame | None = None
 
     def history(self, key: str) -> pd.DataFrame:
         return self.data.history(key)
 
     def final(self, key: str) -> pd.Series:
         """Per run: the mean of the metric's last logged values (`analysis.summary.metric_stats`'s final)."""
+        return self.per_run(key, "final")
+
+    def per_run(self, key: str, how: str) -> pd.Series:
+        """Per run: one statistic of the metric's history (a column of `analysis.summary.metric_stats`)."""
         from analysis.summary import metric_stats
 
-        if key not in self._finals:
+        if (key, how) not in self._stats:
             stats = metric_stats(self.data, key)
-            self._finals[key] = stats["final"] if not stats.empty else stats.reindex(columns=["final"])["final"]
-        return self._finals[key]
+            self._stats[key, how] = stats[how] if not stats.empty else stats.reindex(columns=[how])[how]
+        return self._stats[key, how]
+
+    def leads(self) -> pd.DataFrame:
+        """`analysis.early_warning.early_warning`'s per-run frame for the runs without the filter (computed once)."""
+        from analysis.early_warning import early_warning
+
+        if self._leads is None:
+            leads = early_warning(self.data)
+            self._leads = leads[leads["run_id"].isin(_filtered(self.runs, False)["run_id"])].reset_index(drop=True)
+        return self._leads
 
 
 def build_context(data: RunData, summary: pd.DataFrame, n_boot: int = 1000,
@@ -123,6 +143,18 @@ def generated_data(ctx: Context) -> list[str]:
     return lines
 
 
+CODE_BUILT_STANDS_FOR = "Qwen2.5-3B"  # the paper's model a code-built text model (no model.path) stands for
+
+
+def model_of(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the paper's model it stands for: its checkpoint folder's name, or, for a code-built text model (a
+    rehearsal), `CODE_BUILT_STANDS_FOR` (a code-built vision-language model stands for none of the text models)."""
+    paths = runs["config.model.path"].where(~runs["config.model.path"].isin(["", "None", "null"]))
+    folders = paths.map(lambda path: PurePath(str(path)).name, na_action="ignore")
+    code_built = paths.isna() & (runs["config.model.name"].astype(str) != "tiny_vl")
+    return folders.where(~code_built, CODE_BUILT_STANDS_FOR)
+
+
 def table4_row(run: dict[str, Any]) -> str | None:
     """The paper's Table 4 row a run belongs to, from its algorithm, model and observation; a code-built model
     (no model.path) stands for the paper's Qwen2.5-3B (or, when vision-language, Qwen2.5-VL-3B)."""
@@ -131,7 +163,7 @@ def table4_row(run: dict[str, Any]) -> str | None:
     algorithm = str(run.get("config.algorithm.name") or "")
     if name == "tiny_vl" or (model and "-VL-" in model):
         return f"Qwen2.5-VL-3B, {run.get('config.task.env.observation') or 'text'} input"
-    if model in (None, "Qwen2.5-3B"):
+    if model in (None, CODE_BUILT_STANDS_FOR):
         return {"ppo": "PPO Qwen2.5-3B", "dapo": "DAPO", "grpo": "GRPO", "drgrpo": "Dr.GRPO"}.get(algorithm)
     if algorithm != "ppo":
         return None
@@ -161,6 +193,16 @@ def _delta(base: Any, treated: Any, n_boot: int) -> Measured:
     if not base.size or not treated.size:
         return NONE
     return (*delta_interval(base, treated, n_boot), int(min(base.size, treated.size)))
+
+
+def _change(base: Any, treated: Any, n_boot: int) -> Measured:
+    """The relative change from `base` to `treated`, % of the base (`analysis.verdicts.change_interval`)."""
+    base, treated = (np.asarray(v, dtype=np.float64) for v in (base, treated))
+    base, treated = base[np.isfinite(base)], treated[np.isfinite(treated)]
+    change = change_interval(base, treated, n_boot)
+    if math.isnan(change[0]):
+        return NONE
+    return (*change, int(min(base.size, treated.size)))
 
 
 def _filtered(runs: pd.DataFrame, on: bool) -> pd.DataFrame:
@@ -198,14 +240,24 @@ def _table4(ctx: Context, value: Value) -> Measured:
     return _delta(base, _filtered(runs, True)["peak_success"], ctx.n_boot)
 
 
+def _table5_runs(ctx: Context, task: str, samples: int) -> pd.DataFrame:
+    """The runs of one split of the budget with their mean step time (s) and peak memory (GB, names.PEAK_MEMORY).
+    A split is named by its samples per prompt: a smaller budget split the same way (the `rehearsal` profile's 16
+    trajectories) lands in the same row."""
+    runs = ctx.runs[(ctx.runs["task"] == task) & (ctx.runs["samples"] == samples)]
+    return runs.assign(peak_memory=runs["run_id"].map(ctx.per_run(names.PEAK_MEMORY, "peak")))
+
+
 @measures("table5")
 def _table5(ctx: Context, value: Value) -> Measured:
-    # A row is a split of the fixed budget, named by its samples per prompt: a smaller budget split the same way (the
-    # `rehearsal` profile's 16 trajectories) lands in the same row.
-    at, runs = value.at, ctx.runs
-    runs = runs[(runs["task"] == at["task"]) & (runs["samples"] == at["samples"])]
-    runs = _filtered(runs, at["filtered"])
-    return _level(runs["peak_success" if at["stat"] == "success" else "step_time"], ctx.n_boot)
+    # Success is a level; step time and memory are judged as the change the filter brings at the same split, % of
+    # the unfiltered runs' mean: the paper's seconds are its hardware's, its claim the relative cut (analysis.paper).
+    at = value.at
+    runs = _table5_runs(ctx, at["task"], at["samples"])
+    if at["stat"] == "success":
+        return _level(_filtered(runs, at["filtered"])["peak_success"], ctx.n_boot)
+    column = "step_time" if at["stat"] == "time_change" else "peak_memory"
+    return _change(_filtered(runs, False)[column], _filtered(runs, True)[column], ctx.n_boot)
 
 
 def _final_of(ctx: Context, runs: pd.DataFrame, stat: str) -> Any:
@@ -250,9 +302,18 @@ def _correlations(ctx: Context, value: Value) -> Measured:
     return stats[coefficient], stats[f"{coefficient}_lo"], stats[f"{coefficient}_hi"], int(stats["n"])
 
 
+# Which series declined first, from `analysis.early_warning`'s outcome (a series not declined by the run's end
+# declines, if ever, later): +1 MI, -1 success, 0 neither first; a run missing either series is left out.
+DECLINE_ORDER = {"MI first": 1.0, "MI only": 1.0, "success first": -1.0, "success only": -1.0, "together": 0.0,
+                 "no decline": 0.0}
+
+
 @measures("early_warning")
-def _early_warning(ctx: Context, value: Value) -> Measured:  # claim only: analysis.science's finding 1b judges it
-    return NONE
+def _early_warning(ctx: Context, value: Value) -> Measured:
+    leads = ctx.leads()
+    if value.at["stat"] == "lead":
+        return _level(leads["lead_steps"].astype("float64"), ctx.n_boot)
+    return _level(leads["outcome"].map(DECLINE_ORDER).astype("float64"), ctx.n_boot)
 
 
 @measures("gradient")
@@ -294,14 +355,41 @@ def _filters(ctx: Context, value: Value) -> Measured:
     return _delta(arm[value.at["worse"]], arm[value.at["better"]], ctx.n_boot)
 
 
+REGULARISERS = {"algorithm.entropy_coeff": "entropy bonus", "algorithm.kl_coef": "KL loss"}
+
+
+def doses(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run (the index of `runs`), the coefficient each regulariser of `REGULARISERS` is applied with: the
+    entropy coefficient, and the KL coefficient only where the KL loss is on (`algorithm.use_kl`; every cell
+    carries a `kl_coef`, conf/algorithm/_base.yaml, and the entropy sweep's cells run with the loss off). NaN where
+    unknown."""
+    import pandas as pd
+
+    use_kl = runs["config.algorithm.use_kl"].map(lambda v: {"true": 1.0, "false": 0.0}.get(str(v).lower()))
+    use_kl = use_kl.astype("float64")
+    kl = pd.to_numeric(runs["config.algorithm.kl_coef"], errors="coerce").where(use_kl == 1.0, 0.0)
+    entropy = pd.to_numeric(runs["config.algorithm.entropy_coeff"], errors="coerce")
+    return pd.DataFrame({"algorithm.entropy_coeff": entropy, "algorithm.kl_coef": kl.where(use_kl.notna())},
+                        index=runs.index)
+
+
+def dose_curve(runs: pd.DataFrame, coefficient: str) -> pd.Series:
+    """One regulariser's dose-response curve: its coefficient per run, over the runs whose other regularisers are
+    off (the entropy sweep for the entropy bonus, the KL sweep for the KL loss; the run with both off is the origin
+    of both). Pooling the sweeps would put every KL run at entropy 0 on the entropy curve."""
+    dose = doses(runs)
+    others = [column for column in dose.columns if column != coefficient]
+    return dose.loc[(dose[others] == 0).all(axis=1) & dose[coefficient].notna(), coefficient]
+
+
 @measures("entropy_kl")
 def _entropy_kl(ctx: Context, value: Value) -> Measured:
     from analysis.correlations import correlate
 
-    coefficient = ctx.runs[f"config.{value.at['coefficient']}"].astype(float)
+    coefficient = dose_curve(ctx.runs, value.at["coefficient"])
     if coefficient.nunique() < 2:
         return NONE
-    final = ctx.runs["run_id"].map(ctx.final(value.at["metric"]))
+    final = ctx.runs.loc[coefficient.index, "run_id"].map(ctx.final(value.at["metric"]))
     stats = correlate(coefficient, final, n_boot=ctx.n_boot)
     return stats["spearman"], stats["spearman_lo"], stats["spearman_hi"], int(stats["n"])
 
@@ -315,10 +403,11 @@ def _length(ctx: Context, value: Value) -> Measured:
     changes = []
     for _, steps in history[history["run_id"].isin(runs)].groupby("run_id"):
         values = steps.sort_values("step")["value"].to_numpy(dtype=np.float64)
-        if values.size >= 2 * TAIL:
-            first, last = values[:TAIL].mean(), values[-TAIL:].mean()
-            if first > 0:
-                changes.append(100.0 * (last - first) / first)
+        values = values[np.isfinite(values)]
+        ends = min(TAIL, values.size // 2)  # the first and last TAIL steps (a short run: its two halves)
+        if ends >= 1 and values[:ends].mean() > 0:
+            first, last = values[:ends].mean(), values[-ends:].mean()
+            changes.append(100.0 * (last - first) / first)
     return _level(changes, ctx.n_boot)
 
 
@@ -339,12 +428,128 @@ def _predictor(ctx: Context, value: Value) -> Measured:
     predictions = ctx.predictions
     if predictions is None or predictions.empty:
         return NONE
-    model = value.at["model"]
+    ratios = predictions.set_index("run_id")["ratio"].reindex(_predictor_runs(ctx, value)["run_id"])
+    return _level(ratios, ctx.n_boot)
+
+
+def _predictor_runs(ctx: Context, value: Value) -> pd.DataFrame:
+    """The runs without the filter of the value's task, algorithm and model."""
     runs = ctx.runs[(ctx.runs["task"] == value.at["task"])
                     & (ctx.runs["config.algorithm.name"] == value.at["algorithm"])
-                    & ctx.runs["config.model.path"].fillna("").astype(str).str.endswith(model.split("/")[-1])]
-    ratios = predictions.set_index("run_id")["ratio"].reindex(_filtered(runs, False)["run_id"])
-    return _level(ratios, ctx.n_boot)
+                    & (model_of(ctx.runs) == value.at["model"].split("/")[-1])]
+    return _filtered(runs, False)
+
+
+# --- what a section shows beside its comparison ------------------------------------------------------------------
+
+Details = Callable[["Context", "Item", "Section"], None]
+DETAILS: dict[str, Details] = {}
+
+
+def details(key: str) -> Callable[[Details], Details]:
+    """Register what a report section shows below its comparison: the measurements the verdicts were taken on."""
+    def register(function: Details) -> Details:
+        DETAILS[key] = function
+        return function
+    return register
+
+
+@details("table5")
+def _table5_details(ctx: Context, item: Item, section: Section) -> None:
+    import pandas as pd
+
+    rows = []
+    for value in item.published:
+        at = value.at
+        if at["stat"] != "success" or at["filtered"]:
+            continue
+        runs = _table5_runs(ctx, at["task"], at["samples"])
+        for on in (False, True):
+            arm = _filtered(runs, on)
+            if not arm.empty:
+                rows.append({"split": value.where.removeprefix("Table 5, "), "filter": "on" if on else "off",
+                             "runs": len(arm), "mean step time (s)": arm["step_time"].mean(),
+                             "peak memory (GB)": arm["peak_memory"].mean()})
+    if rows:
+        section.table(pd.DataFrame(rows), f"What the changes are taken from: per split, the mean step time "
+                      f"({names.STEP_TIME}) and the peak memory ({names.PEAK_MEMORY}: the accelerator's peak "
+                      "allocation on a GPU, the process's peak resident set on a CPU), mean over runs", digits=3)
+
+
+@details("early_warning")
+def _early_warning_details(ctx: Context, item: Item, section: Section) -> None:
+    from analysis.controls import control_lines
+    from analysis.early_warning import DEFAULT_RULE
+
+    leads = ctx.leads()
+    if leads.empty:
+        return
+    counts = leads["outcome"].value_counts()
+    section.note(f"Decline: a series at or below {1 - DEFAULT_RULE.drop_fraction:.0%} of its running peak on "
+                 f"{DEFAULT_RULE.patience} logged points in a row (analysis.early_warning's rule, the collapse "
+                 f"alert's first one), MI as {names.MI_ZSCORE_EMA}, success as {names.VAL_SUCCESS}. Runs without "
+                 "the filter: " + ", ".join(f"{outcome} {count}" for outcome, count in counts.items()) + ".")
+    tasks = ctx.runs.loc[ctx.runs["run_id"].isin(leads["run_id"]), "task"].dropna().unique()
+    for line in control_lines(tasks):  # has MI been seen to move where it is read here? (its measured rates)
+        section.note(line)
+    shown = ctx.runs[["run_id", "run_name", "task", "variant", "seed"]].merge(leads, on="run_id")
+    section.table(shown.drop(columns="run_id"), "Per run without the filter: each series' peak and decline onset "
+                  "(steps), the lead, and the step the trainer's collapse alert fired")
+
+
+@details("entropy_kl")
+def _entropy_kl_details(ctx: Context, item: Item, section: Section) -> None:
+    import pandas as pd
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    metrics = list(dict.fromkeys(value.at["metric"] for value in item.published))
+    rows = []
+    for coefficient, regulariser in REGULARISERS.items():
+        curve = dose_curve(ctx.runs, coefficient)
+        runs = ctx.runs.loc[curve.index, ["run_id"]].assign(coefficient=curve)
+        for metric in metrics:
+            runs[metric] = runs["run_id"].map(ctx.final(metric))
+        for dose, group in runs.groupby("coefficient", sort=True):
+            rows.append({"curve": regulariser, "coefficient": dose, "runs": len(group),
+                         **{f"final {metric}": group[metric].mean() for metric in metrics}})
+    if not rows:
+        return
+    frame = pd.DataFrame(rows)
+    section.table(frame, "The two dose-response curves, each over the runs whose other regulariser is off, "
+                  "against its own coefficient (the KL coefficient counts only with the KL loss on); mean over runs",
+                  digits=4)
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[f"final {metric}" for metric in metrics])
+    for column, metric in enumerate(metrics, start=1):
+        for regulariser, curve in frame.groupby("curve", sort=False):
+            fig.add_trace(go.Scatter(x=curve["coefficient"].map("{:g}".format), y=curve[f"final {metric}"],
+                                     mode="lines+markers", name=regulariser, legendgroup=regulariser,
+                                     showlegend=column == 1), row=1, col=column)
+        fig.update_xaxes(title_text="coefficient", type="category", row=1, col=column)
+    fig.update_layout(title=f"{item.ref}: one curve per regulariser", height=420, margin={"t": 60})
+    section.figure(fig)
+
+
+# --- why a section measured nothing, where the runs say why -------------------------------------------------------
+
+UNMEASURABLE: dict[str, Callable[[Context, Item], str | None]] = {}  # section -> the reason, or None
+
+
+def _predictor_unmeasurable(ctx: Context, item: Item) -> str | None:
+    import pandas as pd
+
+    if ctx.predictions is None or ctx.predictions.empty:
+        return None
+    runs = pd.concat([_predictor_runs(ctx, value) for value in item.published])["run_id"].unique()
+    read = ctx.predictions[ctx.predictions["run_id"].isin(runs)]
+    if read.empty or not (read["zero_variance_share"] >= 1.0).all():
+        return None
+    return (f"Not measurable on these runs: the first rollout batch of each of the {len(read)} run(s) without the "
+            "filter that this item reads had zero reward variance in every group, so std(RV)/mean(RV) is undefined "
+            "(analysis.predictor).")
+
+
+UNMEASURABLE["predictor"] = _predictor_unmeasurable
 
 
 # --- the sections ------------------------------------------------------------------------------------------------
@@ -424,15 +629,11 @@ def paper_sections(data: RunData, summary: pd.DataFrame, items: list[Item], *, n
         for line in banner:
             section.note(line)
         section.note(f"Claim: {item.claim}. Settings: {item.settings}.")
-        if not item.published:
-            section.note("The paper prints no number for this item; its verdict is the matching finding of "
-                         "\"Does the paper's story hold here?\" above.")
-            sections.append(section)
-            continue
         frame = comparison(ctx, item)
         if frame.empty:
-            section.note(f"No finished cell of {', '.join(f'sweeps/{s}.yaml' for s in item.sweeps)} measures "
-                         "this item yet.")
+            why = UNMEASURABLE[item.section](ctx, item) if item.section in UNMEASURABLE else None
+            section.note(why or f"No finished cell of {', '.join(f'sweeps/{s}.yaml' for s in item.sweeps)} "
+                         "measures this item yet.")
             sections.append(section)
             continue
         counts = frame["verdict"].value_counts()
@@ -441,5 +642,7 @@ def paper_sections(data: RunData, summary: pd.DataFrame, items: list[Item], *, n
         section.table(frame[COLUMNS], digits=3)
         if (frame["verdict"] != INCONCLUSIVE).any() or frame["_lo"].notna().any():
             section.figure(figure(item, frame))
+        if item.section in DETAILS:
+            DETAILS[item.section](ctx, item, section)
         sections.append(section)
     return sections

@@ -9,15 +9,16 @@ runs in an arm make a judgement *inconclusive*.
 
 A published number has no interval (the paper prints one value per cell, from one run). It is judged by kind:
 
-* a **level** (a success rate, an MI value, a step time, a correlation): *reproduced* when the published value,
-  widened by half its last printed digit (:data:`PRINT_TOLERANCE`), overlaps the measured interval; *not
-  reproduced* when it lies entirely outside it; *inconclusive* with fewer than :data:`MIN_SEEDS` runs. A wide
-  interval reproduces easily: its width is printed beside the verdict, and a level is only comparable at the
-  paper's scale (a rehearsal on the tiny model says so in its banner).
-* a **direction** (a filter gain, a change over training): the sign is the claim. *Reproduced* when the measured
-  interval clears 0 on the published side (or, for a published 0.0 -- "no effect" --, when it spans 0); *not
-  reproduced* when it clears 0 on the other side (or, for a published 0.0, when it excludes 0); *inconclusive*
-  when it spans 0 or has too few runs. The magnitude is shown, not judged.
+* a **level** (a success rate, an MI value, a correlation): *reproduced* when the published value, widened by
+  half its last printed digit (:data:`PRINT_TOLERANCE`; a claim printed in words, e.g. "about unchanged", states
+  its own width), overlaps the measured interval; *not reproduced* when it lies entirely outside it;
+  *inconclusive* with fewer than :data:`MIN_SEEDS` runs. A wide interval reproduces easily: its width is printed
+  beside the verdict, and a level is only comparable at the paper's scale (a rehearsal on the tiny model says so in
+  its banner).
+* a **direction** (a filter gain, a change over training, a step-time cut): the sign is the claim. *Reproduced*
+  when the measured interval clears 0 on the published side (or, for a published 0.0 -- "no effect" --, when it
+  spans 0); *not reproduced* when it clears 0 on the other side (or, for a published 0.0, when it excludes 0);
+  *inconclusive* when it spans 0 or has too few runs. The magnitude is shown, not judged.
 """
 
 from __future__ import annotations
@@ -66,6 +67,23 @@ def delta_interval(base, treated, n_boot: int = N_BOOT) -> tuple[float, float, f
     draws = (treated[rng.integers(0, treated.size, size=(n_boot, treated.size))].mean(axis=1)
              - base[rng.integers(0, base.size, size=(n_boot, base.size))].mean(axis=1))
     return (float(treated.mean() - base.mean()), *percentiles(draws))
+
+
+def change_interval(base, treated, n_boot: int = N_BOOT) -> tuple[float, float, float]:
+    """(change, lo, hi): the relative change ``100 * (mean(treated) / mean(base) - 1)``, in percent of the base,
+    each arm resampled on its own as in :func:`delta_interval` (NaN when an arm is empty or the base's mean is not
+    positive)."""
+    base = np.asarray(base, dtype=np.float64)
+    treated = np.asarray(treated, dtype=np.float64)
+    base, treated = base[np.isfinite(base)], treated[np.isfinite(treated)]
+    if not base.size or not treated.size or base.mean() <= 0:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(BOOT_SEED)
+    treated_means = treated[rng.integers(0, treated.size, size=(n_boot, treated.size))].mean(axis=1)
+    base_means = base[rng.integers(0, base.size, size=(n_boot, base.size))].mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        draws = np.where(base_means > 0, 100.0 * (treated_means / base_means - 1.0), np.nan)
+    return (float(100.0 * (treated.mean() / base.mean() - 1.0)), *percentiles(draws))
 
 
 def side(lo: float, hi: float, threshold: float) -> str:

@@ -196,7 +196,13 @@ def test_the_report_shows_published_beside_measured_with_a_verdict(demo_data) ->
     gradient_text = " ".join(block for block in gradient.blocks if isinstance(block, str))
     assert "No finished cell of sweeps/gradient.yaml measures this item yet." in gradient_text
     assert not any(not isinstance(block, str) for block in gradient.blocks)  # never an empty chart
-    assert any("prints no number" in block for block in early.blocks if isinstance(block, str))
+    # the early warning, measured by analysis.early_warning's onsets: every baseline run's MI falls first (step 25)
+    # and its success later (step 50); the filtered runs, whose MI never falls, are not its runs
+    early_frame = comparison(build_context(demo_data, summary, 100), paper.BY_KEY["early_warning"])  # order, lead
+    assert list(early_frame["runs"]) == [8, 8] and list(early_frame["measured"]) == [1.0, 25.0]
+    assert set(early_frame["verdict"]) == {verdicts.REPRODUCED}
+    early_text = " ".join(block for block in early.blocks if isinstance(block, str))
+    assert "2 reproduced of 2 published values measured" in early_text and "MI first 8." in early_text
 
 
 def test_orch_report_paper_bad_input_is_one_line_exit_2(demo_store, tmp_path, monkeypatch) -> None:
@@ -230,3 +236,177 @@ def test_orch_report_paper_puts_every_item_in_one_report(demo_store, monkeypatch
     assert "published values measured" in table4 and "REHEARSAL" in table4
     table5 = next(text for title, text in texts.items() if "Table 5" in title)
     assert "No cell of sweeps/table5.yaml has run yet." in table5
+
+
+# --- measurements on constructed runs with known answers -----------------------------------------------------------
+
+def _constructed(cells: list[tuple[dict[str, str], dict[str, list[float]]]]):
+    """RunData and its summary for finished cells given as (params, metric -> values at steps 1, 2, ...)."""
+    import pandas as pd
+
+    from analysis.mlflow_store import RunData
+    from analysis.summary import summarize
+
+    runs, rows = [], []
+    for index, (params, series) in enumerate(cells):
+        run = f"r{index}"
+        runs.append({"run_id": run, "run_name": run, "status": "FINISHED", "experiment": "constructed",
+                     "tags.cell": f"c{index}", "params.backend": "torch", "params.task.name": "sokoban",
+                     "params.algorithm.name": "ppo", "params.model.name": "tiny", "params.model.path": "None",
+                     "params.seed": str(index), **{f"params.{key}": value for key, value in params.items()}})
+        for key, values in series.items():
+            rows += [(run, key, step, value) for step, value in enumerate(values, start=1)]
+    metrics = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"]).assign(timestamp=0)
+    data = RunData(runs=pd.DataFrame(runs), metrics=metrics, tracking_uri="none", reader="archive")
+    return data, summarize(data)
+
+
+def test_entropy_and_kl_are_two_dose_response_curves_each_against_its_own_coefficient() -> None:
+    """The entropy sweep's cells carry kl_coef 0.001 with the KL loss off, the KL sweep's an entropy coefficient of 0:
+    final entropy rises along the entropy curve and falls along the KL curve. Each curve, over the runs whose other
+    regulariser is off (the run with both off is the origin of both), is exactly monotone (rho +1 and -1 over 5
+    runs); the raw coefficients of the pooled runs mix the two."""
+    from analysis.correlations import correlate
+    from analysis.paper import Value
+    from analysis.paper_report import SECTIONS, build_context, dose_curve
+
+    names = paper.names
+    cells = [({"algorithm.entropy_coeff": str(coef), "algorithm.use_kl": "False", "algorithm.kl_coef": "0.001"},
+              {names.ENTROPY: [1.0 + 10 * coef] * 3}) for coef in (0.0, 0.001, 0.01, 0.1)]
+    cells += [({"algorithm.entropy_coeff": "0.0", "algorithm.use_kl": str(coef > 0), "algorithm.kl_coef": str(coef)},
+               {names.ENTROPY: [1.0 - 5 * coef] * 3}) for coef in (0.0, 0.001, 0.01, 0.1)]
+    data, summary = _constructed(cells)
+    ctx = build_context(data, summary, n_boot=50)
+    assert sorted(dose_curve(ctx.runs, "algorithm.kl_coef")) == [0.0, 0.0, 0.001, 0.01, 0.1]
+    measure = SECTIONS["entropy_kl"]
+    for coefficient, rho in (("algorithm.entropy_coeff", 1.0), ("algorithm.kl_coef", -1.0)):
+        value = Value("constructed", "rho", 0.0, {"coefficient": coefficient, "metric": names.ENTROPY})
+        measured, _, _, runs = measure(ctx, value)
+        assert (measured, runs) == (pytest.approx(rho), 5), coefficient
+    final = ctx.runs["run_id"].map(ctx.final(names.ENTROPY))
+    for coefficient in ("algorithm.entropy_coeff", "algorithm.kl_coef"):  # what pooling the raw columns gave
+        pooled = correlate(ctx.runs[f"config.{coefficient}"].astype(float), final, n_boot=10)["spearman"]
+        assert abs(pooled) < 0.9, (coefficient, pooled)
+    sections = paper_sections(data, summary, [paper.BY_KEY["entropy_kl"]], n_boot=50)
+    captions = " ".join(block for block in sections[0].blocks if isinstance(block, str))
+    assert "The two dose-response curves" in captions and "KL loss" in captions
+
+
+def test_table5_is_judged_as_the_relative_step_time_and_memory_change_of_the_filter() -> None:
+    """Two splits of the budget, 3 seeds per arm: at 8 samples the filter cuts the step from 100 s to 60 s (-40%) and
+    memory stays at 20 GB (0%); at 2 samples it lengthens the step (-> 120 s, +20%) and raises memory by 50%. The
+    seconds are not the paper's hardware's, so they are never compared with its numbers."""
+    from analysis.paper import Value
+    from analysis.paper_report import build_context, comparison
+
+    names = paper.names
+    cells = []
+    for samples, time_on, memory_on in ((8, 60.0, 20.0), (2, 120.0, 30.0)):
+        for filtered, time, memory in ((False, 100.0, 20.0), (True, time_on, memory_on)):
+            for seed in range(3):
+                params = {"trainer.prompts_per_step": str(64 // samples), "trainer.samples_per_prompt": str(samples),
+                          "filter.strategy": "top_p" if filtered else "none", "filter.value": "0.9" if filtered
+                          else "1.0"}
+                cells.append((params, {names.STEP_TIME: [time + seed - 1, time - seed + 1],
+                                       names.PEAK_MEMORY: [memory - 1, memory], names.VAL_SUCCESS: [0.2, 0.3]}))
+    data, summary = _constructed(cells)
+    at = {"task": "sokoban", "prompts": 8, "samples": 8}
+    values = (Value("T5, 8x8", "time", -40.0, {**at, "stat": "time_change"}, verdicts.DIRECTION),
+              Value("T5, 8x8", "memory", 0.0, {**at, "stat": "memory_change"}, verdicts.LEVEL, tolerance=10.0),
+              Value("T5, 32x2", "time", -40.0, {**at, "samples": 2, "stat": "time_change"}, verdicts.DIRECTION),
+              Value("T5, 32x2", "memory", 0.0, {**at, "samples": 2, "stat": "memory_change"}, verdicts.LEVEL,
+                    tolerance=10.0))
+    item = paper.Item("t5", "Table 5", "constructed", "constructed", ("table5",), (), "table5", "", values)
+    frame = comparison(build_context(data, summary, 200), item)
+    assert list(frame["measured"]) == [pytest.approx(-40.0), pytest.approx(0.0), pytest.approx(20.0),
+                                       pytest.approx(50.0)]
+    assert list(frame["runs"]) == [3, 3, 3, 3]
+    assert list(frame["verdict"]) == [verdicts.REPRODUCED, verdicts.REPRODUCED, verdicts.NOT_REPRODUCED,
+                                      verdicts.NOT_REPRODUCED]
+    # the map's own Table 5: success levels, and per filtered split the time change (a direction, the paper's
+    # relative cut) and the memory change (0 within the tolerance); no step time in seconds is judged
+    stats = [value.at["stat"] for value in paper.BY_KEY["table5"].published]
+    assert "step_time" not in stats and stats.count("time_change") == stats.count("memory_change") == 3
+    cuts = {value.at["samples"]: value.value for value in paper.BY_KEY["table5"].published
+            if value.at["stat"] == "time_change"}
+    assert cuts == {2: -29.3, 4: -41.4, 16: -26.1}  # 91.8 -> 64.9 s, 89.8 -> 52.6 s, 89.2 -> 65.9 s
+
+
+@pytest.mark.parametrize(("base", "treated", "change"), [
+    ([100.0, 100.0, 100.0], [60.0, 60.0, 60.0], (-40.0, -40.0, -40.0)),
+    ([90.0, 100.0, 110.0], [60.0, 60.0, 60.0], None),  # the base's spread widens the interval around -40
+    ([0.0, 0.0], [1.0], (math.nan,) * 3),  # no positive base
+])
+def test_change_interval_is_percent_of_the_base(base, treated, change) -> None:
+    measured = verdicts.change_interval(base, treated, n_boot=500)
+    if change is None:
+        assert measured[0] == pytest.approx(-40.0) and measured[1] < -40.0 < measured[2]
+    else:
+        assert measured == pytest.approx(change, nan_ok=True)
+
+
+def test_check_names_an_item_without_a_published_value(monkeypatch) -> None:
+    bare = paper.BY_KEY["slip"]
+    monkeypatch.setattr(paper, "ITEMS", (paper.Item(bare.key, bare.ref, bare.title, bare.claim, bare.sweeps,
+                                                    bare.metrics, bare.section, bare.settings),))
+    assert paper.check(set(SECTIONS)) == [
+        "Figure: FrozenLake slip rate (slip): no published value (a printed number, or the claim's sign)"]
+
+
+def test_the_early_warning_is_measured_by_the_decline_rule_on_runs_without_the_filter() -> None:
+    """analysis.early_warning's onsets (30% below the running peak twice in a row) on constructed runs: MI falls at
+    step 3 and success at step 5 (lead 2, MI first); success falls alone (-1); nothing falls (0); a filtered run
+    whose MI falls alone is not one of the item's runs. The order's mean is 0 over 3 runs, the lead 2 over 1."""
+    from analysis.paper_report import build_context, comparison
+
+    names = paper.names
+    flat_mi, flat_success = [2.0] * 6, [0.5] * 6
+    off, on = {"filter.strategy": "none", "filter.value": "1.0"}, {"filter.strategy": "top_p", "filter.value": "0.9"}
+    cells = [(off, {names.MI_ZSCORE_EMA: [2.0, 2.0, 1.0, 1.0, 1.0, 1.0],
+                    names.VAL_SUCCESS: [0.5, 0.5, 0.5, 0.5, 0.2, 0.2]}),
+             (off, {names.MI_ZSCORE_EMA: flat_mi, names.VAL_SUCCESS: [0.5, 0.5, 0.2, 0.2, 0.2, 0.2]}),
+             (off, {names.MI_ZSCORE_EMA: flat_mi, names.VAL_SUCCESS: flat_success}),
+             (on, {names.MI_ZSCORE_EMA: [2.0, 1.0, 1.0, 1.0, 1.0, 1.0], names.VAL_SUCCESS: flat_success})]
+    data, summary = _constructed(cells)
+    frame = comparison(build_context(data, summary, 200), paper.BY_KEY["early_warning"])
+    assert list(frame["measured"]) == [0.0, 2.0] and list(frame["runs"]) == [3, 1]
+    assert list(frame["verdict"]) == [verdicts.INCONCLUSIVE, verdicts.INCONCLUSIVE]  # spans 0; one run
+
+
+def test_length_change_reads_a_short_runs_halves() -> None:
+    """The first and the last 3 logged lengths of a long run; a run of fewer than 6 steps compares its two halves
+    (a 2-step rehearsal: step 1 against step 2), never overlapping ends."""
+    from analysis.paper_report import build_context, comparison
+
+    names = paper.names
+    cells = [({}, {names.RESPONSE_LENGTH: [100.0, 100.0, 100.0, 70.0, 50.0, 50.0, 50.0]}),  # -50%
+             ({}, {names.RESPONSE_LENGTH: [100.0, 80.0]}),  # -20%
+             ({}, {names.RESPONSE_LENGTH: [100.0]})]  # one step: no change to read
+    data, summary = _constructed(cells)
+    frame = comparison(build_context(data, summary, 100), paper.BY_KEY["length"])
+    [sokoban] = frame[frame["where"].str.contains("response length")].itertuples()
+    assert (sokoban.measured, sokoban.runs) == (pytest.approx(-35.0), 2)
+
+
+def test_the_predictor_reads_a_code_built_model_as_the_3b_and_says_when_no_ratio_exists() -> None:
+    """A rehearsal's code-built text model stands for Qwen2.5-3B (as in Table 4's rows), so its baseline run's ratio
+    is the Sokoban 3B PPO point, never the 14B one; a batch in which every group scored alike has no ratio, and the
+    section says so instead of 'no finished cell'."""
+    import pandas as pd
+
+    from analysis.paper_report import build_context, comparison
+
+    names = paper.names
+    off = {"filter.strategy": "none", "filter.value": "1.0"}
+    data, summary = _constructed([(off, {names.VAL_SUCCESS: [0.1, 0.2]}), (off, {names.VAL_SUCCESS: [0.1, 0.2]})])
+    runs = list(summary["run_id"])
+    predictions = pd.DataFrame({"run_id": runs, "step": [1, 1], "ratio": [1.2, 0.8], "verdict": ["", ""],
+                                "num_prompts": [8, 8], "zero_variance_share": [0.5, 0.25]})
+    frame = comparison(build_context(data, summary, 100, predictions), paper.BY_KEY["predictor"])
+    assert list(frame["quantity"]) == ["std(RV)/mean(RV), sokoban Qwen2.5-3B PPO"]  # not the 14B point
+    assert (frame["measured"].item(), frame["runs"].item()) == (pytest.approx(1.0), 2)
+    flat = predictions.assign(ratio=math.nan, zero_variance_share=1.0)
+    [section] = paper_sections(data, summary, [paper.BY_KEY["predictor"]], n_boot=50, predictions=flat)
+    text = " ".join(block for block in section.blocks if isinstance(block, str))
+    assert "Not measurable on these runs: the first rollout batch of each of the 2 run(s)" in text
+    assert "zero reward variance in every group" in text and "No finished cell" not in text

@@ -1,13 +1,15 @@
 """The rehearsal of the whole paper (issue: "The paper, cell for cell"): every paper sweep runs under the `rehearsal`
 profile (sweeps/profiles.yaml: the tiny model with a small warm start, 2 steps, one seed, a subset of cells) on the
 real local executor, then `orch report --paper --strict` must find, in every finished cell, a finite value of every
-metric its map items need, and render every item with the published value beside the measured one. Removing one
-metric from one cell must make the check fail, naming the item and the metric. The numbers mean nothing (a tiny
-model, 2 steps); what is tested is that a paper sweep comes back as the paper's report."""
+metric its map items need, and render every item with at least one published value beside a measured one.
+Removing one metric from one cell must make the check fail, naming the item and the metric. The numbers mean nothing
+(a tiny model, 2 steps); what is tested is that a paper sweep comes back as the paper's report."""
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -16,11 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from analysis.paper import paper_sweeps
+from analysis.paper import ITEMS, paper_sweeps
 from orchestrator.plan import build_plan
 from orchestrator.spec import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
+# Items the rehearsal's runs may leave unmeasured, with the reason their section must then give: the predictor's
+# std(RV)/mean(RV) is undefined on a batch whose every group scored alike, as the tiny model's 2-step rollouts nearly
+# always do (format validity about 0.5%: every Sokoban episode -0.5; one cell in ten had a group that varied).
+UNMEASURABLE_HERE = {"predictor": "zero reward variance in every group"}
 
 
 def orch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -58,6 +64,18 @@ def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monk
     page = (tmp_path / "paper.html").read_text()
     assert "has run yet" not in page  # every map item has finished cells
     assert "published" in page and "measured" in page and "REHEARSAL" in page and "GENERATED DATA" in page
+    # ... and every item's section holds at least one measured value beside its published one (or, for an item in
+    # UNMEASURABLE_HERE, the reason its runs give)
+    sections = {section.split("</h2>", 1)[0]: section for section in page.split("<h2>")[1:]}
+    for item in ITEMS:
+        [section] = [text for title, text in sections.items()
+                     if title.startswith(html.escape(f"The paper, {item.ref}: {item.title}"))]
+        assert "measures this item yet" not in section, item.key
+        measured = re.search(r"of (\d+) published values measured", section)
+        if measured is None and item.key in UNMEASURABLE_HERE:
+            assert UNMEASURABLE_HERE[item.key] in section, f"{item.key}: {section[:800]}"
+            continue
+        assert measured and int(measured.group(1)) >= 1, f"{item.ref} ({item.key}): {section[:800]}"
 
     with sqlite3.connect(tmp_path / "mlflow.db") as db:  # one cell of Table 6 loses its MI estimate
         (run,) = db.execute("SELECT r.run_uuid FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
