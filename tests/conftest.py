@@ -27,6 +27,7 @@ GROUPS = {
     # test_deepcoder asserts no sandbox process is left anywhere on the machine
     "deepcoder": ("envs/test_deepcoder.py", "recipes/torch_trainer/test_train_deepcoder.py"),
     # module fixtures of tens of seconds, built once
+    "controls": ("recipes/diagnostics/test_controls.py",),  # the control arms, one shared prefix and warm start
     "fidelity": ("analysis/test_fidelity.py",),
     "golden": ("orchestrator/test_golden_digests.py",),
     "report": ("analysis/test_report.py",),
