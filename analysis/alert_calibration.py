@@ -113,11 +113,15 @@ def _rule_of(row) -> CollapseRule:
     return CollapseRule(**values)
 
 
+def _cell_runs(data: RunData):
+    """The runs of ``data`` that are a sweep's cells (a sweep's parent run is not)."""
+    runs = data.runs
+    return runs[runs["tags.orch.role"] == "cell"] if "tags.orch.role" in runs.columns else runs
+
+
 def cells_from(data: RunData, sweep: str) -> list[Cell]:
     """The cells of ``data`` (one sweep's runs) that computed MI, as :class:`Cell` rows."""
-    runs = data.runs
-    if "tags.orch.role" in runs.columns:
-        runs = runs[runs["tags.orch.role"] == "cell"]
+    runs = _cell_runs(data)
     keys = (names.MI_ZSCORE_EMA, names.RETRIEVAL_ACC, names.RETRIEVAL_CHANCE, names.VAL_SUCCESS,
             names.VAL_FORMAT_VALID, ROLLOUT_SUCCESS, names.COLLAPSE_ALERT)
     history = {key: data.history(key) for key in keys}
@@ -353,11 +357,8 @@ def alert_lines(used: list[CollapseRule], record: dict | None = None) -> list[st
 
 def rules_used(data: RunData) -> list[CollapseRule]:
     """The distinct rules the runs of ``data`` ran the alert with (from their params)."""
-    runs = data.runs
-    if "tags.orch.role" in runs.columns:
-        runs = runs[runs["tags.orch.role"] == "cell"]
-    if "params.diagnostics.rule.drop_fraction" not in runs.columns:
+    runs = _cell_runs(data)
+    key = "params.diagnostics.rule.drop_fraction"
+    if key not in runs.columns:
         return []
-    return list({_rule_of(row) for _, row in runs.iterrows()
-                 if row.get("params.diagnostics.rule.drop_fraction") == row.get("params.diagnostics.rule.drop_fraction")
-                 and row.get("params.diagnostics.rule.drop_fraction") is not None})
+    return list({_rule_of(row) for _, row in runs[runs[key].notna()].iterrows()})
