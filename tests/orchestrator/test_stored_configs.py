@@ -167,7 +167,24 @@ def old_store(workdir: Path, tracking: str) -> Store:
     return Store.open(f"sqlite:///{path}", create=False)  # as `orch resume` opens it
 
 
-def test_a_store_from_before_stored_configs_still_resumes(workdir, test_backend, tracking) -> None:
+@pytest.fixture
+def conf_before_the_rule_choice(tmp_path, monkeypatch) -> Path:
+    """conf/ as when the old store was written: the collapse rule's defaults before #46 chose a new one (LEGACY_RULE)."""
+    conf = tmp_path / "conf-legacy-rule"
+    shutil.copytree(compose.CONF_DIR, conf)
+    path = conf / "train.yaml"
+    text_ = path.read_text()
+    for now, then in (("drop_fraction: 0.5", "drop_fraction: 0.3"), ("patience: 1 ", "patience: 2 "),
+                      ("reference: baseline", "reference: peak")):
+        assert now in text_, now
+        text_ = text_.replace(now, then)
+    path.write_text(text_)
+    monkeypatch.setattr(compose, "CONF_DIR", conf)
+    return conf
+
+
+def test_a_store_from_before_stored_configs_still_resumes(workdir, test_backend, tracking,
+                                                          conf_before_the_rule_choice) -> None:
     store = old_store(workdir, tracking)
     context = store.job_context(2)
     assert context.config_json is None and context.digest == "096429ab49f177a3"  # no cell_configs table at all
@@ -176,16 +193,34 @@ def test_a_store_from_before_stored_configs_still_resumes(workdir, test_backend,
     assert store.counts(store.require_sweep("legacy").id) == {"finished": 2}
 
 
-def test_replan_gives_an_old_stores_cells_their_configs_under_the_same_identities(workdir, test_backend,
-                                                                                 tracking, monkeypatch) -> None:
+def test_replan_gives_an_old_stores_cells_their_configs_under_the_same_identities(workdir, test_backend, tracking,
+                                                                                 conf_before_the_rule_choice,
+                                                                                 monkeypatch) -> None:
     store = old_store(workdir, tracking)
-    report = replan(store, "legacy")  # this change leaves every identity as it was
+    report = replan(store, "legacy")  # conf/ as then: every identity as it was
     assert (report.resolved, report.unchanged, report.changed) == (1, 1, [])
     context = store.job_context(2)
     assert context.config_json is not None and context.digest == "096429ab49f177a3"
     no_hydra(monkeypatch)
     assert resume(store, "legacy", executor="debug").submitted == 1
     assert store.counts(store.require_sweep("legacy").id) == {"finished": 2}
+
+
+def test_an_old_store_meets_todays_conf_with_one_line_and_replan_names_the_new_identity(workdir, test_backend,
+                                                                                         tracking) -> None:
+    """Today's conf/ chose a new collapse rule (#46, CHANGELOG): the old pending cell no longer hashes to its identity
+    when composed; its job says so in one line, and replan replaces it, naming both identities."""
+    store = old_store(workdir, tracking)
+    context = store.job_context(2)
+    with pytest.raises(OrchError) as refused:
+        compose_cell_config(context)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("cell 096429ab49f177a3 of sweep legacy: conf/ changed since the sweep "
+                                                "was planned") and "orch resume legacy --replan" in line
+    report = replan(store, "legacy")
+    assert (report.resolved, report.unchanged) == (1, 0)
+    now = line.split("the config now hashes to ")[1].split(")")[0]
+    assert report.changed == [("096429ab49f177a3", "pending", now, "new, pending")]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

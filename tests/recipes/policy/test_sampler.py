@@ -171,11 +171,13 @@ def test_the_blind_control_is_part_of_a_runs_identity_on_both_backends() -> None
     plain = compose_train_config(["trainer=test"])
     assert plain.digest() == compose_train_config(["trainer=test", "control.blind_from_step=0"]).digest()
     assert plain.digest() != compose_train_config(["trainer=test", "control.blind_from_step=2"]).digest()
-    planted = compose_train_config(["trainer=test", "control.blind_from_step=3"])
-    assert planted.digest() == "29fca7fb3d9336e2"  # as computed before blind_strength existed
+    legacy_rule = ["diagnostics.rule.drop_fraction=0.3", "diagnostics.rule.patience=2", "diagnostics.rule.reference=peak"]
+    planted = compose_train_config(["trainer=test", "control.blind_from_step=3", *legacy_rule])
+    assert planted.digest() == "29fca7fb3d9336e2"  # as computed before blind_strength existed (and before #46's rule)
     for strength in ("1.0", "1"):
-        assert compose_train_config(["trainer=test", "control.blind_from_step=3",
+        assert compose_train_config(["trainer=test", "control.blind_from_step=3", *legacy_rule,
                                      f"control.blind_strength={strength}"]).digest() == planted.digest()
-    graded = compose_train_config(["trainer=test", "control.blind_from_step=3", "control.blind_strength=0.5"])
+    graded = compose_train_config(["trainer=test", "control.blind_from_step=3", *legacy_rule,
+                                   "control.blind_strength=0.5"])
     assert graded.control.blind_strength == 0.5 and graded.digest() != planted.digest()
     assert plain.digest() == compose_train_config(["trainer=test", "control.blind_strength=1.0"]).digest()
