@@ -1,11 +1,12 @@
 """Early warning: per run, how many steps MI's decline preceded the decline of task success (RAGEN-2, arXiv
 2604.06268: MI falls before success).
 
-Both series go through the same rule, :func:`decline_onset`: a series has *declined* once it sits at or below
-``(1 - drop_fraction)`` times its running peak (a positive peak) for ``patience`` consecutive logged points; the
-onset is the step of the first of those points. The defaults are the training-time detector's first rule
-(``recipes.stats.collapse.LEGACY_RULE``: a 30% fall, seen twice in a row; the findings' rules were declared with it,
-so it stays theirs when the alert's own default moves -- issue 46 chose that offline). The lead is
+Both series go through the collapse alert's own rule on one series, :func:`recipes.stats.collapse.decline_onset`: a
+series has *declined* once it has fallen ``drop_fraction`` below its level (running peak, or early baseline) on
+``patience`` consecutive logged points; the onset is the step of the first of those points. The rule here is the
+training-time detector's first (``recipes.stats.collapse.LEGACY_RULE``: 30% below the running peak, seen twice in a
+row; the findings' rules were declared with it, so it stays theirs when the alert's own default moves -- issue 46
+chose that offline); pass ``rule`` to date declines under another. The lead is
 ``success_decline_step - mi_decline_step``: positive when MI fell first. The step at which the trainer's own
 detector raised ``collapse/alert`` is reported beside it.
 
@@ -20,10 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from analysis import names
-from recipes.stats.collapse import LEGACY_RULE
+from recipes.stats.collapse import LEGACY_RULE, CollapseRule, decline_onset
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,26 +30,6 @@ if TYPE_CHECKING:
     from analysis.mlflow_store import RunData
 
 DEFAULT_RULE = LEGACY_RULE  # the declared decline rule (module docstring), not the alert's current default
-
-
-def decline_onset(
-    steps: np.ndarray, values: np.ndarray, drop_fraction: float = DEFAULT_RULE.drop_fraction,
-    patience: int = DEFAULT_RULE.patience,
-) -> int | None:
-    """The step at which the series' decline began (see the module docstring), or None if it never declined.
-
-    ``steps`` ascending; NaN values are skipped.
-    """
-    keep = np.isfinite(values)
-    steps, values = np.asarray(steps)[keep], np.asarray(values, dtype=np.float64)[keep]
-    peak, streak = -np.inf, 0
-    for index, value in enumerate(values):
-        peak = max(peak, value)
-        fallen = peak > 0 and value <= (1.0 - drop_fraction) * peak
-        streak = streak + 1 if fallen else 0
-        if streak >= patience:
-            return int(steps[index - patience + 1])
-    return None
 
 
 def _outcome(mi: int | None, success: int | None, has_data: bool) -> str:
@@ -70,8 +49,7 @@ def early_warning(
     *,
     mi_key: str = names.MI_ZSCORE_EMA,
     success_key: str = names.VAL_SUCCESS,
-    drop_fraction: float = DEFAULT_RULE.drop_fraction,
-    patience: int = DEFAULT_RULE.patience,
+    rule: CollapseRule = DEFAULT_RULE,
 ) -> pd.DataFrame:
     """The per-run lead frame of the module docstring, for every run that logged MI or success."""
     import pandas as pd
@@ -83,8 +61,8 @@ def early_warning(
     for run_id in sorted(set(mi_all["run_id"]) | set(success_all["run_id"])):
         mi = mi_all[mi_all["run_id"] == run_id].sort_values("step")
         success = success_all[success_all["run_id"] == run_id].sort_values("step")
-        mi_step = decline_onset(mi["step"].to_numpy(), mi["value"].to_numpy(), drop_fraction, patience)
-        success_step = decline_onset(success["step"].to_numpy(), success["value"].to_numpy(), drop_fraction, patience)
+        mi_step = decline_onset(mi["step"].to_numpy(), mi["value"].to_numpy(), rule)
+        success_step = decline_onset(success["step"].to_numpy(), success["value"].to_numpy(), rule)
         alert = first_alert.get(run_id)
         rows.append(
             {

@@ -486,9 +486,9 @@ def _early_warning_details(ctx: Context, item: Item, section: Section) -> None:
         return
     counts = leads["outcome"].value_counts()
     section.note(f"Decline: a series at or below {1 - DEFAULT_RULE.drop_fraction:.0%} of its running peak on "
-                 f"{DEFAULT_RULE.patience} logged points in a row (analysis.early_warning's rule, the collapse "
-                 f"alert's first one), MI as {names.MI_ZSCORE_EMA}, success as {names.VAL_SUCCESS}. Runs without "
-                 "the filter: " + ", ".join(f"{outcome} {count}" for outcome, count in counts.items()) + ".")
+                 f"{DEFAULT_RULE.patience} logged points in a row (the collapse alert's legacy rule applied to one "
+                 f"series, recipes.stats.collapse.decline_onset), MI as {names.MI_ZSCORE_EMA}, success as "
+                 f"{names.VAL_SUCCESS}. Runs without the filter: " + ", ".join(f"{outcome} {count}" for outcome, count in counts.items()) + ".")
     tasks = ctx.runs.loc[ctx.runs["run_id"].isin(leads["run_id"]), "task"].dropna().unique()
     for line in control_lines(tasks):  # has MI been seen to move where it is read here? (its measured rates)
         section.note(line)

@@ -19,10 +19,16 @@ docs/diagnostics.md#the-alerts-error-rates); :data:`LEGACY_RULE` is the rule bef
 planned before it ran with.
 
 The alert latches: it is raised once (``new_alert``) and stays on. Its state travels with checkpoints.
+
+:func:`decline_onset` is the same rule on one logged series (steps 1, 2 and the ``patience`` / ``min_points`` gate;
+no success guard): `analysis.early_warning` dates MI's and success's declines with it, so the paper's "MI falls
+before success" is measured with the rule the alert runs, not with a copy of it.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, ClassVar, Literal
 
@@ -50,6 +56,26 @@ class CollapseRule(BaseModel):
     # Keys added after cells had run with the rule (`recipes.config.schema.config_digest` leaves them out of a cell's
     # identity while they hold these values, which reproduce the rule as it was before them).
     late_keys: ClassVar[dict[str, object]] = {"signals": "both", "reference": "peak"}
+
+    def level(self, peak: float, first_total: float, count: int) -> float:
+        """The level a series is measured against after ``count`` values: its running ``peak`` (reference: peak), or
+        the mean of its first ``min_points`` values, whose sum is ``first_total`` (reference: baseline)."""
+        return peak if self.reference == "peak" else first_total / min(count, self.min_points)
+
+    def fallen(self, drop: float) -> bool:
+        """Whether a signal that lost ``drop`` (a share of its level, :func:`drop_below`) has fallen."""
+        return drop >= self.drop_fraction
+
+    def settled(self, count: int) -> bool:
+        """Whether ``count`` values are enough for the rule to fire (a whole baseline before, under reference:
+        baseline)."""
+        return count >= self.min_points + (self.reference == "baseline")
+
+
+def drop_below(value: float, level: float) -> float:
+    """The share of ``level`` that ``value`` has lost, in [0, 1]: 0 at or above it, and 0 for a level that is not
+    positive (nothing to fall from)."""
+    return 0.0 if level <= 0.0 else max(0.0, 1.0 - value / level)
 
 
 # The rule every cell ran with before the offline choice (issue 46): both signals 30% below their running peaks twice
@@ -83,10 +109,6 @@ class CollapseDetector:
     fallen_streak: int = 0
     alert_step: int | None = None
 
-    @staticmethod
-    def _drop(value: float, peak: float) -> float:
-        return 0.0 if peak <= 0.0 else max(0.0, 1.0 - value / peak)
-
     def update(
         self, step: int, mi_zscore_ema: float, retrieval_acc: float, retrieval_chance: float, success: float | None
     ) -> CollapseStatus:
@@ -101,17 +123,17 @@ class CollapseDetector:
         if success is not None:
             self.success_peak = max(self.success_peak, success)
         mi_ref, retrieval_ref = self.references()
-        mi_drop = self._drop(mi_zscore_ema, mi_ref)
-        retrieval_drop = self._drop(excess, retrieval_ref)
+        mi_drop = drop_below(mi_zscore_ema, mi_ref)
+        retrieval_drop = drop_below(excess, retrieval_ref)
         drops = {"both": min(mi_drop, retrieval_drop), "mi": mi_drop, "retrieval": retrieval_drop,
                  "either": max(mi_drop, retrieval_drop)}
-        fallen = drops[self.rule.signals] >= self.rule.drop_fraction
+        fallen = self.rule.fallen(drops[self.rule.signals])
         self.fallen_streak = self.fallen_streak + 1 if fallen else 0
         success_holding = success is None or success > self.success_peak - self.rule.success_tolerance
 
         new_alert = (
             self.alert_step is None
-            and self.points >= self.rule.min_points + (self.rule.reference == "baseline")  # a whole baseline before
+            and self.rule.settled(self.points)
             and self.fallen_streak >= self.rule.patience
             and success_holding
         )
@@ -135,10 +157,8 @@ class CollapseDetector:
 
     def references(self) -> tuple[float, float]:
         """The levels MI-ZScore-EMA and retrieval excess are measured against (see ``reference``)."""
-        if self.rule.reference == "peak":
-            return self.mi_peak, self.retrieval_peak
-        counted = min(self.points, self.rule.min_points)
-        return self.mi_sum / counted, self.retrieval_sum / counted
+        return (self.rule.level(self.mi_peak, self.mi_sum, self.points),
+                self.rule.level(self.retrieval_peak, self.retrieval_sum, self.points))
 
     def state_dict(self) -> dict:
         state = asdict(self)
@@ -148,3 +168,19 @@ class CollapseDetector:
     def load_state_dict(self, state: dict) -> None:
         for name, value in state.items():
             setattr(self, name, CollapseRule(**value) if name == "rule" else value)
+
+
+def decline_onset(steps: Sequence[int], values: Sequence[float], rule: CollapseRule) -> int | None:
+    """The step at which one logged series' decline began under ``rule``, or None if it never declined: the first of
+    ``patience`` values in a row each fallen below the series' level (:meth:`CollapseRule.level`, counted up to that
+    value), once ``rule.settled``. ``steps`` ascending; NaN values are skipped (they are not computations)."""
+    peak, first_total, streak = float("-inf"), 0.0, 0
+    kept = [(int(step), float(value)) for step, value in zip(steps, values, strict=True) if math.isfinite(value)]
+    for count, (_, value) in enumerate(kept, start=1):
+        peak = max(peak, value)
+        if count <= rule.min_points:
+            first_total += value
+        streak = streak + 1 if rule.fallen(drop_below(value, rule.level(peak, first_total, count))) else 0
+        if rule.settled(count) and streak >= rule.patience:
+            return kept[count - rule.patience][0]
+    return None
