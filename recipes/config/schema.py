@@ -233,6 +233,7 @@ class VerlHosting(Section):
     tensor_parallel: Count = 1
     attention: Annotated[str, one_of(("auto", "flash_attention_2", "sdpa"))] = "auto"
     param_offload: Flag = False
+    entropy_chunking: Flag = True
     nnodes: Annotated[int, integer(1)] | None = None
     gpus_per_node: Annotated[int, integer(1)] | None = None
     ray_cpus: Count = 8

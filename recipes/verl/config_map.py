@@ -133,6 +133,9 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         "actor_rollout_ref.actor.fsdp_config.param_offload": hosting.param_offload,
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload": hosting.param_offload,
         "actor_rollout_ref.actor.fsdp_config.use_torch_compile": False,
+        # RAGEN's run scripts set it (run_main_table_diff_size.sh:245); veRL 0.9.1 honours it on the remove-padding
+        # path only (recipes/verl/memory.py says what it changes)
+        "actor_rollout_ref.actor.entropy_from_logits_with_chunking": hosting.entropy_chunking,
         "actor_rollout_ref.actor.use_torch_compile": False,
         "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra"],
         "actor_rollout_ref.ref.strategy": "fsdp2",

@@ -21,12 +21,32 @@ its gathered layers reach the GPU. Per GPU, the phases that peak:
   the critic's resident 12 (unless offloaded: then only the module being trained is on the GPU, base.py:314-336),
   one decoder layer gathered and the next prefetched (bf16), and the activations of one micro-batch of
   `token_budget` tokens: with gradient checkpointing the checkpointed layer inputs plus one layer recomputed, and the
-  logits over the vocabulary (bf16 logits and their copy, the entropy's fp32 softmax temporaries and the fp32
-  log-softmax kept for the backward pass without flash-attn's fused cross-entropy, transformer_impl.py:1477-1522,
-  verl/utils/torch_functional.py:173-245);
+  logits over the vocabulary (`logit_bytes`: what veRL's own log-prob and entropy functions hold per token and
+  vocabulary entry through the backward pass, measured on CPU; see below);
 * **weight sync** (after the update): vLLM's bf16 weights woken (over `tensor_parallel`), the trainer state still
   resident, veRL's 2 GiB transfer buffer and one full fp32 parameter (the embedding) in flight
   (verl/workers/engine_workers.py:782-823).
+
+**The logits** dominate a long micro-batch (151,936 vocabulary entries per token for Qwen2.5). Per token and entry,
+in the update: the bf16 logits (2 bytes); veRL 0.9.1's path without `use_remove_padding` (orch's) concatenates the
+unpadded rows into a copy (2, transformer_impl.py:1491-1493); the log-probs keep a bf16 log-softmax for the backward
+pass (2; flash-attn's fused cross-entropy instead writes the gradient into the logits in place when no entropy is
+computed: 0, torch_functional.py:73-107); the entropy, computed with gradients when `entropy_coeff` is not 0
+(ray_trainer.py:1336), keeps its bf16 softmax and its backward temporaries (6 more). **Chunked entropy**
+(`entropy_from_logits_with_chunking`, `verl.entropy_chunking`) only takes effect on the remove-padding path
+(transformer_impl.py:1397-1404; the padded path at :1478-1482 always calls the unchunked function), and there it
+*raises* the update's figure: each 2048-token chunk is upcast to fp32 and its fp32 copy and softmax are kept for the
+backward pass (10 instead of 6), plus one chunk's fp32 temporaries (12 bytes per entry). What it lowers is the
+forward-only passes (old and reference log-probs, no gradients): one chunk's temporaries instead of 4 bytes per
+entry of the whole micro-batch. Those passes hold 4 bytes per parameter less than the update (no gradients) and at
+most 8 per logit entry (measured), so the update stays the larger phase and is what is modelled. Every figure above
+is measured by `tests/recipes/verl/test_verl_preflight.py::test_logit_bytes_are_what_verls_functions_hold` with
+veRL's own functions (PyTorch's CPU memory profiler, bf16 logits).
+
+Two hosting variants of older veRL (the calibration cases' runs, `recipes.verl.memory_calibration`): its legacy FSDP
+worker keeps the reference policy's bf16 weights on the GPU unless the reference is offloaded (`ref_resident`), and
+with LoRA (`lora_rank` > 0) there is no separate reference (the actor with its adapter disabled) and only the
+adapter has gradients and AdamW moments; the frozen base stays in fp32 (veRL's actor `model_dtype`).
 
 vLLM also needs its KV cache, after its weights, to hold one sequence of `max_model_len` tokens, or it refuses to
 start. Not modelled: vLLM's CUDA-graph pool and the CUDA contexts beyond `CONTEXT_GB`, Ray's own buffers, and
@@ -46,9 +66,19 @@ FSDP_TRAIN_BYTES = 16  # fp32 parameter + fp32 gradient + two fp32 AdamW moments
 FSDP_RESIDENT_BYTES = 12  # between updates: fp32 parameter + two AdamW moments (gradients freed)
 ROLLOUT_WEIGHT_BYTES = 2  # vLLM's bf16 weights
 ACTIVATION_BYTES = 2  # bf16 activations
-# per token and vocabulary entry: bf16 logits (2) and their unpadded copy (2), the entropy's fp32 softmax and
-# logsumexp temporaries (3 x 4), the fp32 log-softmax saved for the backward pass (4)
-LOGIT_BYTES = 20
+# Per token and vocabulary entry of one update micro-batch (module docstring; measured on CPU with veRL 0.9.1's own
+# logprobs_from_logits_v2 / entropy_from_logits / entropy_from_logits_with_chunking on bf16 logits, forward and
+# backward): the logits and the log-probs' saved log-softmax; the entropy's extra, unchunked or chunked; the copy the
+# padded path makes.
+LOGITS_AND_LOGPROB_BYTES = 4
+FUSED_LOGPROB_BYTES = 2  # flash-attn's cross-entropy without entropy: the gradient is written into the logits
+ENTROPY_BYTES = 6
+CHUNKED_ENTROPY_BYTES = 10
+CHUNK_TEMPORARY_BYTES = 12  # one chunk's fp32 copy, softmax and product
+UNPAD_COPY_BYTES = 2
+LOGIT_BYTES = LOGITS_AND_LOGPROB_BYTES + ENTROPY_BYTES + UNPAD_COPY_BYTES  # orch's configuration: 12
+FROZEN_BYTES = 4  # a LoRA run's frozen base: fp32 (veRL's actor model_dtype), no gradients or moments
+REFERENCE_BYTES = 2  # the legacy worker's resident reference policy (bf16)
 SYNC_BUFFER_GB = 2.0  # veRL's bucketed weight transfer buffer (update_weights_bucket_megabytes: 2048)
 CONTEXT_GB = 2.0  # CUDA contexts (trainer and vLLM), NCCL buffers, vLLM's CUDA graphs: a margin, not measured
 PREFETCHED_LAYERS = 2  # FSDP2 gathers one decoder layer and prefetches the next
@@ -189,6 +219,64 @@ class MemorySetup:
     gpu_memory_utilization: float = 0.6
     tensor_parallel: int = 1
     free_cache_engine: bool = True
+    remove_padding: bool = False  # veRL's use_remove_padding (orch: false)
+    entropy_in_loss: bool = True  # entropy_coeff != 0 (or calculate_entropy): the entropy is computed with gradients
+    entropy_chunking: bool = False  # entropy_from_logits_with_chunking (effective only with remove_padding)
+    entropy_chunk_tokens: int = 2048  # entropy_from_logits_chunk_size
+    fused_cross_entropy: bool = False  # flash-attn's cross-entropy computes the log-probs (flash-attn installed)
+    ref_resident: bool = False  # legacy veRL worker: the reference's bf16 weights stay on the GPU (no ref offload)
+    lora_rank: int = 0  # LoRA adapters on every linear layer of the decoder ("all-linear"), 0: full-parameter
+
+    @classmethod
+    def from_verl(cls, config: Any, world: int, gpu_mem_gb: float, critic: bool) -> MemorySetup:
+        """What a composed veRL `ppo_trainer` config (recipes.verl.config_map) says about memory on `world` GPUs of
+        `gpu_mem_gb`; `critic`: the algorithm trains a critic."""
+        actor, rollout, model = (config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout,
+                                 config.actor_rollout_ref.model)
+        attention = str((model.get("override_config") or {}).get("attn_implementation", ""))
+        return cls(
+            world=world, gpu_mem_gb=gpu_mem_gb, token_budget=int(actor.ppo_max_token_len_per_gpu),
+            max_model_len=int(config.data.max_prompt_length) + int(config.data.max_response_length),
+            critic=critic, offload=bool(actor.fsdp_config.param_offload),
+            gradient_checkpointing=bool(model.enable_gradient_checkpointing),
+            gpu_memory_utilization=float(rollout.gpu_memory_utilization),
+            tensor_parallel=int(rollout.tensor_model_parallel_size), free_cache_engine=bool(rollout.free_cache_engine),
+            remove_padding=bool(model.use_remove_padding),
+            entropy_in_loss=bool(actor.get("calculate_entropy", False)) or float(actor.entropy_coeff) != 0.0,
+            entropy_chunking=bool(actor.get("entropy_from_logits_with_chunking", False)),
+            entropy_chunk_tokens=int(actor.get("entropy_from_logits_chunk_size", 2048) or 2048),
+            fused_cross_entropy=attention == "flash_attention_2",
+            lora_rank=int(model.get("lora_rank", 0) or 0))
+
+
+def logit_bytes(setup: MemorySetup) -> tuple[int, int]:
+    """(bytes per token and vocabulary entry of one update micro-batch, tokens of the one chunk whose fp32
+    temporaries (CHUNK_TEMPORARY_BYTES per entry) are live at a time, 0 unchunked) for `setup`'s veRL path (module
+    docstring)."""
+    per = LOGITS_AND_LOGPROB_BYTES
+    if setup.fused_cross_entropy and not setup.entropy_in_loss:
+        per = FUSED_LOGPROB_BYTES
+    chunk = 0
+    if setup.entropy_in_loss:
+        if setup.entropy_chunking and setup.remove_padding:
+            per += CHUNKED_ENTROPY_BYTES
+            chunk = setup.entropy_chunk_tokens
+        else:
+            per += ENTROPY_BYTES
+    if not setup.remove_padding:
+        per += UNPAD_COPY_BYTES
+    return per, chunk
+
+
+def lora_parameters(arch: Architecture, rank: int) -> int:
+    """Parameters of rank-`rank` LoRA adapters on every linear layer of the decoder (q, k, v, o, gate, up, down;
+    peft's "all-linear" leaves the LM head out): r x (in + out) each."""
+    if rank <= 0:
+        return 0
+    kv = arch.kv_heads * arch.head_dim
+    shapes = [(arch.hidden, arch.hidden), (arch.hidden, kv), (arch.hidden, kv), (arch.hidden, arch.hidden),
+              (arch.hidden, arch.intermediate), (arch.hidden, arch.intermediate), (arch.intermediate, arch.hidden)]
+    return arch.layers * sum(rank * (a + b) for a, b in shapes)
 
 
 @dataclass
@@ -212,8 +300,9 @@ class MemoryEstimate:
         return not self.problems
 
 
-def _activation_bytes(arch: Architecture, tokens: int, checkpointing: bool) -> float:
-    """Activations kept for the backward pass of one micro-batch of `tokens` tokens (bf16), and its logits."""
+def _activation_bytes(arch: Architecture, tokens: int, checkpointing: bool, setup: MemorySetup | None = None) -> float:
+    """Activations kept for the backward pass of one micro-batch of `tokens` tokens (bf16), and its logits
+    (`logit_bytes`; `setup` None: orch's configuration)."""
     kv = arch.kv_heads * arch.head_dim
     # one layer's saved tensors per token: norm outputs, q, k, v, attention output, residuals, gate, up, act, down in
     per_layer = ACTIVATION_BYTES * (6 * arch.hidden + 2 * kv + 4 * arch.intermediate) + 8 * arch.hidden
@@ -221,7 +310,8 @@ def _activation_bytes(arch: Architecture, tokens: int, checkpointing: bool) -> f
         layers = tokens * (ACTIVATION_BYTES * arch.hidden * arch.layers + per_layer)
     else:
         layers = tokens * per_layer * arch.layers
-    return layers + tokens * arch.vocab * LOGIT_BYTES
+    per, chunk = logit_bytes(setup) if setup is not None else (LOGIT_BYTES, 0)
+    return layers + tokens * arch.vocab * per + min(tokens, chunk) * arch.vocab * CHUNK_TEMPORARY_BYTES
 
 
 def estimate_memory(arch: Architecture, setup: MemorySetup) -> MemoryEstimate:
@@ -230,30 +320,38 @@ def estimate_memory(arch: Architecture, setup: MemorySetup) -> MemoryEstimate:
     policy, critic = arch.parameters(), arch.parameters(value_head=True)
     world, tp, mem = max(1, setup.world), max(1, setup.tensor_parallel), setup.gpu_mem_gb
     vllm = setup.gpu_memory_utilization * mem
-    kept = 0.0 if setup.offload else FSDP_RESIDENT_BYTES / GIB / world
+    adapter = lora_parameters(arch, setup.lora_rank)
+
+    def state(parameters: int, trained: int) -> float:  # GiB per GPU: fp32 params, grads and AdamW of what trains
+        frozen = (parameters - adapter) * FROZEN_BYTES if adapter else 0
+        return ((adapter or parameters) * trained + frozen) / world / GIB
+
+    reference = REFERENCE_BYTES * policy / world / GIB if setup.ref_resident and not adapter else 0.0
     terms = {
-        "actor state in the update (fp32 params, grads, AdamW)": FSDP_TRAIN_BYTES * policy / world / GIB,
-        "actor state between updates": kept * policy,
-        "critic state between updates": kept * critic if setup.critic else 0.0,
+        "actor state in the update (fp32 params, grads, AdamW)": state(policy, FSDP_TRAIN_BYTES),
+        "actor state between updates": 0.0 if setup.offload else state(policy, FSDP_RESIDENT_BYTES),
+        "critic state between updates": (0.0 if setup.offload or not setup.critic
+                                         else state(critic, FSDP_RESIDENT_BYTES)),
+        "reference policy (legacy worker, bf16)": reference,
         "vLLM (gpu_memory_utilization)": vllm,
         "vLLM weights (bf16, over tensor_parallel)": ROLLOUT_WEIGHT_BYTES * policy / tp / GIB,
         "gathered layers (bf16)": PREFETCHED_LAYERS * arch.layer_parameters() * ACTIVATION_BYTES / GIB,
         "activations + logits of a micro-batch": _activation_bytes(arch, setup.token_budget,
-                                                                   setup.gradient_checkpointing) / GIB,
+                                                                   setup.gradient_checkpointing, setup) / GIB,
         "weight sync buffer + one fp32 tensor": SYNC_BUFFER_GB + 4 * arch.vocab * arch.hidden / GIB,
         "CUDA contexts, NCCL, CUDA graphs (margin)": CONTEXT_GB,
     }
-    resident = terms["actor state between updates"] + terms["critic state between updates"]
+    resident = terms["actor state between updates"] + terms["critic state between updates"] + reference
     rollout = resident + vllm + CONTEXT_GB
     asleep = 0.0 if setup.free_cache_engine else vllm
     fixed = (terms["actor state in the update (fp32 params, grads, AdamW)"] + terms["critic state between updates"]
-             + asleep + terms["gathered layers (bf16)"] + CONTEXT_GB)
+             + reference + asleep + terms["gathered layers (bf16)"] + CONTEXT_GB)
     update = fixed + terms["activations + logits of a micro-batch"]
     sync = (resident + terms["vLLM weights (bf16, over tensor_parallel)"]
             + terms["weight sync buffer + one fp32 tensor"] + CONTEXT_GB)
     weights = ROLLOUT_WEIGHT_BYTES * policy / tp
     kv_tokens = int(max(0.0, vllm * GIB - weights) // (arch.kv_bytes_per_token() / tp))
-    per_sequence = _activation_bytes(arch, setup.max_model_len, setup.gradient_checkpointing) / GIB
+    per_sequence = _activation_bytes(arch, setup.max_model_len, setup.gradient_checkpointing, setup) / GIB
     max_micro = max(0, math.floor((mem - fixed) / per_sequence)) if per_sequence > 0 else 0
     estimate = MemoryEstimate(rollout_gb=rollout, update_gb=max(update, sync), gpu_mem_gb=mem,
                               kv_tokens=kv_tokens, max_micro_batch=max_micro, terms=terms)

@@ -82,16 +82,8 @@ def preflight_cell(cfg: TrainConfig, nodes: int, gpus_per_node: int, gpu_mem_gb:
     uses_critic = get_algorithm(cfg.algorithm.name).uses_critic
     _runtime_problems(cfg, config, longest, report)
     if report.architecture is not None and not cpu:
-        rollout = config.actor_rollout_ref.rollout
-        report.memory = estimate_memory(report.architecture, MemorySetup(
-            world=report.world, gpu_mem_gb=gpu_mem_gb,
-            token_budget=int(config.actor_rollout_ref.actor.ppo_max_token_len_per_gpu),
-            max_model_len=int(config.data.max_prompt_length) + int(config.data.max_response_length),
-            critic=uses_critic, offload=bool(cfg.infra.verl.param_offload),
-            gradient_checkpointing=bool(config.actor_rollout_ref.model.enable_gradient_checkpointing),
-            gpu_memory_utilization=float(rollout.gpu_memory_utilization),
-            tensor_parallel=int(rollout.tensor_model_parallel_size),
-            free_cache_engine=bool(rollout.free_cache_engine)))
+        report.memory = estimate_memory(report.architecture, MemorySetup.from_verl(
+            config, world=report.world, gpu_mem_gb=gpu_mem_gb, critic=uses_critic))
         report.problems += [f"memory: {line}" for line in report.memory.problems]
     return report
 

@@ -12,14 +12,20 @@ import pytest
 from recipes.config.schema import TrainConfig, compose_tree, resolve_tree
 from recipes.verl.memory import (
     BUILTIN,
+    CHUNK_TEMPORARY_BYTES,
+    CHUNKED_ENTROPY_BYTES,
+    ENTROPY_BYTES,
     FSDP_TRAIN_BYTES,
     GIB,
-    LOGIT_BYTES,
+    LOGITS_AND_LOGPROB_BYTES,
     Architecture,
     MemorySetup,
     builtin_architecture,
     estimate_memory,
+    logit_bytes,
+    lora_parameters,
 )
+from recipes.verl.memory_calibration import CASES, table
 from recipes.verl.preflight import preflight_cell
 
 # Parameter counts the model cards print (huggingface.co/Qwen/Qwen2.5-<size>: "Number of Parameters"; Llama 3.2:
@@ -53,7 +59,7 @@ def test_the_critic_and_a_large_micro_batch_are_what_tips_a_cell_over() -> None:
     grpo = estimate_memory(arch, _setup(2))
     ppo = estimate_memory(arch, _setup(2, critic=True))
     assert ppo.rollout_gb - grpo.rollout_gb == pytest.approx(12 * arch.parameters(value_head=True) / 2 / GIB)
-    wide = estimate_memory(arch, _setup(2, critic=True, token_budget=4 * 3600))
+    wide = estimate_memory(arch, _setup(2, critic=True, token_budget=8 * 3600))
     assert not wide.fits and "lower trainer.micro_batch_size to" in wide.problems[0]
     assert estimate_memory(arch, _setup(2, critic=True, token_budget=wide.max_micro_batch * 3600)).fits
 
@@ -65,13 +71,83 @@ def test_vllm_must_hold_one_sequence_after_its_weights() -> None:
     assert estimate_memory(arch, _setup(8, tensor_parallel=2)).kv_tokens > 3600
 
 
-def test_logit_bytes_match_a_published_measurement() -> None:
-    """TRL's GRPO on Qwen3-0.6B, batch 4 x (2048 + 1024) tokens, measured 49.3 GB on an A100 80GB
-    (github.com/huggingface/trl/issues/3456), where logits dominate: our per-element figure, with the model's own
-    training state, lands within 20% of it."""
-    tokens, vocab, parameters = 4 * 3072, 151936, 0.6e9
-    estimate = (tokens * vocab * LOGIT_BYTES + FSDP_TRAIN_BYTES * parameters) / 1e9
-    assert estimate == pytest.approx(49.3, rel=0.2)
+def _peak_bytes(tokens: int, vocab: int, entropy: str, grad: bool = True, chunk: int = 256) -> int:
+    """The peak of what veRL 0.9.1's own log-prob and entropy functions allocate on bf16 logits of `tokens` x
+    `vocab` (the logits included), forward and backward, from PyTorch's CPU memory profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from verl.utils import torch_functional as F
+
+    torch.manual_seed(0)
+    source = torch.randn(tokens, vocab, dtype=torch.bfloat16, requires_grad=grad)
+    labels = torch.randint(0, vocab, (tokens,))
+    with torch.set_grad_enabled(grad), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        logits = source * 1.0  # the LM head's fresh bf16 output
+        loss = -F.logprobs_from_logits_v2(logits, labels).mean()
+        if entropy == "full":
+            loss = loss - 0.001 * F.entropy_from_logits(logits).mean()
+        elif entropy == "chunked":
+            loss = loss - 0.001 * F.entropy_from_logits_with_chunking(logits, chunk_size=chunk).mean()
+        if grad:
+            loss.backward()
+    held = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        held += event.self_cpu_memory_usage
+        peak = max(peak, held)
+    return peak
+
+
+def test_logit_bytes_are_what_verls_functions_hold() -> None:
+    """The logits term's per-entry figures (recipes/verl/memory.py) measured with veRL's own functions: the
+    log-probs alone, with the unchunked entropy, with the chunked entropy (its fp32 chunks kept for the backward
+    pass: more than unchunked), and the forward-only passes (where chunking is what helps)."""
+    vocab, small, large = 4096, 512, 2048
+
+    def per_entry(entropy: str, grad: bool = True) -> float:  # the slope over tokens: what scales with them
+        return (_peak_bytes(large, vocab, entropy, grad) - _peak_bytes(small, vocab, entropy, grad)) / (
+            (large - small) * vocab)
+
+    assert per_entry("none") == pytest.approx(LOGITS_AND_LOGPROB_BYTES, abs=0.1)
+    assert per_entry("full") == pytest.approx(LOGITS_AND_LOGPROB_BYTES + ENTROPY_BYTES, abs=0.1)
+    chunked = _peak_bytes(large, vocab, "chunked") / (large * vocab)
+    bound = LOGITS_AND_LOGPROB_BYTES + CHUNKED_ENTROPY_BYTES + CHUNK_TEMPORARY_BYTES * 256 / large
+    assert LOGITS_AND_LOGPROB_BYTES + ENTROPY_BYTES < chunked <= bound + 0.1
+    assert per_entry("full", grad=False) == pytest.approx(6, abs=0.1)  # forward-only, unchunked
+    assert per_entry("chunked", grad=False) == pytest.approx(2, abs=0.1)  # forward-only, chunked: the logits alone
+
+
+def test_chunked_entropy_counts_only_on_the_remove_padding_path() -> None:
+    arch = BUILTIN["Qwen2.5-3B"]
+    padded = _setup(2, entropy_chunking=True)
+    packed = _setup(2, entropy_chunking=True, remove_padding=True)
+    assert logit_bytes(padded) == logit_bytes(_setup(2)) == (12, 0)  # veRL 0.9.1 ignores it there (orch's path)
+    assert logit_bytes(packed) == (14, 2048)
+    assert logit_bytes(_setup(2, entropy_in_loss=False, fused_cross_entropy=True, remove_padding=True)) == (2, 0)
+    assert estimate_memory(arch, packed).update_gb > estimate_memory(arch, _setup(2, remove_padding=True)).update_gb
+
+
+def test_lora_counts_the_adapter_and_the_frozen_base() -> None:
+    """Rank-8 all-linear adapters on Qwen2.5-3B: ~15M parameters (r x (in + out) per linear layer); the state of a
+    LoRA run is the adapter's 16 bytes and the base's 4, far below full-parameter training."""
+    arch = BUILTIN["Qwen2.5-3B"]
+    assert lora_parameters(arch, 0) == 0
+    assert lora_parameters(arch, 8) / 1e6 == pytest.approx(14.97, rel=0.01)
+    full, lora = estimate_memory(arch, _setup(1)), estimate_memory(arch, _setup(1, lora_rank=8))
+    assert lora.terms["actor state in the update (fp32 params, grads, AdamW)"] < 0.3 * full.terms[
+        "actor state in the update (fp32 params, grads, AdamW)"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_every_calibration_case_is_called_right(case) -> None:
+    """recipes/verl/memory_calibration.py: public configurations that ran, or do not fit, on a stated GPU."""
+    estimate = case.estimate()
+    assert estimate.fits == case.fits, (case.source, estimate.problems)
+
+
+def test_the_calibration_table_prints_every_case(capsys) -> None:
+    lines = table()
+    print("\n".join(lines))
+    assert len(lines) == len(CASES) and all("[right]" in line for line in lines)
 
 
 @pytest.mark.parametrize("model_type", ["qwen2", "llama"])
