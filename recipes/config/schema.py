@@ -162,8 +162,36 @@ class WarmStartConfig(Section):
     max_response_tokens: Count
 
 
+LORA_ALL_LINEAR = "all-linear"  # peft's name for every linear layer but the output head
+
+
+def _target_modules(value: Any) -> Any:
+    names = value if isinstance(value, list | tuple) else None
+    if value == LORA_ALL_LINEAR or (names and all(isinstance(n, str) and re.fullmatch(r"[\w.]+", n) for n in names)):
+        return value if names is None else list(names)
+    raise ValueError(f"must be {LORA_ALL_LINEAR!r} or a non-empty list of module names (e.g. [q_proj,v_proj]), "
+                     f"got {value!r}")
+
+
+class LoraSection(Section):
+    """`model.lora`: LoRA adapters on the policy, as RAGEN configures them (config/base.yaml:19-22 in
+    github:mll-lab-nu/RAGEN, mapped to veRL's `lora_rank`/`lora_alpha`/`target_modules` at :26-29). Rank 0, the
+    default: full-parameter training. The critic (PPO, DAPO) always trains all its parameters (docs/training.md#lora)."""
+
+    rank: Annotated[int, integer(0, "the adapters' rank; 0: full-parameter training")] = 0
+    alpha: Annotated[int, integer(1, "the adapters' scale is alpha / rank")] = 64  # an int, as veRL and peft type it
+    target_modules: Annotated[str | list[str], BeforeValidator(_target_modules)] = LORA_ALL_LINEAR
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
 class ModelConfig(Section):
-    """`model`: the policy (a local Hugging Face folder, or a preset built in code), its warm start, optimiser."""
+    """`model`: the policy (a local Hugging Face folder, or a preset built in code), its warm start, optimiser,
+    and its LoRA adapters (`lora`)."""
+
+    late_keys = ("lora",)  # came after cells had run: their identity is unchanged while it holds its default
 
     name: str
     path: str | None = None
@@ -175,6 +203,7 @@ class ModelConfig(Section):
     grad_clip: float
     warm_start: WarmStartConfig
     cache_dir: str | None = None
+    lora: LoraSection = LoraSection()
 
 
 class FilterSection(FilterConfig):
@@ -334,6 +363,12 @@ class TrainConfig(Section):
         _require(env.observation == "text" or vision_model, "task.env.observation",
                  "image observations need a vision-language model: model=tiny_vl (built in code), or model=hf "
                  "model.path=<Qwen2.5-VL folder>; the tiny/small presets are text-only: use task.env.observation=text")
+        if self.model.lora.enabled and self.model.path is None:
+            from recipes.policy.lora import preset_linear_names, unknown_targets
+
+            unknown = unknown_targets(self.model.lora.target_modules, preset_linear_names(self.model.preset.model_dump()))
+            _require(not unknown, "model.lora.target_modules", _unknown_targets_message(unknown, f"the {self.model.name} "
+                     "preset (a Qwen2)"))
         if self.backend == "verl":
             _require(get_algorithm(self.algorithm.name).verl_estimator is not None, "algorithm.name",
                      f"{self.algorithm.name} declares no veRL advantage estimator (recipes.policy.algorithms: "
@@ -388,6 +423,13 @@ class TrainConfig(Section):
                      "(use a Qwen2.5-VL folder, model=tiny_vl, or task.env.observation=text)")
         problems = hf_folder_problems(self.model.path) if self.model.path is not None else []
         _require(not problems, "model.path", problems[0] if problems else "")
+        if self.model.path is not None and self.model.lora.enabled and not isinstance(self.model.lora.target_modules,
+                                                                                       str):
+            from recipes.policy.lora import folder_linear_names, unknown_targets
+
+            unknown = unknown_targets(self.model.lora.target_modules,
+                                      folder_linear_names(Path(self.model.path).expanduser()))
+            _require(not unknown, "model.lora.target_modules", _unknown_targets_message(unknown, self.model.path))
         if self.backend == "verl" and self.trainer.device == "cpu" and self.rollout_engine() == "vllm":
             from orchlib.errors import OrchError
             from recipes.verl.patches import check_vllm_cpu
@@ -475,7 +517,8 @@ def config_digest(config: TrainConfig) -> str:
         if not isinstance(section, BaseModel) or name not in dump:
             continue
         for key in section.late_keys if isinstance(section, Section) else ():
-            if dump[name][key] == type(section).model_fields[key].default:
+            default = type(section).model_fields[key].default  # a section (`model.lora`) compares as its dump
+            if dump[name][key] == (default.model_dump() if isinstance(default, BaseModel) else default):
                 del dump[name][key]
         for key, part in section:  # and a nested part's late keys at the values that reproduce it from before them
             legacy = getattr(part, "late_keys", None)  # {key: value} (`recipes.stats.collapse.CollapseRule`)
@@ -517,6 +560,11 @@ def flatten_config(cfg: TrainConfig) -> dict[str, str]:
 
     walk(cfg.to_tree(), "")
     return flat
+
+
+def _unknown_targets_message(unknown: list[str], model: str) -> str:
+    return (f"{unknown} match no linear layer of {model}; use all-linear or names such as q_proj, k_proj, v_proj, "
+            "o_proj, gate_proj, up_proj, down_proj (a module matches a name it ends with, as in peft)")
 
 
 def _require(condition: bool, key: str, message: str) -> None:
