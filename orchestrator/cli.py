@@ -212,8 +212,10 @@ def export_command(
     source: Annotated[str, typer.Argument(help="An MLflow run id, a torch-backend checkpoint folder (trainer.checkpoint_dir) or one checkpoint (step_N/).")],
     hf: Annotated[Path, typer.Option("--hf", help="The Hugging Face folder to write (must not exist, or be empty).")],
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="With a run id: MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).")] = None,
+    adapter: Annotated[bool, typer.Option("--adapter", help="A LoRA run (model.lora.rank > 0): write its adapter alone (peft's folder) instead of the model with the adapter merged in.")] = False,
 ) -> None:
-    """Write a trained policy as a Hugging Face folder that transformers and vLLM load (weights, tokenizer, card)."""
+    """Write a trained policy as a Hugging Face folder that transformers and vLLM load (weights, tokenizer, card);
+    a LoRA run's adapter merged in, or alone with --adapter."""
     from orchlib.errors import OrchError
 
     try:
@@ -221,7 +223,7 @@ def export_command(
 
         checkpoint = resolve_checkpoint(source, tracking_uri)
         check_target(hf)
-        out = export_hf(checkpoint, hf, run_metrics(source, tracking_uri))
+        out = export_hf(checkpoint, hf, run_metrics(source, tracking_uri), adapter=adapter)
     except OrchError as err:
         _fail(str(err))
     typer.echo(f"exported {checkpoint} to {out}")

@@ -14,7 +14,8 @@ Runs in `on_rollout`, on the step's **unfiltered** batch, before the update:
   (`recipes.diagnostics.hooks.PolicyAccess`): the step's unfiltered batch scored by the trainer's own scoring
   (reference log-probs, values, advantages of the run's estimator on all groups; the torch trainer in this
   process, veRL through the fit loop's own scoring calls and the actor workers' `orch_gradient_norms`,
-  recipes.verl.workers); nothing is applied to the policy.
+  recipes.verl.workers); nothing is applied to the policy. The gradients are over the parameters the update trains:
+  with LoRA (`model.lora.rank` > 0) the adapters' only, which the run's tag `GRAD_SPLIT_TAG` says.
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ from recipes.stats.collapse import CollapseStatus
 from recipes.stats.rollout_stats import VAL_SUCCESS
 
 log = logging.getLogger(__name__)
+GRAD_SPLIT_TAG = "orch.grad_split.parameters"  # what the split's gradients are over: all, or the LoRA adapters'
+
+
+def split_parameters(lora: Any) -> str:
+    """`GRAD_SPLIT_TAG`'s value for a run's `model.lora`: "all", or "adapter only (LoRA rank r, targets)"."""
+    if lora.rank <= 0:
+        return "all"
+    targets = lora.target_modules if isinstance(lora.target_modules, str) else ",".join(lora.target_modules)
+    return f"adapter only (LoRA rank {lora.rank}, {targets})"
 
 
 def turn_encoder(encoder: ChatEncoder, generated: dict[str, list[int]]) -> TurnEncoder:
@@ -74,6 +84,7 @@ class CollapseHook(StepHook):
             metrics.update(self.mutual_information(ctx))
         if self.config.grad_due(ctx.step):
             metrics.update(gradient_split(ctx, self.config.grad_buckets))
+            ctx.tags[GRAD_SPLIT_TAG] = split_parameters(ctx.cfg.model.lora)
         return metrics
 
     def mutual_information(self, ctx: StepContext) -> dict[str, float]:

@@ -9,6 +9,7 @@ logs `resume/replayed_steps`, the steps re-run since it). The loop that drives i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -24,6 +25,7 @@ from recipes.diagnostics.hooks import StepHook
 from recipes.policy.actor import UpdateSettings
 from recipes.policy.algorithms import Algorithm
 from recipes.policy.chat import ChatEncoder
+from recipes.policy.lora import add_adapters, trainable_parameters
 from recipes.policy.models import load_critic, load_policy, load_tokenizer
 from recipes.policy.vision import ImageTokens
 from recipes.run.tracking import RunTracker
@@ -35,23 +37,34 @@ log = logging.getLogger(__name__)
 
 
 class Models:
-    """Policy, optional value model and frozen reference, their optimisers, and the chat encoder."""
+    """Policy, optional value model and frozen reference, their optimisers, and the chat encoder.
+
+    With LoRA (`model.lora.rank` > 0) the policy carries peft's adapters (`recipes.policy.lora.add_adapters`, in place:
+    `policy` stays the Hugging Face model, `adapter` is peft's wrapper), only they are trained (the optimiser holds
+    them alone), and the KL reference is the policy with its adapters disabled (`reference_weights`), as veRL does
+    with LoRA (verl/trainer/ppo/ray_trainer.py:357-360, :1272-1276): no second copy of the model. The critic trains
+    all its parameters."""
 
     def __init__(self, cfg: TrainConfig, folder: Path, uses_critic: bool) -> None:
         device, dtype = cfg.trainer.device, cfg.model.dtype
         tokenizer = load_tokenizer(folder)
         self.encoder = ChatEncoder(tokenizer, vision=ImageTokens.from_folder(folder, tokenizer))
         self.policy = load_policy(folder, dtype, device)
+        self.adapter = add_adapters(self.policy, cfg.model.lora) if cfg.model.lora.enabled else None
         self.policy_optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=cfg.model.actor_lr, weight_decay=cfg.model.weight_decay
+            trainable_parameters(self.policy), lr=cfg.model.actor_lr, weight_decay=cfg.model.weight_decay
         )
         self.critic = load_critic(folder, dtype, device) if uses_critic else None
         self.critic_optimizer = (
             torch.optim.AdamW(self.critic.parameters(), lr=cfg.model.critic_lr, weight_decay=cfg.model.weight_decay)
             if self.critic is not None else None
         )
-        self.reference = load_policy(folder, dtype, device).eval().requires_grad_(False) if cfg.algorithm.use_kl \
-            else None
+        self.reference = None if not cfg.algorithm.use_kl else self.policy if self.adapter is not None \
+            else load_policy(folder, dtype, device).eval().requires_grad_(False)
+
+    def reference_weights(self) -> contextlib.AbstractContextManager:
+        """The context in which `reference` computes the reference policy: with LoRA, the adapters disabled."""
+        return self.adapter.disable_adapter() if self.adapter is not None else contextlib.nullcontext()
 
     def state_dict(self) -> dict[str, Any]:
         state = {"policy": self.policy.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict()}

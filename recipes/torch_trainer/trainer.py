@@ -111,7 +111,9 @@ def setup(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
               actor_config(cfg.algorithm, settings, trainer.samples_per_prompt))
     setup_seconds = time.perf_counter() - started
     tracker.log_run_config(cfg, checkpoint_dir)
-    figures = {"setup/policy_parameters": count_parameters(models.policy), "timing_s/setup": setup_seconds,
+    figures = {"setup/policy_parameters": count_parameters(models.policy),
+               "setup/trainable_parameters": sum(p.numel() for p in models.policy.parameters() if p.requires_grad),
+               "timing_s/setup": setup_seconds,
                **{f"warm_start/{k}": float(v) for k, v in warm_start.items() if isinstance(v, int | float)}}
     return run, figures
 
@@ -365,7 +367,7 @@ def score_batch(run: Run, batch: TrainBatch, metrics: dict[str, float] | None = 
         with timed(metrics, "old_log_prob"):
             scored.old_log_probs = batched_forward(log_probs, models.policy, scored, micro)
     if models.reference is not None:
-        with timed(metrics, "ref"):
+        with timed(metrics, "ref"), models.reference_weights():  # LoRA: the policy, adapters disabled
             scored.ref_log_probs = batched_forward(log_probs, models.reference, scored, micro)
     if models.critic is not None:
         with timed(metrics, "values"):

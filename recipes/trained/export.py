@@ -12,6 +12,13 @@ metrics. Everything is written to a scratch folder beside DIR and renamed into p
 be empty. A veRL checkpoint (`<checkpoint_dir>/verl/global_step_N/actor`, the newest through veRL's
 `latest_checkpointed_iteration.txt`) is merged by veRL's own model merger (`python -m verl.model_merger merge
 --backend fsdp`), which writes the weights, config and tokenizer; orch adds the model card.
+
+A LoRA run's policy (`model.lora.rank` > 0) is exported merged by default: the adapters folded into the weights
+(W + alpha/rank B A, peft's `merge_and_unload`), an ordinary folder. `adapter=True` (`orch export --adapter`) writes
+the adapter alone instead, as peft saves it (adapter_config.json naming the base folder, adapter_model.safetensors),
+with the tokenizer and the card; load it with `PeftModel.from_pretrained(base, folder)` or vLLM's LoRA support.
+veRL's merger writes a LoRA checkpoint's *base* weights and its adapter beside them (`lora_adapter/`,
+verl/model_merger/base_model_merger.py:311-405); orch folds that adapter in (merged) or keeps it alone (adapter).
 """
 
 from __future__ import annotations
@@ -99,26 +106,32 @@ def check_target(out: Path) -> None:
     check_writable_folder(out.parent, "--hf")
 
 
-def export_hf(checkpoint: Path, out: Path, metrics: dict[str, float] | None = None) -> Path:
-    """Write the policy of `checkpoint` to `out` as a Hugging Face folder (see the module docstring)."""
+def export_hf(checkpoint: Path, out: Path, metrics: dict[str, float] | None = None, adapter: bool = False) -> Path:
+    """Write the policy of `checkpoint` to `out` as a Hugging Face folder, or with `adapter` a LoRA run's adapter
+    alone (see the module docstring)."""
 
     from recipes.policy.models import load_tokenizer
     from recipes.policy.vision import is_vision_folder
 
     check_target(out)
     if checkpoint.name == "actor":
-        return _export_verl(checkpoint, out, metrics or {})
-    cfg, base, policy, state = load_trained(checkpoint)
+        return _export_verl(checkpoint, out, metrics or {}, adapter)
+    cfg, base, policy, state = load_trained(checkpoint, merge=not adapter)
+    if adapter and not cfg.model.lora.enabled:
+        raise OrchError(f"--adapter: {checkpoint} was trained without LoRA (model.lora.rank 0), it has no adapter; "
+                        "drop --adapter to export the whole model")
     scratch = out.parent / f".{out.name}.export-tmp"
     shutil.rmtree(scratch, ignore_errors=True)
     try:
+        if adapter:
+            policy.peft_config["default"].base_model_name_or_path = str(base)
         policy.eval().save_pretrained(scratch, safe_serialization=True)
         load_tokenizer(base).save_pretrained(scratch)
         if is_vision_folder(base):
             from transformers import AutoProcessor
 
             AutoProcessor.from_pretrained(base).save_pretrained(scratch)
-        (scratch / "README.md").write_text(model_card(cfg, checkpoint, state, metrics or {}))
+        (scratch / "README.md").write_text(model_card(cfg, checkpoint, state, metrics or {}, base if adapter else None))
         if out.exists():
             out.rmdir()  # empty (checked above)
         scratch.rename(out)
@@ -127,12 +140,15 @@ def export_hf(checkpoint: Path, out: Path, metrics: dict[str, float] | None = No
     return out
 
 
-def load_trained(checkpoint: Path) -> tuple[Any, Path, Any, dict[str, Any]]:
+def load_trained(checkpoint: Path, merge: bool = True) -> tuple[Any, Path, Any, dict[str, Any]]:
     """(the run's `TrainConfig`, the folder it started from, its policy with the checkpoint's weights, the
-    checkpoint's state) of a torch-backend checkpoint. OrchError when it is not one or its weights do not fit."""
+    checkpoint's state) of a torch-backend checkpoint. A LoRA run's policy comes with its adapters folded in (a plain
+    model), or with `merge` false as peft's wrapper (`PeftModel`). OrchError when it is not one or its weights do not
+    fit."""
     import yaml
 
     from recipes.config.schema import TrainConfig
+    from recipes.policy.lora import add_adapters
     from recipes.policy.models import load_policy
     from recipes.runtime.checkpoint import load_checkpoint
     from recipes.torch_trainer.warmstart import model_folder
@@ -143,30 +159,51 @@ def load_trained(checkpoint: Path) -> tuple[Any, Path, Any, dict[str, Any]]:
     cfg = TrainConfig.from_tree(yaml.safe_load(state["config"]))
     base, _ = model_folder(cfg)  # the folder the run started from (cached; rebuilt the same way if it is gone)
     policy = load_policy(base, "float32", "cpu")
+    wrapped = add_adapters(policy, cfg.model.lora) if cfg.model.lora.enabled else None
     try:
         policy.load_state_dict(state["policy"])
     except RuntimeError as err:
         raise OrchError(f"{checkpoint}: its weights do not fit the run's model ({str(err).splitlines()[0]})") from None
+    if wrapped is not None:
+        policy = wrapped.merge_and_unload() if merge else wrapped
     return cfg, base, policy, state
 
 
-def _export_verl(actor: Path, out: Path, metrics: dict[str, float]) -> Path:
-    """veRL's model merger on a veRL actor checkpoint, into a scratch folder renamed to `out`, plus a model card."""
+def _export_verl(actor: Path, out: Path, metrics: dict[str, float], adapter: bool = False) -> Path:
+    """veRL's model merger on a veRL actor checkpoint, into a scratch folder renamed to `out`, plus a model card; a
+    LoRA checkpoint's adapter folded in, or with `adapter` kept alone (the module docstring)."""
     import subprocess
     import sys
 
     scratch = out.parent / f".{out.name}.export-tmp"
-    shutil.rmtree(scratch, ignore_errors=True)
+    raw = out.parent / f".{out.name}.export-raw"
+    for folder in (scratch, raw):
+        shutil.rmtree(folder, ignore_errors=True)
     try:
         merged = subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
-                                 str(actor), "--target_dir", str(scratch)], capture_output=True, text=True)
+                                 str(actor), "--target_dir", str(raw)], capture_output=True, text=True)
         if merged.returncode != 0:
             last = (merged.stderr.strip().splitlines() or ["(no output)"])[-1]
             raise OrchError(f"{actor}: veRL's model merger failed: {last}")
-        lines = ["# Policy trained by orch (veRL backend)", "",
-                 f"- checkpoint: {actor}, merged by veRL's model merger (`python -m verl.model_merger merge "
-                 "--backend fsdp`)", "",
-                 "Load it with `AutoModelForCausalLM.from_pretrained(folder)` (or vLLM).", ""]
+        lora = raw / VERL_ADAPTER_DIR
+        if adapter and not lora.is_dir():
+            raise OrchError(f"--adapter: {actor} was trained without LoRA (model.lora.rank 0), it has no adapter; "
+                            "drop --adapter to export the whole model")
+        how = "merged by veRL's model merger (`python -m verl.model_merger merge --backend fsdp`)"
+        if adapter:
+            shutil.copytree(lora, scratch)
+            _copy_tokenizer(raw, scratch)
+            how += "; its LoRA adapter alone (base weights not included)"
+            load = ("Load it on the run's base model: `PeftModel.from_pretrained(AutoModelForCausalLM."
+                    "from_pretrained(base), folder)` (the base: the model folder the run started from).")
+        elif lora.is_dir():
+            _fold_adapter(raw, lora, scratch)
+            how += ", its LoRA adapter folded into the weights"
+            load = "Load it with `AutoModelForCausalLM.from_pretrained(folder)` (or vLLM)."
+        else:
+            raw.rename(scratch)
+            load = "Load it with `AutoModelForCausalLM.from_pretrained(folder)` (or vLLM)."
+        lines = ["# Policy trained by orch (veRL backend)", "", f"- checkpoint: {actor}, {how}", "", load, ""]
         if metrics:
             lines += ["## Last logged metrics", "", *[f"- {k}: {v:.4g}" for k, v in sorted(metrics.items())], ""]
         (scratch / "README.md").write_text("\n".join(lines))
@@ -175,11 +212,37 @@ def _export_verl(actor: Path, out: Path, metrics: dict[str, float]) -> Path:
         scratch.rename(out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(raw, ignore_errors=True)
     return out
 
 
-def model_card(cfg: Any, checkpoint: Path, state: dict[str, Any], metrics: dict[str, float]) -> str:
-    """README.md of an exported folder: what was trained, on what, how, and how it scored."""
+VERL_ADAPTER_DIR = "lora_adapter"  # where veRL's model merger puts a LoRA checkpoint's adapter (base_model_merger.py:395)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "vocab.json", "merges.txt", "added_tokens.json")
+
+
+def _copy_tokenizer(source: Path, target: Path) -> None:
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
+
+
+def _fold_adapter(base: Path, lora: Path, target: Path) -> None:
+    """The model in `base` with the peft adapter in `lora` folded into its weights, saved to `target` (a new folder:
+    `base`'s files may be memory-mapped while it loads) with `base`'s tokenizer and generation config."""
+    from peft import PeftModel
+
+    from recipes.policy.models import load_policy
+
+    model = PeftModel.from_pretrained(load_policy(base, "float32", "cpu"), lora).merge_and_unload()
+    model.save_pretrained(target, safe_serialization=True)
+    _copy_tokenizer(base, target)
+
+
+def model_card(cfg: Any, checkpoint: Path, state: dict[str, Any], metrics: dict[str, float],
+               adapter_base: Path | None = None) -> str:
+    """README.md of an exported folder: what was trained, on what, how, and how it scored (`adapter_base`: the
+    folder is a LoRA adapter alone, of that base model)."""
     from envs.registry import env_class
 
     source = env_class(cfg.task.name).data
@@ -198,6 +261,12 @@ def model_card(cfg: Any, checkpoint: Path, state: dict[str, Any], metrics: dict[
         "Load it with `AutoModelForCausalLM.from_pretrained(folder)` (or vLLM); the chat template is the tokenizer's.",
         "",
     ]
+    lora = cfg.model.lora
+    if lora.enabled:
+        lines[-2] = (f"LoRA: rank {lora.rank}, alpha {lora.alpha}, target modules {lora.target_modules}; "
+                     + (f"this folder is the adapter alone, of the base model {adapter_base}: load it with "
+                        "`PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), folder)`."
+                        if adapter_base is not None else "the adapter is folded into these weights. " + lines[-2]))
     if metrics:
         lines += ["## Last logged metrics", "", *[f"- {key}: {value:.4g}" for key, value in sorted(metrics.items())],
                   ""]
