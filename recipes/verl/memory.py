@@ -226,6 +226,8 @@ class MemorySetup:
     fused_cross_entropy: bool = False  # flash-attn's cross-entropy computes the log-probs (flash-attn installed)
     ref_resident: bool = False  # legacy veRL worker: the reference's bf16 weights stay on the GPU (no ref offload)
     lora_rank: int = 0  # LoRA adapters on every linear layer of the decoder ("all-linear"), 0: full-parameter
+    lora_targets: Any = "all-linear"  # or the adapted layers' names (model.lora.target_modules)
+    critic_lora_rank: int = 0  # the critic's adapters (orch never sets them: recipes.verl.config_map)
 
     @classmethod
     def from_verl(cls, config: Any, world: int, gpu_mem_gb: float, critic: bool) -> MemorySetup:
@@ -246,7 +248,8 @@ class MemorySetup:
             entropy_chunking=bool(actor.get("entropy_from_logits_with_chunking", False)),
             entropy_chunk_tokens=int(actor.get("entropy_from_logits_chunk_size", 2048) or 2048),
             fused_cross_entropy=attention == "flash_attention_2",
-            lora_rank=int(model.get("lora_rank", 0) or 0))
+            lora_rank=int(model.get("lora_rank", 0) or 0), lora_targets=model.get("target_modules", "all-linear"),
+            critic_lora_rank=int(config.critic.model.get("lora_rank", 0) or 0) if critic else 0)
 
 
 def logit_bytes(setup: MemorySetup) -> tuple[int, int]:
@@ -268,15 +271,13 @@ def logit_bytes(setup: MemorySetup) -> tuple[int, int]:
     return per, chunk
 
 
-def lora_parameters(arch: Architecture, rank: int) -> int:
-    """Parameters of rank-`rank` LoRA adapters on every linear layer of the decoder (q, k, v, o, gate, up, down;
-    peft's "all-linear" leaves the LM head out): r x (in + out) each."""
-    if rank <= 0:
-        return 0
-    kv = arch.kv_heads * arch.head_dim
-    shapes = [(arch.hidden, arch.hidden), (arch.hidden, kv), (arch.hidden, kv), (arch.hidden, arch.hidden),
-              (arch.hidden, arch.intermediate), (arch.hidden, arch.intermediate), (arch.intermediate, arch.hidden)]
-    return arch.layers * sum(rank * (a + b) for a, b in shapes)
+def lora_parameters(arch: Architecture, rank: int, targets: Any = "all-linear") -> int:
+    """Parameters of rank-`rank` LoRA adapters on the decoder's linear layers `targets` selects (q, k, v, o, gate, up,
+    down; peft's "all-linear" leaves the LM head out): r x (in + out) each (`recipes.policy.lora.adapter_parameters`)."""
+    from recipes.policy.lora import adapter_parameters
+
+    targets = targets if isinstance(targets, str) else list(targets)
+    return adapter_parameters(arch.hidden, arch.intermediate, arch.layers, arch.kv_heads * arch.head_dim, rank, targets)
 
 
 @dataclass
@@ -320,10 +321,11 @@ def estimate_memory(arch: Architecture, setup: MemorySetup) -> MemoryEstimate:
     policy, critic = arch.parameters(), arch.parameters(value_head=True)
     world, tp, mem = max(1, setup.world), max(1, setup.tensor_parallel), setup.gpu_mem_gb
     vllm = setup.gpu_memory_utilization * mem
-    adapter = lora_parameters(arch, setup.lora_rank)
+    adapter = lora_parameters(arch, setup.lora_rank, setup.lora_targets)
+    critic_adapter = lora_parameters(arch, setup.critic_lora_rank, setup.lora_targets)
 
-    def state(parameters: int, trained: int) -> float:  # GiB per GPU: fp32 params, grads and AdamW of what trains
-        frozen = (parameters - adapter) * FROZEN_BYTES if adapter else 0
+    def state(parameters: int, trained: int, adapter: int = adapter) -> float:  # GiB per GPU: fp32 params, grads
+        frozen = (parameters - adapter) * FROZEN_BYTES if adapter else 0  # and AdamW of what trains
         return ((adapter or parameters) * trained + frozen) / world / GIB
 
     reference = REFERENCE_BYTES * policy / world / GIB if setup.ref_resident and not adapter else 0.0
@@ -331,7 +333,7 @@ def estimate_memory(arch: Architecture, setup: MemorySetup) -> MemoryEstimate:
         "actor state in the update (fp32 params, grads, AdamW)": state(policy, FSDP_TRAIN_BYTES),
         "actor state between updates": 0.0 if setup.offload else state(policy, FSDP_RESIDENT_BYTES),
         "critic state between updates": (0.0 if setup.offload or not setup.critic
-                                         else state(critic, FSDP_RESIDENT_BYTES)),
+                                         else state(critic, FSDP_RESIDENT_BYTES, critic_adapter)),
         "reference policy (legacy worker, bf16)": reference,
         "vLLM (gpu_memory_utilization)": vllm,
         "vLLM weights (bf16, over tensor_parallel)": ROLLOUT_WEIGHT_BYTES * policy / tp / GIB,
