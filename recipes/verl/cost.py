@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from recipes.policy.lora import update_compute_factor
+
 ANCHOR_STEP_S = 89.2  # RAGEN-2 Table 5, 8 x 16, no filter
 ANCHOR_PARAMETERS = 3.09e9  # Qwen2.5-3B
 ANCHOR_TRAJECTORIES = 128
@@ -69,6 +71,7 @@ def estimate_cost(cfg: Any, parameters: float, gpus: int, factor: float = 1.0, b
     trajectories = trainer.prompts_per_step * trainer.samples_per_prompt
     rollout_s = ANCHOR_STEP_S * (1 - UPDATE_SHARE) * scale * trajectories / ANCHOR_TRAJECTORIES
     update_s = ANCHOR_STEP_S * UPDATE_SHARE * scale * trajectories / ANCHOR_TRAJECTORIES * kept_fraction(cfg.filter)
+    update_s *= update_compute_factor(cfg.model.lora)  # LoRA: no frozen weight's gradient (recipes.policy.lora)
     step_s = (rollout_s + update_s) * factor
     validations = (trainer.total_steps // trainer.val_every + 1) if trainer.val_every > 0 else 0
     validation_s = validations * ANCHOR_STEP_S * (1 - UPDATE_SHARE) * scale * trainer.val_size / ANCHOR_TRAJECTORIES
