@@ -169,22 +169,29 @@ def load_trained(checkpoint: Path, merge: bool = True) -> tuple[Any, Path, Any, 
     return cfg, base, policy, state
 
 
-def _export_verl(actor: Path, out: Path, metrics: dict[str, float], adapter: bool = False) -> Path:
-    """veRL's model merger on a veRL actor checkpoint, into a scratch folder renamed to `out`, plus a model card; a
-    LoRA checkpoint's adapter folded in, or with `adapter` kept alone (the module docstring)."""
+def verl_merge(actor: Path, target: Path) -> Path:
+    """veRL's model merger on the actor checkpoint `actor` into `target`, as veRL writes it (a LoRA checkpoint: the
+    base weights, and the adapter in `target/lora_adapter`). OrchError (one line) when it fails."""
     import subprocess
     import sys
 
+    merged = subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
+                             str(actor), "--target_dir", str(target)], capture_output=True, text=True)
+    if merged.returncode != 0:
+        last = (merged.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise OrchError(f"{actor}: veRL's model merger failed: {last}")
+    return target
+
+
+def _export_verl(actor: Path, out: Path, metrics: dict[str, float], adapter: bool = False) -> Path:
+    """veRL's model merger on a veRL actor checkpoint, into a scratch folder renamed to `out`, plus a model card; a
+    LoRA checkpoint's adapter folded in, or with `adapter` kept alone (the module docstring)."""
     scratch = out.parent / f".{out.name}.export-tmp"
     raw = out.parent / f".{out.name}.export-raw"
     for folder in (scratch, raw):
         shutil.rmtree(folder, ignore_errors=True)
     try:
-        merged = subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
-                                 str(actor), "--target_dir", str(raw)], capture_output=True, text=True)
-        if merged.returncode != 0:
-            last = (merged.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise OrchError(f"{actor}: veRL's model merger failed: {last}")
+        verl_merge(actor, raw)
         lora = raw / VERL_ADAPTER_DIR
         if adapter and not lora.is_dir():
             raise OrchError(f"--adapter: {actor} was trained without LoRA (model.lora.rank 0), it has no adapter; "

@@ -22,7 +22,14 @@ Semantics that differ between the two and how they are matched:
   `total_steps` multiple only, i.e. the last step); which checkpoint a run resumes from is orch's decision
   (`recipes.verl.backend.resume_step`), never veRL's `auto`;
 * validation: `val_every` -> `test_freq` (veRL also validates on the last step), `val_size` seeds, one rollout each
-  at `val_temperature`, before training when `val_every > 0` (orch's step 0).
+  at `val_temperature`, before training when `val_every > 0` (orch's step 0);
+* LoRA (`model.lora.rank` > 0): the actor's `lora_rank`, `lora_alpha`, `target_modules`, the keys RAGEN sets
+  (config/base.yaml:26-29 in github:mll-lab-nu/RAGEN) and veRL's FSDP engine reads (transformer_impl.py:162,
+  :339-368). veRL then makes the reference the actor with its adapter disabled (ray_trainer.py:357-360,
+  :1272-1276: no reference worker) and syncs the rollout the base weights once, then the adapter alone with its
+  peft config (engine_workers.py:786-806), which vLLM loads as a LoRA adapter and orch's hf replica applies through
+  peft (recipes/verl/hf_rollout.py). The critic stays full-parameter: veRL 0.9.1 wraps a LoRA value model as a causal
+  LM (transformer_impl.py:359-368, no `modules_to_save`), which would freeze its fresh value head; rank 0 adds no key.
 """
 
 from __future__ import annotations
@@ -185,6 +192,12 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         "trainer.balance_batch": True,
         "trainer.critic_warmup": 0,
     }
+    if model.lora.enabled:
+        overrides.update({
+            "actor_rollout_ref.model.lora_rank": model.lora.rank,
+            "actor_rollout_ref.model.lora_alpha": model.lora.alpha,
+            "actor_rollout_ref.model.target_modules": model.lora.target_modules,
+        })
     if uses_critic:
         overrides.update({
             "critic.model.path": job.model_path,

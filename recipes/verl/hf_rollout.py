@@ -11,7 +11,8 @@ Three pieces, mirroring vLLM's (vllm_async_server.py: vLLMReplica / vLLMHttpServ
 * `HFReplica`       - `RolloutReplica` subclass registered as "hf"; `launch_servers()` starts one named server actor.
 * `HFServerAdapter` - `BaseRollout` subclass living in the FSDP worker; collects the full tensors the engine yields
   and sends them to its replica's server (rank 0 of each replica only; all ranks drain the generator because the
-  FSDP2 all-gather inside it is collective).
+  FSDP2 all-gather inside it is collective). With LoRA it forwards veRL's `peft_config` and `base_sync_done`: the
+  server loads the base weights once and applies each synced adapter through peft.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class HFRolloutServer:
         self.replica_rank = replica_rank
         self.global_steps: int | None = None
         self.weight_version = 0
+        self.peft = None  # peft's wrapper once a LoRA adapter arrived (`_load_adapter`)
         self.awake = True
         self._pending: list[tuple[list[int], dict, asyncio.Future]] = []
         self._batcher: asyncio.Task | None = None
@@ -166,10 +168,19 @@ class HFRolloutServer:
         return results
 
     # ---------------- weights ----------------
-    def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> dict:
+    def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None,
+                       peft_config: dict | None = None, base_sync_done: bool = True) -> dict:
+        """Load what veRL's weight sync sends (verl/workers/engine_workers.py:786-806): the whole model, or with
+        LoRA (`peft_config` set) the base weights once (`base_sync_done` false, LoRA-wrapped names:
+        `...q_proj.base_layer.weight`) and then, after every update, the adapter alone (peft's state-dict names),
+        which is applied through peft's layers injected into the model (`_load_adapter`)."""
+        if peft_config is not None and base_sync_done:
+            return self._load_adapter(state, peft_config, global_steps)
         own = self.model.state_dict()
-        loaded = {k: v.to(own[k].dtype) for k, v in state.items() if k in own}
+        named = {key if key in own else key.replace(".base_layer.", "."): value for key, value in state.items()}
+        loaded = {k: v.to(own[k].dtype) for k, v in named.items() if k in own}
         missing, unexpected = self.model.load_state_dict(loaded, strict=False)
+        missing = [m for m in missing if "lora_" not in m]  # an injected adapter keeps its own weights
         if self.model.config.tie_word_embeddings:
             self.model.tie_weights()
             missing = [m for m in missing if m != "lm_head.weight"]
@@ -177,7 +188,28 @@ class HFRolloutServer:
             raise RuntimeError(f"HF rollout server: weights missing after sync: {missing[:5]}")
         self.global_steps = global_steps
         self.weight_version += 1
-        return {"loaded": len(loaded), "ignored": sorted(set(state) - set(own))[:5], "version": self.weight_version}
+        return {"loaded": len(loaded), "ignored": sorted(set(named) - set(own))[:5], "version": self.weight_version}
+
+    def _load_adapter(self, state: dict[str, torch.Tensor], peft_config: dict, global_steps: int | None) -> dict:
+        """The LoRA adapter veRL sends after an update (peft's `get_peft_model_state_dict` names, its `LoraConfig`
+        as a dict): injected into the model on the first one (B = 0 until loaded), its weights loaded every time.
+        Generation then runs the base layers plus the adapters, as vLLM's LoRA path does."""
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        if self.peft is None:
+            fields = {key: value for key, value in peft_config.items()
+                      if key in LoraConfig.__dataclass_fields__ and LoraConfig.__dataclass_fields__[key].init}
+            self.peft = get_peft_model(self.model, LoraConfig(**fields))  # injected in place: self.model generates
+            self.model.eval()
+        own = self.model.state_dict()
+        dtype = next(iter(own.values())).dtype
+        result = set_peft_model_state_dict(self.peft, {k: v.to(dtype) for k, v in state.items()})
+        unexpected = [key for key in result.unexpected_keys if "lora_" in key]
+        if unexpected or not state:
+            raise RuntimeError(f"HF rollout server: adapter weights not loaded: {unexpected[:5] or 'none sent'}")
+        self.global_steps = global_steps
+        self.weight_version += 1
+        return {"loaded": len(state), "adapter": True, "version": self.weight_version}
 
     def get_stats(self) -> dict:
         return dict(self.stats, weight_version=self.weight_version, global_steps=self.global_steps)
@@ -265,5 +297,6 @@ class HFServerAdapter(BaseRollout):
         for name, tensor in weights:  # every rank drains: the FSDP2 full_tensor() gather is collective
             if self.is_leader:
                 state[name] = tensor.detach().to("cpu", copy=True)
-        if self.is_leader:
-            await self._get_server().update_weights.remote(state, kwargs.get("global_steps"))
+        if self.is_leader:  # with LoRA, veRL passes the adapter's peft config and whether the base was synced
+            await self._get_server().update_weights.remote(state, kwargs.get("global_steps"),
+                                                           kwargs.get("peft_config"), kwargs.get("base_sync_done", True))
