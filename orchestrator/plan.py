@@ -106,15 +106,18 @@ class Plan:
                     f"{resources.gpus_per_node} GPU(s), but the torch backend runs one process on one device; "
                     "set nodes: 1 and gpus_per_node <= 1 for it, or use backend: verl"
                 )
-        if self.definition.spec.data == "real":
-            where = self.definition.source.where(("data",))
-            for task, (source, count) in self.builtin_data.items():
-                found.append(
-                    f"{where}: real, but {count} cell(s) of task {task} would train on {source.builtin}: set "
-                    f"task.env.{source.key} to {source.formats} (in the grid: {{task: {task}, "
-                    f"task.env.{source.key}: PATH}}), or rehearse with a profile that allows it (--profile cpu)"
-                )
-        return found
+        return found + self.data_needs()
+
+    def data_needs(self) -> list[str]:
+        """The data paths a `data: real` sweep has not set, one line per task (among `problems`; preflight lists
+        them under "needs from you")."""
+        if self.definition.spec.data != "real":
+            return []
+        where = self.definition.source.where(("data",))
+        return [f"{where}: real, but {count} cell(s) of task {task} would train on {source.builtin}: set "
+                f"task.env.{source.key} to {source.formats} (in the grid: {{task: {task}, "
+                f"task.env.{source.key}: PATH}}), or rehearse with a profile that allows it (--profile cpu)"
+                for task, (source, count) in self.builtin_data.items()]
 
     def check_submittable(self) -> None:
         """Refuse a plan with a problem (`problems`): `OrchError` with the first, saying how many more."""

@@ -8,6 +8,12 @@ Within a class every distinct training config (cells differing only in seed shar
 each concerns), its largest memory estimate and smallest fitting micro-batch. The plan's own problems (data a paper
 sweep must not generate, a torch cell asking for GPUs) come first. torch-backend cells are checked by the plan only
 (the torch backend runs one process on one device).
+
+What only the user can supply (a model folder or data file not on this host, a data path a `data: real` sweep has
+not set, an architecture preflight does not know) is kept apart as `needs`: it is listed under "needs from you" and
+does not make a preflight fail; `fit_gate` (what `orch sweep` runs before it submits a verl sweep's GPU cells)
+refuses a plan with a problem or a need. One `recipes.verl.preflight.PreflightCache` serves every cell of a plan
+(veRL's config composed once, each distinct config validated once).
 """
 
 from __future__ import annotations
@@ -47,16 +53,29 @@ class CellClass:
     cost_basis: str = ""  # what the GPU-hours rest on (the anchor, or finished runs that calibrated it)
     problems: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    needs: list[str] = field(default_factory=list)  # what only the user can supply (module docstring)
+    fit_problems: list[str] = field(default_factory=list)  # the start-up (vLLM) and memory checks' problems
 
-    def add_problem(self, line: str) -> None:
+    def add_problem(self, line: str, fit: bool = False) -> None:
         if line not in self.counts:
             self.problems.append(line)
+            if fit:
+                self.fit_problems.append(line)
         self.counts[line] = self.counts.get(line, 0) + 1
 
-    def lines(self) -> list[str]:
-        """The problems, each with how many of the class's checked configs it concerns when not all."""
+    def add_need(self, line: str) -> None:
+        if line not in self.needs:
+            self.needs.append(line)
+
+    def lines(self, only: list[str] | None = None) -> list[str]:
+        """The problems (or those of `only`), each with how many of the class's checked configs it concerns when
+        not all."""
         return [line if self.counts[line] >= self.configs else f"{line} [{self.counts[line]} of {self.configs}]"
-                for line in self.problems]
+                for line in (self.problems if only is None else only)]
+
+    def title(self) -> str:
+        """One line naming the class: its model, GPUs, backend and cells."""
+        return f"{self.model} on {self.nodes}n x {self.gpus_per_node} GPU ({self.backend}, {self.cells} cells)"
 
     def as_json(self) -> dict[str, Any]:
         return {"model": self.model, "backend": self.backend, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
@@ -66,7 +85,7 @@ class CellClass:
                 "gpu_hours": round(self.gpu_hours, 1), "wall_h": round(self.wall_h, 2),
                 "limit_h": round(self.limit_h, 2), "architecture": self.architecture,
                 "prompt_tokens": self.prompt_tokens, "validation": self.validation, "cost_basis": self.cost_basis,
-                "problems": self.lines()}
+                "problems": self.lines(), "needs": list(self.needs)}
 
 
 @dataclass
@@ -76,10 +95,22 @@ class PreflightReport:
     sweep: str
     plan_problems: list[str]
     classes: list[CellClass]
+    plan_needs: list[str] = field(default_factory=list)  # the data paths a `data: real` sweep has not set
+    seconds: float = 0.0  # wall time of the checks
+    composed: int = 0  # veRL configs composed (the others shared one)
+    validated: int = 0  # veRL validations run
 
     @property
     def problem_count(self) -> int:
         return len(self.plan_problems) + sum(len(c.problems) for c in self.classes)
+
+    def need_lines(self) -> list[str]:
+        """Every distinct need once, with the classes (c1, c2, ... as printed) that have it."""
+        owners: dict[str, list[str]] = {}
+        for index, group in enumerate(self.classes, start=1):
+            for line in group.needs:
+                owners.setdefault(line, []).append(f"c{index}")
+        return [*self.plan_needs, *(f"{line} [{', '.join(names)}]" for line, names in owners.items())]
 
     @property
     def gpu_hours(self) -> float:
@@ -105,32 +136,57 @@ def load_model_config(path: Path | None) -> dict[str, Any] | None:
 
 def preflight_plan(plan: Plan, config_of: Callable[[PlannedCell], Any], model_config: dict[str, Any] | None = None,
                    on_config: Callable[[int, int], None] | None = None,
-                   tracking_uri: str | None = None) -> PreflightReport:
-    """Preflight every cell of `plan` (`config_of(cell)`: its resolved `TrainConfig`); `on_config(done, total)`
-    after each distinct config is checked. Finished GPU runs of a model in the store at `tracking_uri` calibrate
-    its cost (`recipes.verl.cost.calibration`)."""
-    from recipes.verl.cost import BASIS, calibration, estimate_cost
+                   tracking_uri: str | None = None, fit_only: bool = False,
+                   select: Callable[[PlannedCell, Any], bool] | None = None,
+                   cache: Any = None) -> PreflightReport:
+    """Preflight every cell of `plan` (`config_of(cell)`: its resolved `TrainConfig`; `select(cell, cfg)`: only
+    the cells it accepts); `on_config(done, total)` after each distinct config is checked. Finished GPU runs of a
+    model in the store at `tracking_uri` calibrate its cost (`recipes.verl.cost.calibration`). `fit_only`: the
+    memory and start-up checks without veRL's validation. `cache`: a `recipes.verl.preflight.PreflightCache` shared
+    with other plans (default: one for this plan)."""
+    import time
 
-    calibrations: dict[str, tuple[float, str] | None] = {}
+    from recipes.verl.preflight import PreflightCache
+
+    started = time.perf_counter()
+    if cache is None:
+        with PreflightCache(fit_only=fit_only) as own:
+            return preflight_plan(plan, config_of, model_config, on_config, tracking_uri, fit_only, select, own)
+    composed, validated = cache.composed, cache.validated
+    cells = [(cfg, cell.resources, cell.backend) for cell in plan.cells
+             for cfg in [config_of(cell)] if select is None or select(cell, cfg)]
+    needs = plan.data_needs()
+    report = PreflightReport(sweep=plan.name, plan_problems=[line for line in plan.problems() if line not in needs],
+                             classes=check_cells(cells, model_config, on_config, tracking_uri, cache),
+                             plan_needs=needs)
+    report.seconds = time.perf_counter() - started
+    report.composed, report.validated = cache.composed - composed, cache.validated - validated
+    return report
+
+
+def check_cells(cells: list[tuple[Any, Any, str]], model_config: dict[str, Any] | None,
+                on_config: Callable[[int, int], None] | None, tracking_uri: str | None, cache: Any) -> list[CellClass]:
+    """Preflight `cells`, each (its resolved `TrainConfig`, its `Resources`, its backend), grouped into classes
+    (module docstring), through `cache` (a `recipes.verl.preflight.PreflightCache`)."""
+    from recipes.verl.cost import BASIS, calibration, estimate_cost
     from recipes.verl.preflight import preflight_cell
 
+    calibrations: dict[str, tuple[float, str] | None] = {}
     classes: dict[tuple[Any, ...], CellClass] = {}
-    distinct: dict[tuple[Any, ...], list[PlannedCell]] = {}
+    distinct: dict[tuple[Any, ...], int] = {}
     configs: dict[str, Any] = {}
-    for cell in plan.cells:
-        cfg = config_of(cell)
-        res = cell.resources
+    for cfg, res, backend in cells:
         key = (str(cfg.model.path or f"preset {cfg.model.name}"), res.nodes, res.gpus_per_node, res.gpu_mem_gb,
-               cell.backend)
+               backend)
         if key not in classes:
             classes[key] = CellClass(model=key[0], nodes=res.nodes, gpus_per_node=res.gpus_per_node,
-                                     gpu_mem_gb=res.gpu_mem_gb, backend=cell.backend, limit_h=res.time_min / 60)
+                                     gpu_mem_gb=res.gpu_mem_gb, backend=backend, limit_h=res.time_min / 60)
         classes[key].cells += 1
         unseeded = cfg.model_copy(update={"seed": 0}).digest()
         configs[unseeded] = cfg
-        distinct.setdefault((*key, unseeded), []).append(cell)
+        distinct[(*key, unseeded)] = distinct.get((*key, unseeded), 0) + 1
     total, done = len(distinct), 0
-    for (*key, unseeded), cells in distinct.items():
+    for (*key, unseeded), count in distinct.items():
         group = classes[tuple(key)]
         group.configs += 1
         cfg = configs[unseeded]
@@ -139,12 +195,16 @@ def preflight_plan(plan: Plan, config_of: Callable[[PlannedCell], Any], model_co
             if on_config:
                 on_config(done, total)
             continue
-        report = preflight_cell(cfg, group.nodes, group.gpus_per_node, group.gpu_mem_gb, model_config)
+        report = preflight_cell(cfg, group.nodes, group.gpus_per_node, group.gpu_mem_gb, model_config, cache)
         for line in report.problems:
-            group.add_problem(line)
+            group.add_problem(line, fit=line in report.fit)
+        for line in report.needs:
+            group.add_need(line)
         if any(line.startswith("veRL's validate_config:") for line in report.problems):
             group.validation = "failed"
-        elif not any(line.startswith("veRL's validate_config not run") for line in report.problems) \
+        elif cache.fit_only:
+            group.validation = "not run (the fit check only)"
+        elif not any(line.startswith("veRL's validate_config") for line in report.needs) \
                 and group.validation != "failed":
             group.validation = "passed"
         if report.architecture is not None:
@@ -157,7 +217,7 @@ def preflight_plan(plan: Plan, config_of: Callable[[PlannedCell], Any], model_co
                 factor, basis = calibrations.get(group.model) or (1.0, BASIS)
                 cost = estimate_cost(cfg, parameters, report.world, factor, basis)
                 group.cost_basis = basis
-                group.gpu_hours += cost.gpu_hours * len(cells)
+                group.gpu_hours += cost.gpu_hours * count
                 group.wall_h = max(group.wall_h, cost.wall_h)
         group.prompt_tokens = f"{report.prompt_tokens} ({report.prompt_source})"
         memory = report.memory
@@ -171,4 +231,41 @@ def preflight_plan(plan: Plan, config_of: Callable[[PlannedCell], Any], model_co
         done += 1
         if on_config:
             on_config(done, total)
-    return PreflightReport(sweep=plan.name, plan_problems=plan.problems(), classes=list(classes.values()))
+    return list(classes.values())
+
+
+def gpu_verl_cell(cell: PlannedCell, cfg: Any) -> bool:
+    """A cell the fit check concerns: the verl backend on GPUs (a torch or cpu cell has no GPU memory to fit)."""
+    return cell.backend == "verl" and cfg.trainer.device != "cpu"
+
+
+def unfit_lines(cells: list[tuple[Any, Any, str]], cache: Any) -> list[str]:
+    """`orch paper --check`'s fit check: one line per class of `cells` ((config, resources, backend) each; only verl
+    GPU cells are looked at) whose memory or start-up (vLLM) checks fail on its declared hardware, through `cache`
+    (a fit-only `recipes.verl.preflight.PreflightCache`). Model and data paths are not asked for."""
+    gpu = [(cfg, res, backend) for cfg, res, backend in cells if backend == "verl" and cfg.trainer.device != "cpu"]
+    return [f"{group.title()}: {'; '.join(group.lines(group.fit_problems))}"
+            for group in check_cells(gpu, None, None, None, cache) if group.fit_problems]
+
+
+def fit_gate(plan: Plan, model_config: dict[str, Any] | None = None) -> tuple[PreflightReport | None, str | None]:
+    """What `orch sweep` runs before it submits (docs/verl.md#preflight): the checks of `--preflight` on the plan's
+    verl GPU cells (memory, vLLM's start-up checks, veRL's validation; no cost) -> (the report, or None when the plan
+    has no such cell; the refusal message, or None when every class can start: no problem and no need)."""
+    if not any(gpu_verl_cell(cell, cell.resolved.config) for cell in plan.cells):
+        return None, None
+    report = preflight_plan(plan, lambda cell: cell.resolved.config, model_config, select=gpu_verl_cell)
+    failing = [(index, group) for index, group in enumerate(report.classes, start=1) if group.problems]
+    needs = [line for group in report.classes for line in group.needs]
+    if not failing and not needs:
+        return report, None
+    what = [f"{len(failing)} of {len(report.classes)} verl GPU cell class(es) cannot start as planned"] if failing \
+        else []
+    what += ["it needs what only you can supply"] if needs else []
+    lines = [f"{plan.definition.path}: {' and '.join(what)}; nothing submitted or written (orch sweep FILE "
+             "--preflight: the full report; --submit-anyway: submit all the same)"]
+    lines += [f"  c{index} {group.title()}: {'; '.join(group.lines())}" for index, group in failing]
+    if needs:
+        lines.append("needs from you (a job stops at its start without it):")
+        lines += [f"  {line}" for line in report.need_lines()]
+    return report, "\n".join(lines)

@@ -78,12 +78,15 @@ def print_plan(plan: Plan, limit: int) -> None:
 
 def print_preflight(report: Any, as_json: bool) -> None:
     """`orch sweep --preflight`: one block per cell class (model, GPUs, memory, fit, cost, veRL's validation, every
-    problem), or with `as_json` one JSON object per class on stdout (and the plan's problems on stderr)."""
+    problem), then what only the user can supply ("needs from you"); or with `as_json` one JSON object per class on
+    stdout (its `needs` among its fields; the plan's problems and needs on stderr)."""
     import sys
 
     if as_json:
         for line in report.plan_problems:
             print(f"problem: {line}", file=sys.stderr)
+        for line in report.plan_needs:
+            print(f"needs: {line}", file=sys.stderr)
         for group in report.classes:
             print(json.dumps(group.as_json()))
         return
@@ -115,9 +118,16 @@ def print_preflight(report: Any, as_json: bool) -> None:
     hours = report.gpu_hours
     console.print(f"estimated GPU-hours (throughput model, docs/verl.md#preflight): {hours:,.0f}" if hours else
                   "no GPU cells", highlight=False)
+    needs = report.need_lines()
+    if needs:
+        console.print("[bold]needs from you[/] (only you can supply these: they do not fail a preflight, they stop a "
+                      "submission):", highlight=False, soft_wrap=True)
+        for line in needs:
+            console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
     count = report.problem_count
     console.print(f"[bold red]{count} problem(s)[/]" if count else "[bold green]no problems[/]")
-    console.print("[dim]preflight: nothing written, nothing submitted[/]")
+    console.print(f"[dim]preflight: {report.composed} veRL configs composed, {report.validated} validated, "
+                  f"{report.seconds:.1f} s; nothing written, nothing submitted[/]", highlight=False, soft_wrap=True)
 
 
 def print_study(study: Any, first: list[tuple[dict[str, Any], list[str]]], trials: int) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 
 import numpy as np
-import torch
 
 from envs.split import EVAL_SEED_BASE
 
@@ -60,6 +59,8 @@ def heldout_seeds(count: int) -> list[int]:
 
 def seed_everything(*key: int) -> None:
     """Seed torch, numpy and random from `key` (e.g. (run_seed, step))."""
+    import torch  # here, not at the top: preflight and the sweep planner read the seeds without torch (~2 s)
+
     seed = int(np.random.SeedSequence(list(key)).generate_state(1)[0])
     random.seed(seed)
     np.random.seed(seed)

@@ -2,6 +2,7 @@
 
     report = preflight_cell(cfg, nodes=1, gpus_per_node=4, gpu_mem_gb=80)
     report.problems       # every problem found, one line each (never only the first)
+    report.needs          # what only the user can supply (below), apart from the problems
     report.memory         # recipes.verl.memory.MemoryEstimate, or None without an architecture
 
 What runs, in order, each step collecting its problems instead of stopping at the first:
@@ -17,6 +18,20 @@ What runs, in order, each step collecting its problems instead of stopping at th
    token budget vs one sequence, the batch vs the workers it is split over (samples per prompt vs the groups the
    algorithm and filter need is checked when the config is validated, on both backends);
 5. memory (`recipes.verl.memory`), from the folder's config.json, else `model_config`, else the built-in table.
+
+What only the user can supply -- a model folder or data file that is not on this host, an architecture preflight
+does not know -- is listed apart (`needs`), not among the problems: a preflight report on a laptop is complete
+without the checkpoints; a submission (`orch sweep`, orchestrator.preflight.fit_gate) stops on it.
+
+A sweep checks dozens of configs that differ in a few keys, so what they share is computed once per
+`PreflightCache` (one per plan, `orchestrator.preflight.preflight_plan`): veRL's `ppo_trainer` config is composed
+by Hydra once, and each cell's overrides (`recipes.verl.config_map.verl_overrides`, parsed once per distinct line by
+Hydra's own parser) are applied to an unpickled copy of it by Hydra's own `_apply_overrides_to_config` -- what `compose` does
+after the defaults list, so the config is the one the job composes (a test compares them), less the `orch` node
+(the TrainConfig, which no check reads); a cell whose overrides differ only in veRL's experiment name (the cell's
+digest: filters, the MI settings) shares its class-mate's config and veRL's verdict on it; the built-in preset's
+tokenizer folder and the stand-in config.json folders are made once. `fit_only` skips veRL's `validate_config` (and
+so the import of veRL and torch): the memory and start-up checks alone (`orch paper --check`).
 """
 
 from __future__ import annotations
@@ -24,6 +39,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import pickle
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,11 +76,166 @@ class CellPreflight:
     prompt_tokens: int = 0  # the prompt budget (the longest first prompt with its margin)
     prompt_source: str = ""  # "tokenizer" | "characters"
     world: int = 1
+    needs: list[str] = field(default_factory=list)  # what only the user can supply (module docstring)
+    fit: list[str] = field(default_factory=list)  # the problems of the start-up and memory checks (in `problems` too)
+
+
+# veRL's run name: the cell's digest (or run name), read by no check; configs that differ only in it share one
+_RUN_NAME = "trainer.experiment_name="
+
+
+class PreflightCache:
+    """What the cells of a plan share (module docstring): use one per plan, `with PreflightCache() as cache:`, and
+    pass it to every `preflight_cell`. `fit_only`: skip veRL's `validate_config`."""
+
+    def __init__(self, fit_only: bool = False) -> None:
+        self.fit_only = fit_only
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._base: Any = None  # veRL's ppo_trainer composed without overrides, pickled (False: composing failed)
+        self._group_exists: Any = None
+        self._parsed: dict[str, Any] = {}
+        self._configs: dict[tuple[str, ...], tuple[Any, list[str]]] = {}
+        self._presets: dict[str, Path] = {}
+        self._standins: dict[str, str] = {}
+        self.composed = 0  # configs composed (the rest were shared)
+        self.validated = 0  # veRL validations run
+
+    def __enter__(self) -> PreflightCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the stand-in folders."""
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+        self._standins.clear()
+        self._configs.clear()
+
+    def preset_folder(self, model_cfg: Any) -> Path:
+        """`recipes.policy.models.preset_folder`, once per preset and cache folder."""
+        from recipes.policy.models import preset_folder
+
+        key = json.dumps([model_cfg.preset.model_dump(), str(model_cfg.cache_dir), os.environ.get("ORCH_CACHE_DIR")],
+                         sort_keys=True, default=str)
+        if key not in self._presets:
+            self._presets[key] = preset_folder(model_cfg)
+        return self._presets[key]
+
+    def standin(self, arch: Architecture) -> str:
+        """A folder holding `arch`'s config.json (veRL's validation reads it), once per architecture."""
+        text = json.dumps(arch.config_json(), sort_keys=True)
+        if text not in self._standins:
+            if self._scratch is None:
+                self._scratch = tempfile.TemporaryDirectory(prefix="orch-preflight-")
+            folder = Path(self._scratch.name) / f"model-{len(self._standins)}"
+            folder.mkdir()
+            (folder / "config.json").write_text(text)
+            self._standins[text] = str(folder)
+        return self._standins[text]
+
+    def config(self, cfg: TrainConfig, job: Any) -> tuple[Any, list[str]]:
+        """veRL's config for `cfg` on `job` and veRL's `validate_config` problems with it (empty: it passed, or
+        `fit_only`), each computed once per distinct overrides (module docstring). Raises what Hydra raises on an
+        override it cannot apply."""
+        from recipes.verl.config_map import verl_config, verl_overrides
+
+        lines = verl_overrides(cfg, job)
+        key = tuple(line for line in lines if not line.startswith(_RUN_NAME))
+        if key not in self._configs:
+            parsed = self._parse(lines)
+            if parsed is None:  # a config-group override (or no base): Hydra composes it whole, as the job does
+                config = verl_config(cfg, job)
+            else:
+                from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+                config = pickle.loads(self._base)  # a copy: 7x faster than copy.deepcopy of a DictConfig
+                ConfigLoaderImpl._apply_overrides_to_config(parsed, config)
+            self.composed += 1
+            self._configs[key] = (config, [] if self.fit_only else _validation_problems(config, self))
+        return self._configs[key]
+
+    def _parse(self, lines: list[str]) -> list[Any] | None:
+        """Hydra's parse of each override line (once per line), or None when one is not a plain value override
+        (a config group, a package, a deletion, a Hydra key) or veRL's base config cannot be composed here."""
+        if self._base is None:
+            self._base = _compose_base(self)
+        if self._base is False:
+            return None
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parser = None
+        parsed = []
+        for line in lines:
+            if line not in self._parsed:
+                parser = parser or OverridesParser.create()
+                self._parsed[line] = parser.parse_override(line)
+            override = self._parsed[line]
+            if (override.package is not None or override.is_delete() or override.is_hydra_override()
+                    or self._group_exists(override.key_or_group)):
+                return None
+            parsed.append(override)
+        return parsed
+
+
+def _compose_base(cache: PreflightCache) -> Any:
+    """veRL's `ppo_trainer` config as Hydra's `compose` returns it without overrides (struct mode, no `hydra` node),
+    read from veRL's config folder without importing veRL (which imports torch), pickled; False if it cannot be."""
+    import importlib.util
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    folder = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(folder), version_base=None):
+            base = compose(config_name="ppo_trainer")
+            cache._group_exists = GlobalHydra.instance().config_loader().repository.group_exists
+    except Exception:  # noqa: BLE001 - the job's own composition (verl_config) then says why
+        return False
+    finally:
+        GlobalHydra.instance().clear()
+    return pickle.dumps(base)
+
+
+def _validation_problems(config: Any, cache: PreflightCache) -> list[str]:
+    """veRL's own `validate_config` on `config`, offline (a bad path must fail here, not wait on the Hub), its
+    notices silenced: [] when it passes, else its one-line reason."""
+    offline = {key: os.environ.get(key) for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    os.environ.update(dict.fromkeys(offline, "1"))
+    cache.validated += 1
+    try:
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy
+        from verl.utils.config import validate_config
+
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # its notices and warnings
+            warnings.simplefilter("ignore")
+            validate_config(config, use_reference_policy=need_reference_policy(config),
+                            use_critic=need_critic(config))
+    except Exception as err:  # veRL raises AssertionError, ValueError or its dataclasses' errors
+        return [f"veRL's validate_config: {type(err).__name__}: {_one_line(err)}"]
+    finally:
+        for key, value in offline.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return []
 
 
 def preflight_cell(cfg: TrainConfig, nodes: int, gpus_per_node: int, gpu_mem_gb: float,
-                   model_config: dict[str, Any] | None = None) -> CellPreflight:
-    """Every check of the module docstring on `cfg` hosted on `nodes` x `gpus_per_node` GPUs of `gpu_mem_gb`."""
+                   model_config: dict[str, Any] | None = None, cache: PreflightCache | None = None) -> CellPreflight:
+    """Every check of the module docstring on `cfg` hosted on `nodes` x `gpus_per_node` GPUs of `gpu_mem_gb`;
+    `cache`: what this cell shares with the others of its plan (without one, a cache of its own)."""
+    if cache is None:
+        with PreflightCache() as own:
+            return preflight_cell(cfg, nodes, gpus_per_node, gpu_mem_gb, model_config, own)
     from recipes.policy.algorithms import get_algorithm
 
     cpu = cfg.trainer.device == "cpu"
@@ -72,40 +245,45 @@ def preflight_cell(cfg: TrainConfig, nodes: int, gpus_per_node: int, gpu_mem_gb:
     if not cpu and gpus_per_node < 1:
         report.problems.append(f"trainer.device is cuda, but the cell asks for {gpus_per_node} GPUs per node "
                                "(resources.gpus_per_node)")
-    folder = _model_folder(cfg, report)
+    folder = _model_folder(cfg, report, cache)
     _data_problems(cfg, report)
     report.architecture, report.architecture_source = _architecture(cfg, folder, model_config, report)
     longest = _longest_prompt(cfg, folder, report)
-    config = _verl_config(cfg, nodes, gpus, folder, report)
+    config = _verl_config(cfg, nodes, gpus, folder, report, cache)
     if config is None:
         return report
     uses_critic = get_algorithm(cfg.algorithm.name).uses_critic
+    before = len(report.problems)
     _runtime_problems(cfg, config, longest, report)
     if report.architecture is not None and not cpu:
         report.memory = estimate_memory(report.architecture, MemorySetup.from_verl(
             config, world=report.world, gpu_mem_gb=gpu_mem_gb, critic=uses_critic))
         report.problems += [f"memory: {line}" for line in report.memory.problems]
+    report.fit = report.problems[before:]
     return report
 
 
-def _model_folder(cfg: TrainConfig, report: CellPreflight) -> Path | None:
+def _model_folder(cfg: TrainConfig, report: CellPreflight, cache: PreflightCache) -> Path | None:
     """The folder whose tokenizer and config.json preflight may read: `model.path` when it is a loadable
-    checkpoint, the built-in preset's cached folder when there is no path (built on first use), else None."""
-    from recipes.policy.models import preset_folder
+    checkpoint, the built-in preset's cached folder when there is no path (built on first use), else None. A folder
+    that is not on this host is a need; one that is there but not loadable, a problem."""
     from recipes.runtime.hf_folder import hf_folder_problems
 
     if cfg.model.path is None:
-        return preset_folder(cfg.model)
+        return cache.preset_folder(cfg.model)
     found = hf_folder_problems(cfg.model.path)
-    report.problems += [f"model.path: {line}" for line in found]
+    absent = not Path(str(cfg.model.path)).expanduser().is_dir()
+    (report.needs if absent else report.problems).extend(f"model.path: {line}" for line in found)
     return None if found else Path(str(cfg.model.path)).expanduser()
 
 
 def _data_problems(cfg: TrainConfig, report: CellPreflight) -> None:
-    """The data file the task reads, when the cell names one, exists (its format is checked when the job loads it)."""
+    """The data file the task reads, when the cell names one, exists (a need when it does not; its format is
+    checked when the job loads it, a suffix its loader cannot read is a problem)."""
     missing = cfg.missing_data_file()
     if missing is not None:
-        report.problems.append(f"{missing[0]}: {missing[1]}")
+        absent = "does not exist" in missing[1]
+        (report.needs if absent else report.problems).append(f"{missing[0]}: {missing[1]}")
 
 
 def _architecture(cfg: TrainConfig, folder: Path | None, model_config: dict[str, Any] | None,
@@ -127,8 +305,8 @@ def _architecture(cfg: TrainConfig, folder: Path | None, model_config: dict[str,
         if builtin is not None:
             return builtin, "built-in table"
         if cfg.trainer.device != "cpu":
-            report.problems.append(f"memory: no config.json for {cfg.model.path} and no built-in architecture of "
-                                   "that name: pass --model-config FILE (a config.json) to estimate it")
+            report.needs.append(f"memory: no config.json for {cfg.model.path} and no built-in architecture of "
+                                "that name: pass --model-config FILE (a config.json) to estimate it")
     return None, ""
 
 
@@ -170,53 +348,36 @@ def _longest_prompt(cfg: TrainConfig, folder: Path | None, report: CellPreflight
     return longest
 
 
-def _verl_config(cfg: TrainConfig, nodes: int, gpus: int, folder: Path | None, report: CellPreflight) -> Any:
+def _verl_config(cfg: TrainConfig, nodes: int, gpus: int, folder: Path | None, report: CellPreflight,
+                 cache: PreflightCache) -> Any:
     """veRL's config for the cell as the job builds it (placeholders for the files it writes at run time), checked
-    by veRL's own `validate_config`; None (with the problem listed) if it cannot be built. veRL's validation loads
-    the model's config.json and tokenizer: where the checkpoint is not on this host, a stand-in folder with the
-    architecture's config.json and the built-in preset's tokenizer takes its place (nothing is downloaded)."""
-    import os
-    import tempfile
-
-    from recipes.policy.models import preset_folder
-    from recipes.verl.config_map import VerlJob, verl_config
+    by veRL's own `validate_config` (unless `cache.fit_only`); None (with the problem listed) if it cannot be built.
+    veRL's validation loads the model's config.json: where the checkpoint is not on this host, a stand-in folder
+    with the architecture's config.json and the built-in preset's tokenizer takes its place (nothing is
+    downloaded)."""
+    from recipes.verl.config_map import VerlJob
 
     budget = min(report.prompt_tokens or 64, cfg.trainer.max_context_tokens // 2)
-    with tempfile.TemporaryDirectory(prefix="orch-preflight-") as scratch:
-        model_path = tokenizer_path = str(folder) if folder is not None else ""
-        if folder is None:
-            if report.architecture is None:
-                report.problems.append("veRL's validate_config not run: no model folder on this host and no "
-                                       "architecture to stand in for it (--model-config FILE)")
-                return None
-            (Path(scratch) / "config.json").write_text(json.dumps(report.architecture.config_json()))
-            model_path, tokenizer_path = scratch, str(preset_folder(cfg.model.model_copy(update={"path": None})))
-        job = VerlJob(model_path=model_path, tokenizer_path=tokenizer_path, train_file="<train prompts>.parquet",
-                      val_file="<validation prompts>.parquet", checkpoint_dir="<checkpoint dir>/verl",
-                      prompt_length=budget, nnodes=max(1, nodes), gpus_per_node=max(1, gpus))
-        try:
-            config = verl_config(cfg, job)
-        except Exception as err:  # Hydra's composition error: the override and veRL's reason
-            report.problems.append(f"veRL's config does not compose: {type(err).__name__}: {_one_line(err)}")
+    model_path = tokenizer_path = str(folder) if folder is not None else ""
+    if folder is None:
+        if report.architecture is None:
+            report.needs.append("veRL's validate_config and the memory estimate not run: no model folder on this "
+                                "host and no architecture to stand in for it (--model-config FILE)")
             return None
-        offline = {key: os.environ.get(key) for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-        os.environ.update(dict.fromkeys(offline, "1"))  # a bad path must fail here, not wait on the Hub
-        try:
-            from verl.trainer.ppo.utils import need_critic, need_reference_policy
-            from verl.utils.config import validate_config
-
-            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # its notices and warnings
-                warnings.simplefilter("ignore")
-                validate_config(config, use_reference_policy=need_reference_policy(config),
-                                use_critic=need_critic(config))
-        except Exception as err:  # veRL raises AssertionError, ValueError or its dataclasses' errors
-            report.problems.append(f"veRL's validate_config: {type(err).__name__}: {_one_line(err)}")
-        finally:
-            for key, value in offline.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        if cache.fit_only:  # nothing reads the folders: no stand-in, no preset tokenizer built
+            model_path, tokenizer_path = "<model folder>", "<tokenizer folder>"
+        else:
+            model_path = cache.standin(report.architecture)
+            tokenizer_path = str(cache.preset_folder(cfg.model.model_copy(update={"path": None})))
+    job = VerlJob(model_path=model_path, tokenizer_path=tokenizer_path, train_file="<train prompts>.parquet",
+                  val_file="<validation prompts>.parquet", checkpoint_dir="<checkpoint dir>/verl",
+                  prompt_length=budget, nnodes=max(1, nodes), gpus_per_node=max(1, gpus))
+    try:
+        config, validation = cache.config(cfg, job)
+    except Exception as err:  # Hydra's composition error: the override and veRL's reason
+        report.problems.append(f"veRL's config does not compose: {type(err).__name__}: {_one_line(err)}")
+        return None
+    report.problems += validation
     return config
 
 

@@ -1,5 +1,6 @@
 """`orch sweep FILE --preflight [--json] [--model-config F]` (issue 27): every problem of every cell class, grouped,
-exit 1 if any; nothing written; the JSON fields a lab's tooling reads."""
+exit 1 if any; nothing written; the JSON fields a lab's tooling reads; what only the user can supply is listed apart
+(issue 49 item 4)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def test_preflight_groups_cells_names_every_problem_and_writes_nothing(workdir: 
     assert "model Qwen2.5-7B (built-in table, 7.62B)" in out and ": fits, micro-batch <=" in out
     assert "c2 models/Qwen2.5-7B on 1n x 1 GPU (verl): 2 cells, 1 configs" in out and "DOES NOT FIT" in out
     assert "memory: rollout needs ~" in out and "set verl.param_offload=true" in out
-    assert out.count("no such folder") == 2 and "veRL validate_config: passed" in out
+    assert out.count("no such folder") == 1 and "veRL validate_config: passed" in out  # a need, listed once
+    assert "needs from you" in out and "no such folder (a Hugging Face checkpoint folder is expected) [c1, c2]" in out
     assert "GPU-hours" in out and "nothing written, nothing submitted" in out
     assert not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
 
@@ -61,8 +63,8 @@ def test_preflight_json_is_one_object_per_class(workdir: Path, sweep_file) -> No
 def test_a_model_config_stands_in_for_a_missing_folder_and_bad_input_exits_2(workdir: Path, sweep_file,
                                                                              tmp_path) -> None:
     path = sweep_file(SWEEP.replace("models/Qwen2.5-7B", "models/My-Own-7B"))
-    result = invoke("sweep", str(path), "--preflight")
-    assert result.exit_code == 1 and "pass --model-config FILE" in result.output
+    result = invoke("sweep", str(path), "--preflight")  # only what the user must supply: listed, not failed
+    assert result.exit_code == 0 and "pass --model-config FILE" in result.output.split("needs from you")[1]
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
                                   "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
@@ -109,3 +111,31 @@ def test_finished_gpu_runs_of_a_model_calibrate_its_cost(workdir: Path, sweep_fi
         assert after[gpus]["gpu_hours"] == pytest.approx(2 * before[gpus]["gpu_hours"], rel=0.02)
         assert "calibrated from 1 finished run(s) of models/Qwen2.5-7B" in after[gpus]["cost_basis"]
         assert before[gpus]["cost_basis"].startswith("anchor: RAGEN-2 Table 5")
+
+
+def test_preflight_composes_the_config_the_job_composes_once_per_distinct_overrides() -> None:
+    """The shared composition (veRL's base config once, each cell's overrides applied by Hydra's own code) gives
+    the config `recipes.verl.config_map.verl_config` composes, less the `orch` node; configs that differ only in
+    the filter (veRL's run name) share one composition and one validation."""
+    from omegaconf import OmegaConf
+
+    from recipes.config.schema import TrainConfig, compose_tree, resolve_tree
+    from recipes.verl.config_map import VerlJob, verl_config
+    from recipes.verl.preflight import PreflightCache
+
+    def config(*overrides: str) -> TrainConfig:
+        tree, _ = compose_tree(["backend=verl", "trainer=paper", "task=sokoban", *overrides])
+        return TrainConfig.from_tree(resolve_tree(tree))
+
+    job = VerlJob(model_path="/m", tokenizer_path="/t", train_file="a.parquet", val_file="b.parquet",
+                  checkpoint_dir="/c", prompt_length=256, nnodes=1, gpus_per_node=2)
+    with PreflightCache() as cache:
+        for cfg in (config("algorithm=ppo"), config("algorithm=grpo", "verl.tensor_parallel=2")):
+            fast, _ = cache.config(cfg, job)
+            slow = OmegaConf.to_container(verl_config(cfg, job))
+            del slow["orch"]
+            assert OmegaConf.to_container(fast) == slow
+            assert OmegaConf.is_struct(fast)
+        assert (cache.composed, cache.validated) == (2, 2)
+        cache.config(config("algorithm=grpo", "verl.tensor_parallel=2", "filter=top_p"), job)
+        assert (cache.composed, cache.validated) == (2, 2)

@@ -231,10 +231,11 @@ def _cell(*overrides: str) -> TrainConfig:
     return TrainConfig.from_tree(resolve_tree(tree))
 
 
-def test_a_good_cell_passes_every_check_but_its_missing_folder() -> None:
+def test_a_good_cell_passes_every_check_and_needs_only_its_missing_folder() -> None:
     report = preflight_cell(_cell("trainer.micro_batch_size=1"), nodes=1, gpus_per_node=4, gpu_mem_gb=80)
-    assert report.problems == ["model.path: models/Qwen2.5-7B: no such folder (a Hugging Face checkpoint folder is "
-                               "expected)"]
+    assert report.problems == []  # the folder only the user can supply is a need, not a problem
+    assert report.needs == ["model.path: models/Qwen2.5-7B: no such folder (a Hugging Face checkpoint folder is "
+                            "expected)"]
     assert report.architecture_source == "built-in table" and report.prompt_source == "characters"
     assert report.memory is not None and report.memory.fits and report.prompt_tokens > 0
 
@@ -248,7 +249,7 @@ def test_every_start_up_problem_is_named_not_only_the_first() -> None:
     assert "does not divide the model's 28 attention heads" in text
     assert "trainer.max_context_tokens=1000 (vLLM's max_model_len) is below the prompt" in text
     assert "3 trajectories do not split evenly over the cell's 4 GPUs" in text
-    assert len(problems) == 5, problems  # and the missing folder
+    assert len(problems) == 4, problems  # the missing folder is a need (CellPreflight.needs)
 
 
 def test_a_setting_verl_rejects_is_reported_with_verls_reason() -> None:
@@ -273,7 +274,7 @@ def test_a_real_folder_is_read_for_its_architecture_and_a_missing_data_file_is_n
     cfg = _cell(f"model.path={folder}", "task=metamathqa", f"task.env.data_path={tmp_path / 'missing.json'}")
     report = preflight_cell(cfg, nodes=1, gpus_per_node=1, gpu_mem_gb=24)
     assert report.architecture_source == "config.json" and report.prompt_source == "tokenizer", report.problems
-    assert any(line.startswith("task.env.data_path: ") and "does not exist" in line for line in report.problems)
+    assert any(line.startswith("task.env.data_path: ") and "does not exist" in line for line in report.needs)
     assert any("exceeds the model's max_position_embeddings 2048" in line for line in report.problems)
     assert not any(line.startswith("veRL's validate_config") for line in report.problems), report.problems
     assert math.isfinite(report.memory.peak_gb)
