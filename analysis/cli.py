@@ -326,7 +326,8 @@ def report(
 def paper_command(
     check: Annotated[bool, typer.Option(
         "--check", help="Exit 1 with one line per map item that has no sweep, needs a metric some cell of its sweep "
-                        "does not log, or has no report section.")] = False,
+                        "does not log, or has no report section, and per paper sweep's cell class that does not "
+                        "fit its declared GPUs (preflight's memory and vLLM checks).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the map (and problems) as JSON.")] = False,
     profile: Annotated[str | None, typer.Option(
         "--profile", help="Plan the sweeps under this profile of sweeps/profiles.yaml (--check).")] = None,

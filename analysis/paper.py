@@ -394,7 +394,8 @@ def sweep_path(sweep: str) -> Path:
 def check(sections: set[str], profile: str | None = None) -> list[str]:
     """One line per problem of the map: an item with no sweep file, a metric that some cell of its sweep does not
     log (every cell must: a table cannot mix runs with and without the diagnostics), no published value or no
-    report section. Plans every sweep file under `profile` (nothing is written). `sections`: the report's section
+    report section, a cell class of a paper sweep that does not fit its declared GPUs (`orch sweep --preflight`'s
+    memory and vLLM checks, one line per class). Plans every sweep file under `profile` (nothing is written). `sections`: the report's section
     keys (`analysis.paper_report.SECTIONS`)."""
     from orchestrator.api import planned_configs
 
@@ -445,6 +446,15 @@ def check(sections: set[str], profile: str | None = None) -> list[str]:
     # RAGEN computes the MI diagnostics in every run (config/base.yaml:147-153): so does every paper sweep
     for sweep in paper_sweeps():
         problems += unlogged(f"sweeps/{sweep}.yaml ({sweep})", sweep, EVERY_CELL)
+    # and every verl GPU cell fits the GPUs its sweep file declares (preflight's memory and vLLM checks)
+    from orchestrator.api import fit_cache, unfit_classes
+
+    with fit_cache() as cache:
+        for sweep in paper_sweeps():
+            configs = configs_of(sweep) if sweep_path(sweep).exists() else ""
+            if isinstance(configs, list):
+                problems += [f"sweeps/{sweep}.yaml ({sweep}): does not fit its declared hardware: {line}"
+                             for line in unfit_classes(configs, cache)]
     return problems
 
 

@@ -101,3 +101,24 @@ def planned_configs(path: Path, profile: str | None = None) -> list[PlannedConfi
 
     plan = build_plan(load_sweep(path, profile=profile))
     return [PlannedConfig(cell.digest, cell.settings, cell.resolved.config, cell.resources) for cell in plan.cells]
+
+
+def unfit_classes(configs: list[PlannedConfig], cache: Any = None) -> list[str]:
+    """One line per cell class of `configs` (a sweep's `planned_configs`) that does not fit its declared hardware:
+    the memory per GPU and vLLM's start-up checks of `orch sweep FILE --preflight` on its verl GPU cells, without
+    veRL's validation and without asking for model or data paths (`orchestrator.preflight.unfit_lines`). `cache`:
+    one `fit_cache()` shared by several sweeps (their common veRL config is composed once)."""
+    from orchestrator.preflight import unfit_lines
+
+    if cache is None:
+        with fit_cache() as own:
+            return unfit_classes(configs, own)
+    return unfit_lines([(planned.config, planned.resources, str(planned.settings.get("backend")))
+                        for planned in configs], cache)
+
+
+def fit_cache() -> Any:
+    """What `unfit_classes` calls on several sweeps share: a context manager (`with fit_cache() as cache:`)."""
+    from recipes.verl.preflight import PreflightCache
+
+    return PreflightCache(fit_only=True)

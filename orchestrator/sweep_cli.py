@@ -57,9 +57,10 @@ def sweep_command(
     file: Annotated[Path, typer.Argument(help="Sweep file (YAML), e.g. sweeps/demo.yaml.")],
     cluster: ClusterOpt = "local",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the cells, resources and GPU-hours; write nothing.")] = False,
-    preflight: Annotated[bool, typer.Option("--preflight", help="Check every cell as its job would start it (veRL's validation, model and data paths, memory, cost); exit 1 on a problem; write nothing.")] = False,
+    preflight: Annotated[bool, typer.Option("--preflight", help="Check every cell as its job would start it (veRL's validation, model and data paths, memory, cost); exit 1 on a problem (what only you can supply is listed apart and does not fail it); write nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --preflight: one JSON object per cell class.")] = False,
-    model_config: Annotated[Path | None, typer.Option("--model-config", help="With --preflight: a config.json for models whose folder is not on this host.")] = None,
+    model_config: Annotated[Path | None, typer.Option("--model-config", help="A config.json for models whose folder is not on this host (--preflight, and the fit check before a submission).")] = None,
+    submit_anyway: Annotated[bool, typer.Option("--submit-anyway", help="Submit a verl sweep's GPU cells even when the fit check before submission (memory, vLLM, veRL's validation, model and data paths) refuses them; its findings are printed as warnings.")] = False,
     sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE: a config key forced on every cell, or a sweep field (cluster.*, resources.*, seeds, backend). Repeatable.")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="A named profile (the file's `profiles:` or sweeps/profiles.yaml), e.g. cpu.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also resubmit failed cells.")] = False,
@@ -80,6 +81,8 @@ def sweep_command(
         executor = get_executor(cluster)
         if as_json and not preflight:
             raise OrchError("--json goes with --preflight")
+        if submit_anyway and (preflight or dry_run):
+            raise OrchError("--submit-anyway goes with a submission, not with --preflight or --dry-run")
         if preflight:
             _run_preflight(file, profile, sets or [], as_json, model_config, tracking_uri)
             return
@@ -98,6 +101,7 @@ def sweep_command(
 
         plan.check_submittable()  # before the store is created: nothing is written for a sweep that cannot run
         executor.check_available()
+        _fit_check(plan, model_config, submit_anyway)
         _preflight(tracking_uri)
         store = _open_store(store_url, create=True)
         report = submit_plan(plan, store, cluster, tracking_uri=tracking_uri, retry_failed=retry_failed,
@@ -197,6 +201,22 @@ def _run_preflight(file: Path, profile: str | None, sets: list[str], as_json: bo
     print_preflight(report, as_json)
     if report.problem_count:
         raise typer.Exit(1)
+
+
+def _fit_check(plan, model_config: Path | None, submit_anyway: bool) -> None:
+    """Before anything is written: a verl sweep's GPU cells pass `--preflight`'s memory, vLLM and veRL checks and
+    their model and data paths exist (`orchestrator.preflight.fit_gate`), or the submission stops (exit 2, one line
+    per class); `submit_anyway` prints the same lines as warnings and goes on."""
+    from orchestrator.preflight import fit_gate, load_model_config
+    from orchlib.errors import OrchError
+
+    _, refusal = fit_gate(plan, load_model_config(model_config))
+    if refusal is None:
+        return
+    if not submit_anyway:
+        raise OrchError(refusal)
+    for line in refusal.splitlines():
+        typer.echo(f"orch: warning (--submit-anyway): {line.strip()}", err=True)
 
 
 def _preflight(tracking_uri: str | None) -> None:

@@ -1,6 +1,8 @@
 """`orch sweep FILE --preflight [--json] [--model-config F]` (issue 27): every problem of every cell class, grouped,
-exit 1 if any; nothing written; the JSON fields a lab's tooling reads; what only the user can supply is listed apart
-(issue 49 item 4)."""
+exit 1 if any; nothing written; the JSON fields a lab's tooling reads. And (issue 49 item 4) the same checks before
+`orch sweep` submits a verl sweep's GPU cells: a cell that cannot fit refuses the sweep (exit 2, one line per class,
+nothing written) unless --submit-anyway; what only the user can supply is listed apart; `orch paper --check` names
+a paper sweep that does not fit its declared GPUs."""
 
 from __future__ import annotations
 
@@ -111,6 +113,111 @@ def test_finished_gpu_runs_of_a_model_calibrate_its_cost(workdir: Path, sweep_fi
         assert after[gpus]["gpu_hours"] == pytest.approx(2 * before[gpus]["gpu_hours"], rel=0.02)
         assert "calibrated from 1 finished run(s) of models/Qwen2.5-7B" in after[gpus]["cost_basis"]
         assert before[gpus]["cost_basis"].startswith("anchor: RAGEN-2 Table 5")
+
+
+# --- the fit check before a submission (issue 49 item 4) ------------------------------------------------------------
+# Cases far from any boundary the memory model could move: 14.7B parameters on one 80 GB GPU (the AdamW state alone
+# is ~16 bytes a parameter, ~220 GiB), and the tiny code-built model on one GPU (a few MB).
+UNFIT = """
+    name: unfit
+    backend: verl
+    base: {trainer: paper, model: hf, model.path: models/Qwen2.5-14B, algorithm: grpo, task: sokoban}
+    grid:
+      filter: [none, top_p]
+    seeds: [1, 2]
+    resources:
+      default: {gpus_per_node: 1, mem_gb: 64, time_min: 60}
+"""
+FITS = """
+    name: fits
+    backend: verl
+    base: {trainer: paper, algorithm: grpo, task: sokoban}
+    grid:
+      filter: [none, top_p]
+    seeds: [1]
+    resources:
+      default: {gpus_per_node: 1, mem_gb: 64, time_min: 60}
+"""
+
+
+@pytest.fixture
+def submitted(monkeypatch) -> list:
+    """`orch sweep`'s submission replaced by a record of the plans it was given (no job starts)."""
+    from orchestrator import engine
+
+    plans: list = []
+
+    def submit_plan(plan, store, executor, **kwargs):
+        plans.append(plan)
+        return engine.SubmitReport(sweep=plan.name, executor=executor, cells=len(plan.cells), new=len(plan.cells),
+                                   submitted=len(plan.cells))
+
+    monkeypatch.setattr(engine, "submit_plan", submit_plan)
+    return plans
+
+
+def test_a_sweep_that_cannot_fit_is_refused_before_anything_is_written(workdir: Path, sweep_file,
+                                                                      submitted) -> None:
+    result = invoke("sweep", str(sweep_file(UNFIT)), "--cluster", "local")
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("orch: error: ") and "1 of 1 verl GPU cell class(es) cannot start as planned" in lines[0]
+    assert "--submit-anyway" in lines[0] and "nothing submitted or written" in lines[0]
+    classes = [line for line in lines if line.startswith("  c")]
+    assert len(classes) == 1  # one line per class: 4 cells, 2 configs, one class
+    assert classes[0].startswith("  c1 models/Qwen2.5-14B on 1n x 1 GPU (verl, 4 cells): memory: ")
+    assert "needs from you (a job stops at its start without it):" in lines
+    assert any("models/Qwen2.5-14B: no such folder" in line for line in lines)
+    assert submitted == [] and not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
+
+
+def test_submit_anyway_submits_with_the_findings_as_warnings(workdir: Path, sweep_file, submitted) -> None:
+    result = invoke("sweep", str(sweep_file(UNFIT)), "--cluster", "local", "--submit-anyway")
+    assert result.exit_code == 0, result.output
+    assert "orch: warning (--submit-anyway): c1 models/Qwen2.5-14B on 1n x 1 GPU" in result.output
+    assert len(submitted) == 1 and "submitted 4" in result.output
+    assert invoke("sweep", str(sweep_file(UNFIT)), "--preflight", "--submit-anyway").exit_code == 2
+
+
+def test_a_sweep_that_fits_is_submitted(workdir: Path, sweep_file, submitted) -> None:
+    result = invoke("sweep", str(sweep_file(FITS)), "--cluster", "local")
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.output and len(submitted) == 1 and "submitted 2" in result.output
+
+
+def test_preflight_lists_needs_apart_and_they_do_not_fail_it(workdir: Path, sweep_file) -> None:
+    """The model folder only the user can supply is under "needs from you", not a problem: a preflight of a
+    sweep that fits, on a host without its checkpoint, exits 0."""
+    path = sweep_file(FITS.replace("base: {", "base: {model: hf, model.path: models/Qwen2.5-0.5B, "))
+    result = invoke("sweep", str(path), "--preflight")
+    assert result.exit_code == 0, result.output
+    assert "needs from you" in result.output and "no problems" in result.output
+    assert "model.path: models/Qwen2.5-0.5B: no such folder" in result.output.split("needs from you")[1]
+    row = json.loads(invoke("sweep", str(path), "--preflight", "--json").stdout.splitlines()[0])
+    assert row["problems"] == [] and len(row["needs"]) == 1 and row["fits"] is True
+
+
+def test_paper_check_names_a_paper_sweep_that_does_not_fit(workdir: Path, monkeypatch) -> None:
+    """`orch paper --check`: one line per class of a paper sweep that does not fit its declared GPUs (the memory
+    and vLLM checks only: no model folder asked for); a sweep that fits adds none."""
+    import dataclasses
+    import textwrap
+
+    from analysis import paper
+    from analysis.paper_report import SECTIONS
+
+    sweeps = workdir / "sweeps"
+    sweeps.mkdir()
+    (sweeps / "unfit.yaml").write_text(textwrap.dedent(UNFIT))
+    (sweeps / "fits.yaml").write_text(textwrap.dedent(FITS))
+    monkeypatch.setattr(paper, "SWEEPS_DIR", sweeps)
+    monkeypatch.setattr(paper, "ITEMS", (dataclasses.replace(paper.ITEMS[0], sweeps=("unfit", "fits")),))
+    problems = paper.check(set(SECTIONS))
+    unfit = [line for line in problems if "does not fit" in line]
+    assert len(unfit) == 1, problems
+    assert unfit[0].startswith("sweeps/unfit.yaml (unfit): does not fit its declared hardware: models/Qwen2.5-14B on "
+                               "1n x 1 GPU (verl, 4 cells): memory: ")
+    assert "no such folder" not in unfit[0]
 
 
 def test_preflight_composes_the_config_the_job_composes_once_per_distinct_overrides() -> None:
