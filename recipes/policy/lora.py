@@ -81,17 +81,16 @@ def unknown_targets(targets: str | list[str], names: list[str]) -> list[str]:
 
 
 def preset_linear_names(preset: dict[str, Any]) -> list[str]:
-    """The linear layers of the Qwen2 a text preset builds (`recipes.policy.models.build_preset`), from a model
-    built on the meta device; a vision preset's text model is the same, and its vision tower adds Qwen2.5-VL's
-    (`VISION_TOWER_LINEARS`)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(**{key: preset[key] for key in ("vocab_size", "hidden_size", "num_hidden_layers",
-                                                         "num_attention_heads", "num_key_value_heads",
-                                                         "intermediate_size", "tie_word_embeddings")})
-    with torch.device("meta"):
-        names = linear_module_names(Qwen2ForCausalLM(config))
+    """The linear layers of the Qwen2 a text preset builds (`recipes.policy.models.build_preset`: transformers'
+    Qwen2ForCausalLM, each decoder layer's attention q, k, v, o and gated MLP gate, up, down; the head left out),
+    written out so that validating a config imports no transformers (tests/recipes/torch_trainer/test_lora.py checks
+    them against the built model); a vision preset's text model is the same (under `model.language_model`), and its
+    vision tower adds Qwen2.5-VL's (`VISION_TOWER_LINEARS`, transformers' names on a model built on the meta device)."""
+    text = "model.language_model" if preset.get("vision") else "model"  # Qwen2.5-VL nests its text model
+    names = [f"{text}.layers.{layer}.{block}.{name}" for layer in range(int(preset["num_hidden_layers"]))
+             for block, name in (("self_attn", "q_proj"), ("self_attn", "k_proj"), ("self_attn", "v_proj"),
+                                 ("self_attn", "o_proj"), ("mlp", "gate_proj"), ("mlp", "up_proj"),
+                                 ("mlp", "down_proj"))]
     if preset.get("vision"):
         names += [f"model.visual.{name}" for name in VISION_TOWER_LINEARS]
     return names
