@@ -5,7 +5,8 @@
 
 The anchor is RAGEN-2's own Table 5 (arXiv 2604.06268): Qwen2.5-3B, 8 prompts x 16 samples, no filter, 89.2 s per
 step; RAGEN's experiment docs run each experiment on 4 H100s (docs/experiment_main_table.md:37 in
-github:mll-lab-nu/RAGEN), taken here as that table's hardware. A step's compute is taken proportional to
+github:mll-lab-nu/RAGEN), taken here as that table's hardware. Every paper sweep runs its Qwen2.5-3B cells on the same
+4 GPUs per cell (tests/recipes/verl/test_verl_preflight.py checks it), so the anchor class is one class. A step's compute is taken proportional to
 parameters x trajectories x context tokens, spread evenly over the GPUs (an optimistic scaling: more GPUs than 4 are
 rarely that efficient), with the update phase a share `UPDATE_SHARE` of the step that shrinks with the filter's kept
 fraction. That share comes from the same paper: Table 5's 8 x 16 row goes from 89.2 s to 65.9 s with the filter,

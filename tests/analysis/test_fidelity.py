@@ -106,6 +106,14 @@ REFERENCE = (
         f"{SEARCH}:63,95 (the no-filter and top-p runs; the top-k run's 32: searchqa_topk_arm)"),
     Ref("micro_batch", (SOKOBAN, SEARCHQA), lambda cfg, _: cfg.trainer.micro_batch_size, 4,
         f"run_filtering_final.sh:79; config/_9_search.yaml:11; {SEARCH}:63"),
+    Ref("micro_batch", ("table4", "table5", "table6", "table7", LENGTH_MAIN, "length:searchqa"),
+        lambda cfg, _: cfg.trainer.micro_batch_size, 1, "config/base.yaml:12 (micro_batch_size_per_gpu: 1)"),
+    Ref("micro_batch", ("topp", "slip", "entropy", "kl", "gradient"), lambda cfg, _: cfg.trainer.micro_batch_size,
+        4, "run_top_p_sweep.sh:261; run_frozen_lake_slipper_rate_sweep.sh:350; run_entropy_sweep.sh:274; "
+           "run_kl_sweep.sh:278; run_sokoban_ppo_filter_grad_analysis.sh:28,177"),
+    Ref("entropy_chunking", EVERY, lambda cfg, _: cfg.infra.verl.entropy_chunking, True,
+        "actor_rollout_ref.actor.entropy_from_logits_with_chunking=True in every run script, e.g. "
+        "run_main_table_diff_size.sh:245"),
     Ref("micro_batch", (WEBSHOP, DEEPCODER), lambda cfg, _: cfg.trainer.micro_batch_size, 1,
         f"{WEBSHOP_SH}:321; {WEBSHOP_DOC}:45; {DEEPCODER_DOC}:93"),
     Ref("actor_lr", EVERY, lambda cfg, _: cfg.model.actor_lr, 1e-6, "config/base.yaml:46"),

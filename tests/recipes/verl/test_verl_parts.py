@@ -110,7 +110,7 @@ def test_config_map_ppo_on_the_papers_setting(micro_folder) -> None:
         "actor_rollout_ref.actor.loss_agg_mode": "'token-mean'",
         "actor_rollout_ref.actor.loss_scale_factor": str(400 * 5),
         "actor_rollout_ref.actor.ppo_mini_batch_size": "2",  # 32 trajectories = 2 prompts x 16 samples
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": str(4 * 3600),
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": str(1 * 3600),  # RAGEN base.yaml:12
         "critic.cliprange_value": "0.5",
         "actor_rollout_ref.rollout.name": "'vllm'", "actor_rollout_ref.rollout.temperature": "1.0",
         "actor_rollout_ref.rollout.val_kwargs.temperature": "0.5", "actor_rollout_ref.rollout.val_kwargs.n": "1",

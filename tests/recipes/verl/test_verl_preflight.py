@@ -278,3 +278,23 @@ def test_a_real_folder_is_read_for_its_architecture_and_a_missing_data_file_is_n
     assert any("exceeds the model's max_position_embeddings 2048" in line for line in report.problems)
     assert not any(line.startswith("veRL's validate_config") for line in report.problems), report.problems
     assert math.isfinite(report.memory.peak_gb)
+
+
+PAPER_SWEEPS = ("table4", "table5", "table6", "table7", "topp", "entropy", "kl", "slip", "gradient", "length",
+                "filters")
+
+
+def test_the_paper_sweeps_run_the_cost_anchors_class_on_its_gpus() -> None:
+    """recipes/verl/cost.py's anchor (Qwen2.5-3B, RAGEN-2 Table 5) assumes 4 H100s: every paper sweep's Qwen2.5-3B
+    cells ask for the same 4 (one GPU count per class across the sweep files)."""
+    from orchestrator.plan import build_plan
+    from orchestrator.spec import load_sweep
+    from recipes.verl.cost import ANCHOR_GPUS
+
+    sweeps = Path(__file__).resolve().parents[3] / "sweeps"
+    counts = {}
+    for name in PAPER_SWEEPS:
+        for cell in build_plan(load_sweep(sweeps / f"{name}.yaml")).cells:
+            if str(cell.settings.get("model.path", "")).rstrip("/").endswith("Qwen2.5-3B"):
+                counts.setdefault(cell.resources.nodes * cell.resources.gpus_per_node, set()).add(name)
+    assert set(counts) == {ANCHOR_GPUS}, counts
