@@ -93,6 +93,73 @@ def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orc
     assert model.generate(ids, max_new_tokens=4, do_sample=False).shape[1] > ids.shape[1]
 
 
+def test_lora_trains_the_adapter_alone_syncs_it_to_the_rollout_and_exports_both_ways(train_overrides,
+                                                                                     tmp_path) -> None:
+    """LoRA on veRL (issue 49 item 2): GRPO with the filter, MI, the gradient split and the KL loss, whose reference
+    veRL computes with the actor's adapter disabled (no reference worker). The HF rollout replica applies the adapter
+    veRL syncs (recipes/verl/hf_rollout.py), so its sampling log-probs are the actor's (veRL's rollout-vs-actor
+    metric); the adapters moved and no base weight did; the export merges the adapter in, or writes it alone."""
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+    from recipes.torch_trainer.warmstart import model_folder
+    from recipes.trained.export import resolve_checkpoint, verl_merge
+
+    overrides = [*train_overrides, *WARM, "backend=verl", "algorithm=grpo", "trainer.samples_per_prompt=4",
+                 "trainer.prompts_per_step=2", "trainer.mini_batch_size=4", "trainer.max_response_tokens=64",
+                 "trainer.val_every=0", "filter=top_k", "filter.value=0.5", "filter.include_zero=true",
+                 "hooks=[collapse]", "diagnostics.num_samples=8", "diagnostics.grad_every=1",
+                 "diagnostics.grad_buckets=2", "algorithm.use_kl=true", "model.actor_lr=1e-2",
+                 "model.lora.rank=4", "model.lora.alpha=8"]
+    cfg = compose_train_config(overrides)
+    result = run_training(cfg)
+    assert (result.status, result.steps_done) == ("finished", 2), result.reason
+    mlflow = client(overrides)
+    run = mlflow.get_run(result.mlflow_run_id)
+    metrics = run.data.metrics
+    assert run.data.tags["orch.grad_split.parameters"] == "adapter only (LoRA rank 4, all-linear)"
+    assert [value for _, value in history(mlflow, result.mlflow_run_id, "rollout/kept_ratio")] == [0.5, 0.5]
+    assert names.MI_ZSCORE_EMA in metrics and metrics["grad_norm/bucket_0/task"] >= 0 and "actor/kl_loss" in metrics
+    verl_cfg = Path(mlflow.download_artifacts(result.mlflow_run_id, "verl_config.yaml", str(tmp_path))).read_text()
+    assert "lora_rank: 4" in verl_cfg and "lora_alpha: 8" in verl_cfg
+    # the rollout sampled with the adapter of step 1 at step 2: its log-probs are the actor's (with the base weights
+    # alone they would differ by what the adapter learnt at step 1)
+    gap = dict(history(mlflow, result.mlflow_run_id, "training/rollout_probs_diff_max"))
+    assert gap and gap[2] < 1e-3, gap
+    actor = resolve_checkpoint(cfg.infra.checkpoint_dir)
+    # the actor's own checkpoint (one rank, fp32): not one base weight moved; every adapter's B (0 at the start) did
+    state = {key.removeprefix("base_model.model.").replace(".base_layer", ""): value.full_tensor()
+             for key, value in torch.load(actor / "model_world_size_1_rank_0.pt", weights_only=False).items()}
+    base_folder, _ = model_folder(cfg)
+    base = load_file(str(base_folder / "model.safetensors"))
+    assert set(base) - {"lm_head.weight"} == {key for key in state if "lora_" not in key} - {"lm_head.weight"}
+    for key, value in base.items():
+        assert torch.equal(state[key], value), key
+    assert sum(".lora_B." in key for key in state) == 7 and all(
+        value.abs().max() > 0 for key, value in state.items() if ".lora_B." in key)
+    raw = verl_merge(actor, tmp_path / "raw")  # veRL's merger: the base weights (bf16), the adapter beside them
+    assert (raw / "lora_adapter" / "adapter_config.json").is_file()
+    runner = CliRunner()
+    for out, extra in ((tmp_path / "merged", []), (tmp_path / "adapter", ["--adapter"])):
+        exported = runner.invoke(app, ["export", str(cfg.infra.checkpoint_dir), "--hf", str(out), *extra])
+        assert exported.exit_code == 0, exported.output
+    ids = torch.tensor([[5, 17, 42, 9, 3, 77]])
+
+    def load(folder: Path) -> torch.nn.Module:  # veRL's merger writes bf16: compare in fp32
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+    with torch.no_grad():
+        merged = load(tmp_path / "merged")(input_ids=ids).logits
+        applied = PeftModel.from_pretrained(load(raw), tmp_path / "adapter").eval()(input_ids=ids).logits
+        plain = load(raw)(input_ids=ids).logits
+    torch.testing.assert_close(merged, applied, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(merged, plain, atol=1e-3)  # the adapter is in the merged weights
+
+
 @pytest.mark.full  # CI keeps GRPO end to end and the SIGUSR2 resume; this and DAPO run in the full tier
 def test_ppo_with_a_critic_plays_a_multi_turn_task_and_splits_the_gradient(train_overrides) -> None:
     overrides = [*train_overrides, "backend=verl", "algorithm=ppo", "task=frozenlake", "filter=none",
