@@ -77,6 +77,15 @@ def test_only_the_adapters_train_and_the_diagnostics_say_so(lora_run) -> None:
     assert names.MI_ZSCORE_EMA in metrics and names.RETRIEVAL_ACC in metrics
     assert metrics["grad_norm/bucket_0/task"] >= 0 and "rollout/kept_ratio" in metrics
     assert 0 < metrics["setup/trainable_parameters"] < metrics["setup/policy_parameters"] / 4
+    # the KL reference is the base (adapters disabled): the policy equals it at step 1 (B = 0), not at step 2
+    kl = dict(sorted((m.step, m.value) for m in mlflow.get_metric_history(result.mlflow_run_id, "actor/kl_loss")))
+    assert kl[1] == pytest.approx(0.0, abs=1e-7) and kl[2] > 1e-7, kl
+    # a resume rebuilds the adapters and takes the checkpoint's policy and optimiser (adapter moments only)
+    from recipes.torch_trainer.state import Models
+
+    models = Models(cfg, folder, uses_critic=False)
+    models.load_state_dict(state)
+    assert len(models.policy_optimizer.state_dict()["state"]) == 14  # A and B of 7 layers
 
 
 def test_exports_merged_by_default_and_the_adapter_on_request(lora_run, tmp_path) -> None:
