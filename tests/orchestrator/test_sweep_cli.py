@@ -41,10 +41,10 @@ def test_dry_run_prints_cells_and_writes_nothing(workdir: Path) -> None:
     result = invoke("sweep", str(REPO / "sweeps" / "table4.yaml"), "--dry-run", "--limit", "3")
     assert result.exit_code == 0, result.output
     # RAGEN-2 (arXiv 2604.06268) Table 4: 10 rows (with Qwen2.5-14B) x 4 tasks + 2 VL rows x 2 grid tasks; 2 filters,
-    # 3 seeds; one sbatch call per resource group (3B, 0.5B/1.5B, 7B, 14B)
+    # 3 seeds; one sbatch call per resource group (3B, 0.5B/1.5B, VL-3B, 7B, 14B: sweeps/table4.yaml's resources)
     cells = (10 * 4 + 2 * 2) * 2 * 3
     assert f"{cells} cells" in result.output and "estimated GPU-hours" in result.output
-    assert "4 sbatch call(s)" in result.output and f"{cells - 3} more cells" in result.output
+    assert "5 sbatch call(s)" in result.output and f"{cells - 3} more cells" in result.output
     assert not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
 
 
