@@ -65,6 +65,12 @@ def _tuning(world: int, **kw) -> MemorySetup:
                        fused_cross_entropy=True, **kw)
 
 
+def _gsm8k_min_row(world: int, gpu_memory_utilization: float, tensor_parallel: int = 1) -> MemorySetup:
+    """veRL's MIN-row GRPO runs on GSM8K: micro-batch 16 of prompt (bounded) + 1024 response tokens, offloaded."""
+    return _tuning(world, token_budget=16 * (GSM8K_PROMPT_BOUND + 1024), max_model_len=2048, offload=True,
+                   tensor_parallel=tensor_parallel, gpu_memory_utilization=gpu_memory_utilization)
+
+
 CASES: tuple[CalibrationCase, ...] = (
     CalibrationCase(
         "RAGEN Sokoban GRPO, Qwen2.5-0.5B, 1 H100", f"{RAGEN_PR160}: sokoban.slurm:7,48-58", "1x H100 80GB",
@@ -95,14 +101,12 @@ CASES: tuple[CalibrationCase, ...] = (
         "param+optimizer offload, use_remove_padding, ppo_micro_batch_size_per_gpu=16, prompt 1024 + response 1024, "
         "tensor_model_parallel_size=2, gpu_memory_utilization=0.6, entropy_coeff=0",
         "ran", BUILTIN["Qwen2.5-7B"],  # Qwen2-7B has Qwen2.5-7B's dimensions
-        _tuning(2, token_budget=16 * (GSM8K_PROMPT_BOUND + 1024), max_model_len=2048, offload=True,
-                tensor_parallel=2, gpu_memory_utilization=0.6)),
+        _gsm8k_min_row(2, 0.6, tensor_parallel=2)),
     CalibrationCase(
         "below the MIN row: the same 7B run on 1 H800", f"{VERL_TUNING}:126-134 (2 GPUs the minimum)",
         "1x H800 80GB", "veRL 0.3-0.4", "as above on 1 GPU, tensor_model_parallel_size=1", "does not fit",
         BUILTIN["Qwen2.5-7B"],
-        _tuning(1, token_budget=16 * (GSM8K_PROMPT_BOUND + 1024), max_model_len=2048, offload=True,
-                gpu_memory_utilization=0.6)),
+        _gsm8k_min_row(1, 0.6)),
     CalibrationCase(
         "veRL MIN: Qwen2.5-Coder-14B GRPO, 4 H800",
         f"{VERL_TUNING}:161-169; examples/tuning/14b/qwen2_14b_grpo_4_h800_fsdp_vllm.sh:4,11-40", "4x H800 80GB",
@@ -110,14 +114,12 @@ CASES: tuple[CalibrationCase, ...] = (
         "param+optimizer offload, use_remove_padding, ppo_micro_batch_size_per_gpu=16, prompt 1024 + response 1024, "
         "tensor_model_parallel_size=4, gpu_memory_utilization=0.5, entropy_coeff=0",
         "ran", BUILTIN["Qwen2.5-14B"],
-        _tuning(4, token_budget=16 * (GSM8K_PROMPT_BOUND + 1024), max_model_len=2048, offload=True,
-                tensor_parallel=4, gpu_memory_utilization=0.5)),
+        _gsm8k_min_row(4, 0.5, tensor_parallel=4)),
     CalibrationCase(
         "below the MIN row: the same 14B run on 2 H800", f"{VERL_TUNING}:161-169 (4 GPUs the minimum)",
         "2x H800 80GB", "veRL 0.3-0.4", "as above on 2 GPUs, tensor_model_parallel_size=2", "does not fit",
         BUILTIN["Qwen2.5-14B"],
-        _tuning(2, token_budget=16 * (GSM8K_PROMPT_BOUND + 1024), max_model_len=2048, offload=True,
-                tensor_parallel=2, gpu_memory_utilization=0.5)),
+        _gsm8k_min_row(2, 0.5, tensor_parallel=2)),
     CalibrationCase(
         "veRL tuning: Qwen2.5-Math-1.5B Dr.GRPO, 1 H100, no offload",
         "github:volcengine/verl 55cfe6cb: examples/tuning/1.5b/qwen2.5math-1.5b_grpo_1_h100_fsdp_vllm.sh:4-5,18-49 "
