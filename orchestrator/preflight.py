@@ -48,6 +48,7 @@ class CellClass:
     wall_h: float = 0.0  # the longest cell's
     limit_h: float = 0.0  # the cells' time limit (a longer run checkpoints and requeues)
     architecture: str = ""
+    training: list[str] = field(default_factory=list)  # what the policy trains: full-parameter, or its LoRA adapters
     prompt_tokens: str = ""
     validation: str = "not run"  # veRL's validate_config: passed | failed | not run
     cost_basis: str = ""  # what the GPU-hours rest on (the anchor, or finished runs that calibrated it)
@@ -83,7 +84,7 @@ class CellClass:
                 "rollout_gb": _round(self.rollout_gb), "update_gb": _round(self.update_gb),
                 "gpu_mem_gb": self.gpu_mem_gb, "fits": self.fits, "max_micro_batch": self.max_micro_batch,
                 "gpu_hours": round(self.gpu_hours, 1), "wall_h": round(self.wall_h, 2),
-                "limit_h": round(self.limit_h, 2), "architecture": self.architecture,
+                "limit_h": round(self.limit_h, 2), "architecture": self.architecture, "training": list(self.training),
                 "prompt_tokens": self.prompt_tokens, "validation": self.validation, "cost_basis": self.cost_basis,
                 "problems": self.lines(), "needs": list(self.needs)}
 
@@ -210,6 +211,9 @@ def check_cells(cells: list[tuple[Any, Any, str]], model_config: dict[str, Any] 
         if report.architecture is not None:
             group.architecture = f"{report.architecture.name} ({report.architecture_source}, " \
                                  f"{report.architecture.parameters() / 1e9:.2f}B)"
+            training = _training(cfg, report.architecture)
+            if training not in group.training:
+                group.training.append(training)
             if cfg.trainer.device != "cpu":
                 parameters = report.architecture.parameters()
                 if tracking_uri and group.model not in calibrations:
@@ -269,3 +273,16 @@ def fit_gate(plan: Plan, model_config: dict[str, Any] | None = None) -> tuple[Pr
         lines.append("needs from you (a job stops at its start without it):")
         lines += [f"  {line}" for line in report.need_lines()]
     return report, "\n".join(lines)
+
+
+def _training(cfg: Any, architecture: Any) -> str:
+    """What the cell's policy trains, in words: every parameter, or its LoRA adapters (model.lora) and their count."""
+    from recipes.verl.memory import lora_parameters
+
+    lora = cfg.model.lora
+    if not lora.enabled:
+        return "full-parameter"
+    targets = lora.target_modules if isinstance(lora.target_modules, str) else ", ".join(lora.target_modules)
+    adapters = lora_parameters(architecture, lora.rank, lora.target_modules)
+    return (f"LoRA rank {lora.rank}, alpha {lora.alpha} on {targets}: {adapters / 1e6:.1f}M adapter parameters "
+            f"({adapters / architecture.parameters():.2%} of the model; the critic, if any, trains all of its own)")

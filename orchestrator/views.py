@@ -107,6 +107,8 @@ def print_preflight(report: Any, as_json: bool) -> None:
         if group.architecture:
             console.print(f"    model {group.architecture}; prompt budget {group.prompt_tokens}", highlight=False,
                           markup=False)
+        if group.training:
+            console.print(f"    training: {'; '.join(group.training)}", highlight=False, markup=False, soft_wrap=True)
         console.print(f"    memory {fit}", highlight=False, markup=False, soft_wrap=True)
         if group.gpu_hours:
             requeues = f", > time limit {group.limit_h:g} h: requeued" if group.wall_h > group.limit_h else ""

@@ -62,6 +62,23 @@ def test_preflight_json_is_one_object_per_class(workdir: Path, sweep_file) -> No
     assert rows[0]["gpu_hours"] > 0 and rows[0]["gpu_mem_gb"] == 80
 
 
+def test_preflight_says_what_a_cell_trains_and_lora_lowers_its_update(workdir: Path, sweep_file) -> None:
+    """model.lora (#49 item 2) shows in preflight: the class names its adapters and their count, and the memory model
+    counts adapter-only gradients and optimiser state."""
+    path = str(sweep_file(SWEEP))
+
+    def classes(*extra: str) -> dict[int, dict]:
+        out = invoke("sweep", path, "--preflight", "--json", *extra).stdout
+        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        return {row["gpus_per_node"]: row for row in rows}
+
+    full, lora = classes(), classes("--set", "model.lora.rank=8")
+    assert full[4]["training"] == ["full-parameter"]
+    [line] = lora[4]["training"]
+    assert line.startswith("LoRA rank 8, alpha 64 on all-linear: ") and "M adapter parameters" in line
+    assert lora[4]["update_gb"] < full[4]["update_gb"]
+
+
 def test_a_model_config_stands_in_for_a_missing_folder_and_bad_input_exits_2(workdir: Path, sweep_file,
                                                                              tmp_path) -> None:
     path = sweep_file(SWEEP.replace("models/Qwen2.5-7B", "models/My-Own-7B"))
