@@ -219,7 +219,11 @@ def _validation_problems(config: Any, cache: PreflightCache) -> list[str]:
             validate_config(config, use_reference_policy=need_reference_policy(config),
                             use_critic=need_critic(config))
     except Exception as err:  # veRL raises AssertionError, ValueError or its dataclasses' errors
-        return [f"veRL's validate_config: {type(err).__name__}: {_one_line(err)}"]
+        line = f"veRL's validate_config: {type(err).__name__}: {_one_line(err)}"
+        if "vllm version None" in line:  # veRL checks vLLM's version for a LoRA actor (its rollout loads adapters)
+            line += (" -- vLLM is not installed where this check ran: a LoRA cell needs it (orch's `gpu` extra, scripts/setup_gpu.sh, as "
+                     "on the GPU nodes: docs/verl.md#the-gpu-stack)")
+        return [line]
     finally:
         for key, value in offline.items():
             if value is None:
