@@ -26,8 +26,8 @@ without the checkpoints; a submission (`orch sweep`, orchestrator.preflight.fit_
 A sweep checks dozens of configs that differ in a few keys, so what they share is computed once per
 `PreflightCache` (one per plan, `orchestrator.preflight.preflight_plan`): veRL's `ppo_trainer` config is composed
 by Hydra once, and each cell's overrides (`recipes.verl.config_map.verl_overrides`, parsed once per distinct line by
-Hydra's own parser) are applied to an unpickled copy of it by Hydra's own `_apply_overrides_to_config` -- what `compose` does
-after the defaults list, so the config is the one the job composes (a test compares them), less the `orch` node
+Hydra's own parser) are applied to an unpickled copy of it by Hydra's own `_apply_overrides_to_config` -- what
+`compose` does after the defaults list, so the config is the one the job composes (a test compares them), less the `orch` node
 (the TrainConfig, which no check reads); a cell whose overrides differ only in veRL's experiment name (the cell's
 digest: filters, the MI settings) shares its class-mate's config and veRL's verdict on it; the built-in preset's
 tokenizer folder and the stand-in config.json folders are made once. `fit_only` skips veRL's `validate_config` (and
@@ -221,8 +221,8 @@ def _validation_problems(config: Any, cache: PreflightCache) -> list[str]:
     except Exception as err:  # veRL raises AssertionError, ValueError or its dataclasses' errors
         line = f"veRL's validate_config: {type(err).__name__}: {_one_line(err)}"
         if "vllm version None" in line:  # veRL checks vLLM's version for a LoRA actor (its rollout loads adapters)
-            line += (" -- vLLM is not installed where this check ran: a LoRA cell needs it (orch's `gpu` extra, scripts/setup_gpu.sh, as "
-                     "on the GPU nodes: docs/verl.md#the-gpu-stack)")
+            line += (" -- vLLM is not installed where this check ran: a LoRA cell needs it (orch's `gpu` extra, "
+                     "scripts/setup_gpu.sh, as on the GPU nodes: docs/verl.md#the-gpu-stack)")
         return [line]
     finally:
         for key, value in offline.items():
@@ -286,8 +286,9 @@ def _data_problems(cfg: TrainConfig, report: CellPreflight) -> None:
     checked when the job loads it, a suffix its loader cannot read is a problem)."""
     missing = cfg.missing_data_file()
     if missing is not None:
-        absent = "does not exist" in missing[1]
-        (report.needs if absent else report.problems).append(f"{missing[0]}: {missing[1]}")
+        key, why = missing
+        absent = not Path(str(cfg.task.env[key.removeprefix("task.env.")])).expanduser().exists()
+        (report.needs if absent else report.problems).append(f"{key}: {why}")
 
 
 def _architecture(cfg: TrainConfig, folder: Path | None, model_config: dict[str, Any] | None,
