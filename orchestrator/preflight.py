@@ -240,14 +240,18 @@ def check_cells(cells: list[tuple[Any, Any, str]], model_config: dict[str, Any] 
 
 def gpu_verl_cell(cell: PlannedCell, cfg: Any) -> bool:
     """A cell the fit check concerns: the verl backend on GPUs (a torch or cpu cell has no GPU memory to fit)."""
-    return cell.backend == "verl" and cfg.trainer.device != "cpu"
+    return _gpu_verl(cell.backend, cfg)
+
+
+def _gpu_verl(backend: str, cfg: Any) -> bool:
+    return backend == "verl" and cfg.trainer.device != "cpu"
 
 
 def unfit_lines(cells: list[tuple[Any, Any, str]], cache: Any) -> list[str]:
     """`orch paper --check`'s fit check: one line per class of `cells` ((config, resources, backend) each; only verl
     GPU cells are looked at) whose memory or start-up (vLLM) checks fail on its declared hardware, through `cache`
     (a fit-only `recipes.verl.preflight.PreflightCache`). Model and data paths are not asked for."""
-    gpu = [(cfg, res, backend) for cfg, res, backend in cells if backend == "verl" and cfg.trainer.device != "cpu"]
+    gpu = [(cfg, res, backend) for cfg, res, backend in cells if _gpu_verl(backend, cfg)]
     return [f"{group.title()}: {'; '.join(group.lines(group.fit_problems))}"
             for group in check_cells(gpu, None, None, None, cache) if group.fit_problems]
 
@@ -282,7 +286,7 @@ def _training(cfg: Any, architecture: Any) -> str:
     lora = cfg.model.lora
     if not lora.enabled:
         return "full-parameter"
-    targets = lora.target_modules if isinstance(lora.target_modules, str) else ", ".join(lora.target_modules)
     adapters = lora_parameters(architecture, lora.rank, lora.target_modules)
-    return (f"LoRA rank {lora.rank}, alpha {lora.alpha} on {targets}: {adapters / 1e6:.1f}M adapter parameters "
-            f"({adapters / architecture.parameters():.2%} of the model; the critic, if any, trains all of its own)")
+    share = adapters / architecture.parameters()
+    return (f"LoRA rank {lora.rank}, alpha {lora.alpha} on {lora.targets_text}: {adapters / 1e6:.1f}M adapter "
+            f"parameters ({share:.2%} of the model; the critic, if any, trains all of its own)")

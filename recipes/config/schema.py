@@ -186,6 +186,11 @@ class LoraSection(Section):
     def enabled(self) -> bool:
         return self.rank > 0
 
+    @property
+    def targets_text(self) -> str:
+        """`target_modules` in words: all-linear, or the names comma-separated."""
+        return self.target_modules if isinstance(self.target_modules, str) else ",".join(self.target_modules)
+
 
 class ModelConfig(Section):
     """`model`: the policy (a local Hugging Face folder, or a preset built in code), its warm start, optimiser,

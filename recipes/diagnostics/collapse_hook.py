@@ -40,8 +40,7 @@ def split_parameters(lora: Any) -> str:
     """`GRAD_SPLIT_TAG`'s value for a run's `model.lora`: "all", or "adapter only (LoRA rank r, targets)"."""
     if lora.rank <= 0:
         return "all"
-    targets = lora.target_modules if isinstance(lora.target_modules, str) else ",".join(lora.target_modules)
-    return f"adapter only (LoRA rank {lora.rank}, {targets})"
+    return f"adapter only (LoRA rank {lora.rank}, {lora.targets_text})"
 
 
 def turn_encoder(encoder: ChatEncoder, generated: dict[str, list[int]]) -> TurnEncoder:
