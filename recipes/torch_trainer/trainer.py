@@ -57,6 +57,7 @@ from recipes.policy.actor import (
 from recipes.policy.algorithms import get_algorithm
 from recipes.policy.batch import TrainBatch, build_batch
 from recipes.policy.chat import ChatEncoder
+from recipes.policy.lora import trainable_parameters
 from recipes.policy.models import count_parameters
 from recipes.policy.sampler import BlindSampler, Sampler
 from recipes.run.progress import PHASES, ProgressFile, TrainProgress, report, reporting
@@ -112,7 +113,7 @@ def setup(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     setup_seconds = time.perf_counter() - started
     tracker.log_run_config(cfg, checkpoint_dir)
     figures = {"setup/policy_parameters": count_parameters(models.policy),
-               "setup/trainable_parameters": sum(p.numel() for p in models.policy.parameters() if p.requires_grad),
+               "setup/trainable_parameters": sum(p.numel() for p in trainable_parameters(models.policy)),
                "timing_s/setup": setup_seconds,
                **{f"warm_start/{k}": float(v) for k, v in warm_start.items() if isinstance(v, int | float)}}
     return run, figures

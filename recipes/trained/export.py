@@ -118,8 +118,7 @@ def export_hf(checkpoint: Path, out: Path, metrics: dict[str, float] | None = No
         return _export_verl(checkpoint, out, metrics or {}, adapter)
     cfg, base, policy, state = load_trained(checkpoint, merge=not adapter)
     if adapter and not cfg.model.lora.enabled:
-        raise OrchError(f"--adapter: {checkpoint} was trained without LoRA (model.lora.rank 0), it has no adapter; "
-                        "drop --adapter to export the whole model")
+        raise _no_adapter(checkpoint)
     scratch = out.parent / f".{out.name}.export-tmp"
     shutil.rmtree(scratch, ignore_errors=True)
     try:
@@ -194,8 +193,7 @@ def _export_verl(actor: Path, out: Path, metrics: dict[str, float], adapter: boo
         verl_merge(actor, raw)
         lora = raw / VERL_ADAPTER_DIR
         if adapter and not lora.is_dir():
-            raise OrchError(f"--adapter: {actor} was trained without LoRA (model.lora.rank 0), it has no adapter; "
-                            "drop --adapter to export the whole model")
+            raise _no_adapter(actor)
         how = "merged by veRL's model merger (`python -m verl.model_merger merge --backend fsdp`)"
         if adapter:
             shutil.copytree(lora, scratch)
@@ -221,6 +219,11 @@ def _export_verl(actor: Path, out: Path, metrics: dict[str, float], adapter: boo
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(raw, ignore_errors=True)
     return out
+
+
+def _no_adapter(checkpoint: Path) -> OrchError:
+    return OrchError(f"--adapter: {checkpoint} was trained without LoRA (model.lora.rank 0), it has no adapter; "
+                     "drop --adapter to export the whole model")
 
 
 VERL_ADAPTER_DIR = "lora_adapter"  # where veRL's model merger puts a LoRA checkpoint's adapter (base_model_merger.py:395)
