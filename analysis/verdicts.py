@@ -56,31 +56,37 @@ def mean_interval(values, n_boot: int = N_BOOT) -> tuple[float, float, float]:
     return (float(values.mean()), *percentiles(means))
 
 
-def delta_interval(base, treated, n_boot: int = N_BOOT) -> tuple[float, float, float]:
-    """(delta, lo, hi): mean(treated) - mean(base), each arm resampled on its own (NaN when an arm is empty)."""
+def _resampled_arms(base, treated, n_boot: int):
+    """(base, treated, their bootstrap means) with each arm's finite values resampled on its own (the treated arm's
+    draws first), or None when an arm is empty."""
     base = np.asarray(base, dtype=np.float64)
     treated = np.asarray(treated, dtype=np.float64)
     base, treated = base[np.isfinite(base)], treated[np.isfinite(treated)]
     if not base.size or not treated.size:
-        return math.nan, math.nan, math.nan
+        return None
     rng = np.random.default_rng(BOOT_SEED)
-    draws = (treated[rng.integers(0, treated.size, size=(n_boot, treated.size))].mean(axis=1)
-             - base[rng.integers(0, base.size, size=(n_boot, base.size))].mean(axis=1))
-    return (float(treated.mean() - base.mean()), *percentiles(draws))
+    treated_means = treated[rng.integers(0, treated.size, size=(n_boot, treated.size))].mean(axis=1)
+    base_means = base[rng.integers(0, base.size, size=(n_boot, base.size))].mean(axis=1)
+    return base, treated, base_means, treated_means
+
+
+def delta_interval(base, treated, n_boot: int = N_BOOT) -> tuple[float, float, float]:
+    """(delta, lo, hi): mean(treated) - mean(base), each arm resampled on its own (NaN when an arm is empty)."""
+    arms = _resampled_arms(base, treated, n_boot)
+    if arms is None:
+        return math.nan, math.nan, math.nan
+    base, treated, base_means, treated_means = arms
+    return (float(treated.mean() - base.mean()), *percentiles(treated_means - base_means))
 
 
 def change_interval(base, treated, n_boot: int = N_BOOT) -> tuple[float, float, float]:
     """(change, lo, hi): the relative change ``100 * (mean(treated) / mean(base) - 1)``, in percent of the base,
     each arm resampled on its own as in :func:`delta_interval` (NaN when an arm is empty or the base's mean is not
     positive)."""
-    base = np.asarray(base, dtype=np.float64)
-    treated = np.asarray(treated, dtype=np.float64)
-    base, treated = base[np.isfinite(base)], treated[np.isfinite(treated)]
-    if not base.size or not treated.size or base.mean() <= 0:
+    arms = _resampled_arms(base, treated, n_boot)
+    if arms is None or arms[0].mean() <= 0:
         return math.nan, math.nan, math.nan
-    rng = np.random.default_rng(BOOT_SEED)
-    treated_means = treated[rng.integers(0, treated.size, size=(n_boot, treated.size))].mean(axis=1)
-    base_means = base[rng.integers(0, base.size, size=(n_boot, base.size))].mean(axis=1)
+    base, treated, base_means, treated_means = arms
     with np.errstate(divide="ignore", invalid="ignore"):
         draws = np.where(base_means > 0, 100.0 * (treated_means / base_means - 1.0), np.nan)
     return (float(100.0 * (treated.mean() / base.mean() - 1.0)), *percentiles(draws))
