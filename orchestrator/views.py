@@ -120,6 +120,10 @@ def print_preflight(report: Any, as_json: bool) -> None:
     hours = report.gpu_hours
     console.print(f"estimated GPU-hours (throughput model, docs/verl.md#preflight): {hours:,.0f}" if hours else
                   "no GPU cells", highlight=False)
+    if any(group.fits is not None for group in report.classes):
+        from recipes.verl.memory_calibration import record_line
+
+        console.print(record_line(), highlight=False, markup=False, soft_wrap=True)
     needs = report.need_lines()
     if needs:
         console.print("[bold]needs from you[/] (only you can supply these: they do not fail a preflight, they stop a "

@@ -144,5 +144,18 @@ def table() -> list[str]:
     return lines
 
 
+def record_line() -> str:
+    """The memory verdict's measured record, in one line, for every report that prints a fits / does not fit: how
+    many calibration cases it calls right, and how close to the GPU the runs that fit were predicted."""
+    estimates = [(case, case.estimate()) for case in CASES]
+    right = sum(estimate.fits == case.fits for case, estimate in estimates)
+    ran = [(case.setup.gpu_mem_gb - estimate.peak_gb, estimate.peak_gb / case.setup.gpu_mem_gb)
+           for case, estimate in estimates if case.fits]
+    tightest = max(share for _, share in ran)
+    return (f"memory verdicts: {right} of {len(CASES)} public runs called right (recipes.verl.memory_calibration); "
+            f"those that ran were predicted {min(h for h, _ in ran):.1f}-{max(h for h, _ in ran):.1f} GiB under their "
+            f"GPU (the tightest at {tightest:.0%} of it): a class within a few % of its GPU is not a safe fit")
+
+
 if __name__ == "__main__":
     print("\n".join(table()))

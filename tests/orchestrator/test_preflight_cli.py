@@ -7,6 +7,7 @@ a paper sweep that does not fit its declared GPUs."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,7 @@ def test_preflight_groups_cells_names_every_problem_and_writes_nothing(workdir: 
     assert out.count("no such folder") == 1 and "veRL validate_config: passed" in out  # a need, listed once
     assert "needs from you" in out and "no such folder (a Hugging Face checkpoint folder is expected) [c1, c2]" in out
     assert "GPU-hours" in out and "nothing written, nothing submitted" in out
+    assert re.search(r"memory verdicts: (\d+) of \1 public runs called right", out)  # its measured record beside it
     assert not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
 
 
