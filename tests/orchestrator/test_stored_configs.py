@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from orchestrator.store import Replacement, Store
 from orchlib.errors import OrchError
 from recipes.config import compose
 from recipes.config.resolve import load_config
+from recipes.stats.collapse import LEGACY_RULE
 from tests.orchestrator.races import postgres_schema
 
 # Written by orch at e79bc50 (before #47) with the orch-test backend: sweep `legacy`, cell 747c05377e4c3a28
@@ -174,10 +176,10 @@ def conf_before_the_rule_choice(tmp_path, monkeypatch) -> Path:
     shutil.copytree(compose.CONF_DIR, conf)
     path = conf / "train.yaml"
     text_ = path.read_text()
-    for now, then in (("drop_fraction: 0.5", "drop_fraction: 0.3"), ("patience: 1 ", "patience: 2 "),
-                      ("reference: baseline", "reference: peak")):
-        assert now in text_, now
-        text_ = text_.replace(now, then)
+    for key, value in LEGACY_RULE.model_dump().items():  # whatever the rule's defaults are today
+        line = re.compile(rf"^(    {key}: )\S+", re.M)
+        assert line.search(text_), key
+        text_ = line.sub(lambda m, v=value: m.group(1) + str(v), text_, count=1)
     path.write_text(text_)
     monkeypatch.setattr(compose, "CONF_DIR", conf)
     return conf
