@@ -39,18 +39,18 @@ from recipes.stats.mi import retrieval_excess
 
 
 class CollapseRule(BaseModel):
-    """Knobs of the early-warning rule (defaults: both signals half below their early level, chosen offline --
-    module docstring); the config's `diagnostics.rule` section."""
+    """Knobs of the early-warning rule (defaults: MI-ZScore-EMA 40% below its early level on two computations in a
+    row, no success guard, chosen offline -- module docstring); the config's `diagnostics.rule` section."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     drop_fraction: Annotated[float, number(lambda v: 0.0 < v < 1.0,
-                                           "in (0, 1) (the share of its reference a collapse signal must lose)")] = 0.5
-    patience: Annotated[int, integer(1, "collapse computations in a row with the signals fallen")] = 1
+                                           "in (0, 1) (the share of its reference a collapse signal must lose)")] = 0.4
+    patience: Annotated[int, integer(1, "collapse computations in a row with the signals fallen")] = 2
     min_points: Annotated[int, integer(1, "collapse computations before the alert may fire")] = 3
     success_tolerance: Annotated[float, number(
-        lambda v: v >= 0.0, ">= 0 (how far success may fall below its peak before a collapse warning is moot)")] = 0.05
-    signals: Literal["both", "mi", "retrieval", "either"] = "both"
+        lambda v: v >= 0.0, ">= 0 (how far success may fall below its peak before a collapse warning is moot)")] = 1.0
+    signals: Literal["both", "mi", "retrieval", "either"] = "mi"
     reference: Literal["peak", "baseline"] = "baseline"
 
     # Keys added after cells had run with the rule (`recipes.config.schema.config_digest` leaves them out of a cell's

@@ -165,13 +165,14 @@ def test_the_blind_control_is_part_of_a_runs_identity_on_both_backends() -> None
     """Planted on the torch backend by `BlindSampler`, on veRL by its agent loop (tests/recipes/verl/test_verl_parts.py).
     `control.blind_strength` came later: at its default 1 a control cell keeps the identity it had without it."""
     from recipes.config.schema import compose_train_config
+    from recipes.stats.collapse import LEGACY_RULE
 
     verl = compose_train_config(["trainer=test", "backend=verl", "control.blind_from_step=2"])
     assert verl.control.blind_from_step == 2
     plain = compose_train_config(["trainer=test"])
     assert plain.digest() == compose_train_config(["trainer=test", "control.blind_from_step=0"]).digest()
     assert plain.digest() != compose_train_config(["trainer=test", "control.blind_from_step=2"]).digest()
-    legacy_rule = ["diagnostics.rule.drop_fraction=0.3", "diagnostics.rule.patience=2", "diagnostics.rule.reference=peak"]
+    legacy_rule = [f"diagnostics.rule.{key}={value}" for key, value in LEGACY_RULE.model_dump().items()]
     planted = compose_train_config(["trainer=test", "control.blind_from_step=3", *legacy_rule])
     assert planted.digest() == "29fca7fb3d9336e2"  # as computed before blind_strength existed (and before #46's rule)
     for strength in ("1.0", "1"):
