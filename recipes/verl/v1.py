@@ -61,7 +61,16 @@ from recipes.runtime.checkpoint import VERL_ITERATION_FILE as ITERATION_FILE
 from recipes.runtime.checkpoint import VERL_STATE_FILE as STATE_FILE
 from recipes.runtime.time_limit import TimeLimit
 from recipes.verl.agent_loop import train_config
-from recipes.verl.trainer import OrchPPOTrainer, Stop, _jsonable, _metric_name, _scalar, keep_best, kept_best
+from recipes.verl.trainer import (
+    OrchPPOTrainer,
+    Stop,
+    _jsonable,
+    _metric_name,
+    _scalar,
+    kept_best,
+    scaled_advantages,
+    turn_scores,
+)
 
 log = logging.getLogger("orch.verl")
 POLL_S = 0.05  # TransferQueue polls of the replay buffer (veRL's default 2.0 s: replay_buffer.py:144)
@@ -321,7 +330,8 @@ class OrchV1Trainer(PPOTrainerSync):
             return batch
         if self.advantage_scale != 1.0:
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages"])
-            scaled = TensorDict({"advantages": data["advantages"] * self.advantage_scale}, batch_size=len(batch))
+            scaled = TensorDict({"advantages": scaled_advantages(data["advantages"], self.advantage_scale)},
+                                batch_size=len(batch))
             tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=scaled)
         return super()._update_actor(batch, metrics)
 
@@ -445,12 +455,8 @@ def response_masks(batch: KVBatchMeta) -> list[list[int]]:
 def place_turn_rewards(batch: KVBatchMeta, extras: list[dict[str, Any]]) -> None:
     """Each turn's reward on the last token of its reply (`rm_scores`, which veRL turns into token-level rewards),
     as the torch backend and the legacy path place them; veRL put the episode return on the last token."""
-    rows = []
-    for tag, extra in zip(batch.tags, extras, strict=True):
-        scores = torch.zeros(int(tag["response_len"]), dtype=torch.float32)
-        for end, reward in zip(extra["orch_turn_ends"], extra["orch_turn_rewards"], strict=True):
-            scores[end] += float(reward)
-        rows.append(scores)
+    rows = [turn_scores(int(tag["response_len"]), extra["orch_turn_ends"], extra["orch_turn_rewards"])
+            for tag, extra in zip(batch.tags, extras, strict=True)]
     nested = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
     tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                     fields=TensorDict({"rm_scores": nested}, batch_size=len(rows)))
