@@ -48,6 +48,9 @@ KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 DTYPES = ("float32", "bfloat16")
 RESUME_MODES = ("auto", "never")
 VERL_TRAINERS = ("legacy", "v1")
+# The veRL trainer of every config stored before `verl.trainer` existed: a stored cell keeps it whatever the default
+# is now (recipes.config.resolve.load_config; issue #50 item 3: a changed default must not switch a planned cell)
+VERL_TRAINER_BEFORE_THE_KEY = "legacy"
 # conf/ key -> field of `TrainConfig.infra`: settings that change how a run is hosted, never what it computes.
 INFRA_KEYS: dict[str, str] = {
     "mlflow": "mlflow",

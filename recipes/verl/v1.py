@@ -149,7 +149,11 @@ class OrchCheckpointCallback(CheckpointCallback):
     def on_save(self, trainer: Any, global_step: int, checkpoint_dir: str, async_save: bool = False,
                 **kwargs: Any) -> None:
         if isinstance(trainer, OrchV1Trainer):
-            trainer.write_state(Path(checkpoint_dir))
+            folder = Path(checkpoint_dir)
+            if trainer.loader_state is not None:  # a rewound checkpoint: the dataloader's position at its step's end
+                torch.save(trainer.loader_state, folder / "data.pt")
+                trainer.loader_state = None
+            trainer.write_state(folder)
 
 
 class _Sink:
@@ -191,6 +195,10 @@ class OrchV1Trainer(PPOTrainerSync):
         self.step_metrics: dict[str, float] = {}
         self.step_tags: dict[str, str] = {}
         self.pending_stop: Stop | None = None
+        self.step_end: dict[str, Any] = {}  # the state at the end of the last step (`resume_point`)
+        self.loader_state: Any = None  # the dataloader state a rewound checkpoint saves instead of the current one
+        self.validation_pending = False  # a stop cut this step's validation short: the resume runs it first
+        self._training = False  # veRL's loop has begun (its validation before training is over)
         self.skip_update = False
         self.advantage_scale = 1.0
         self._step_started = 0.0
@@ -218,6 +226,12 @@ class OrchV1Trainer(PPOTrainerSync):
                 self.empty_steps, self.validation = state["empty_steps"], state["validation"]
                 for name, hook in self.hooks.items():
                     hook.load_state_dict(state["hooks"].get(name, {}))
+                if state.get("validation_pending"):  # veRL's validation before training runs it, at this step
+                    from omegaconf import open_dict
+
+                    self.validation_pending = True
+                    with open_dict(self.config):
+                        self.config.trainer.val_before_train = True
         self.best = kept_best(self.best_dir)
 
     def fit(self, agent_loop_manager: Any) -> dict[str, Any]:  # noqa: D102  (veRL's loop; returns how it ended)
@@ -240,14 +254,21 @@ class OrchV1Trainer(PPOTrainerSync):
 
     def on_train_begin(self) -> None:
         self._wrap_logger()
+        self._training = True
         super().on_train_begin()
 
     # -- the step --------------------------------------------------------------------------------------------------
 
     def on_step_begin(self) -> None:
+        """The step begins, before veRL draws its prompts (`prepare_step`): what a stop inside it rewinds to."""
         self._step_started = time.perf_counter()
+        self.step_end = self.resume_point()  # the previous step's end (its validation included)
         report(step=int(self.global_steps), phase="rollout")
         super().on_step_begin()
+
+    def resume_point(self) -> dict[str, Any]:
+        """The legacy path's (`OrchPPOTrainer.resume_point`), on veRL's V1 dataloader at the step's beginning."""
+        return {**OrchPPOTrainer.resume_point(self), "step": int(self.global_steps) - 1}
 
     def after_rollout(self, batch: KVBatchMeta) -> KVBatchMeta:
         """orch's step on the whole rollout, before any update: rewards per turn, statistics, hooks, the filter.
@@ -256,6 +277,7 @@ class OrchV1Trainer(PPOTrainerSync):
         from recipes.stats import filtering
         from recipes.stats.rollout_stats import rollout_frame, rollout_metrics
 
+        self._stop_inside_step("rollout")  # the agent loops ended their episodes early: drop the step
         step, cfg = int(self.global_steps), self.cfg
         self.step_metrics, self.step_tags = {"rollout/gen_batches": 1.0}, {}
         self.skip_update, self.advantage_scale = False, 1.0
@@ -281,6 +303,7 @@ class OrchV1Trainer(PPOTrainerSync):
         if context.stop_reason:
             self.pending_stop = Stop("stopped", context.stop_reason)
         out["timing_s/diagnostics"] = time.perf_counter() - started
+        self._stop_inside_step("diagnostics")
 
         started = time.perf_counter()
         report(phase="filter")
@@ -320,10 +343,21 @@ class OrchV1Trainer(PPOTrainerSync):
         return self._encoder
 
     def _stop_inside_step(self, phase: str) -> None:
-        """A stop requested inside a step: on the V1 path the step is finished and checkpointed at its end (the
-        legacy path drops it; docs/verl.md, The V1 trainer)."""
+        """A stop requested (the stop file) inside a step, before its update, drops the step as on the legacy path
+        (`OrchPPOTrainer._stop_inside_step`): orch's state back at the previous step's end, that step checkpointed
+        if it was not (with the dataloader's position of then: `OrchCheckpointCallback`), `Stop("preempted")`.
+        Checked after the rollout (the sampler), after the diagnostics and before the update."""
+        OrchPPOTrainer._stop_inside_step(self, phase)
+
+    def _update_critic(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        self._stop_inside_step("log-prob, reference and value passes")  # the critic updates first: the last exit
+        if self.skip_update:
+            return batch
+        return super()._update_critic(batch, metrics)
 
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        if not self.use_critic:
+            self._stop_inside_step("log-prob and reference passes")
         report(phase="update")
         self.step_metrics["rollout/pad_trajectories"] = float(sum(bool(t.get("is_padding")) for t in batch.tags))
         if self.skip_update:
@@ -334,11 +368,6 @@ class OrchV1Trainer(PPOTrainerSync):
                                 batch_size=len(batch))
             tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=scaled)
         return super()._update_actor(batch, metrics)
-
-    def _update_critic(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        if self.skip_update:
-            return batch
-        return super()._update_critic(batch, metrics)
 
     def on_step_end(self) -> None:
         """The step's work is done (checkpointed by veRL when due), its metrics not yet logged: a requested stop
@@ -362,7 +391,7 @@ class OrchV1Trainer(PPOTrainerSync):
         """orch's own state beside veRL's checkpoint of a step (the legacy path's file, same fields)."""
         state = {"empty_steps": self.empty_steps, "validation": self.validation, "mlflow_run_id": self.tracker.run_id,
                  "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
-                 "validation_pending": False, "trainer": "v1"}
+                 "validation_pending": self.validation_pending, "trainer": "v1"}
         folder.mkdir(parents=True, exist_ok=True)
         (folder / STATE_FILE).write_text(json.dumps(state, default=_jsonable))
 
@@ -382,6 +411,11 @@ class OrchV1Trainer(PPOTrainerSync):
     def on_validate_end(self) -> None:
         from recipes.stats.rollout_stats import validation_metrics
 
+        if Path(self.orch["stop_file"]).exists():
+            self._validation_stopped()
+            super().on_validate_end()
+            return
+        self.validation_pending = False
         generated: dict[str, list[int]] = {}
         for _, seen in self._val_seen:
             generated.update(seen)
@@ -389,6 +423,26 @@ class OrchV1Trainer(PPOTrainerSync):
         self._validated = True
         self.keep_if_best()
         super().on_validate_end()
+
+    def _validation_stopped(self) -> None:
+        """A stop requested during a validation: its episodes ended at their current turn (the agent loop), so
+        nothing of it is kept (no `val/*`, no best checkpoint), as on the legacy path. veRL's validation before
+        training ends the run at once; a step's validation (V1 runs it after `on_step_end`) marks the step's
+        checkpoint `validation_pending` (saved now if it had none), the run ends `preempted` once the step is logged,
+        and the resume runs that validation first, logged at that step."""
+        self._val_seen = []
+        step = int(self.global_steps)
+        if not self._training:
+            where = f"checkpoint at step {step}" if step > 0 else "no step done, nothing to checkpoint"
+            raise Stop("preempted", f"stop requested during the validation before training; {where}")
+        log.info("step %d: stop requested during validation; it runs first on resume", step)
+        self.validation_pending = True
+        if self.pending_stop is None:
+            self.pending_stop = Stop("preempted", f"stop requested; checkpoint at step {step}")
+        if self._checkpointed_step() != step:
+            self._save_checkpoint()
+        else:  # saved by veRL or `on_step_end` before the validation: mark it there
+            self.write_state(Path(self.config.trainer.default_local_dir) / f"global_step_{step}")
 
     best_dir = OrchPPOTrainer.best_dir
 
