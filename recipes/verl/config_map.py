@@ -242,6 +242,8 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         added["critic.model.override_config.attn_implementation"] = added[
             "actor_rollout_ref.model.override_config.attn_implementation"]
         added["critic.fsdp.mixed_precision"] = precision
+    if hosting.trainer == "v1":  # the planted-collapse control's marks: veRL's public manager setting (main_ppo.py:111-130)
+        added["actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = "recipes.verl.v1.OrchAgentLoopManager"
     for key, value in added.items():
         if value is not None:
             lines.append(f"+{key}={value if key.endswith('mixed_precision') else _value(value)}")

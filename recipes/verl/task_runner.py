@@ -65,13 +65,14 @@ class OrchTaskRunner(TaskRunnerBody):
 
 class TaskRunnerV1Body:
     """The TaskRunner of `verl.trainer: v1`: what veRL's own `TaskRunnerV1.run` does (verl/trainer/main_ppo.py:133-163:
-    TransferQueue, the trainer, veRL's `AgentLoopManagerTQ`, fit, TransferQueue closed), with `OrchV1Trainer`
-    (recipes.verl.v1) and a summary of how the run ended."""
+    TransferQueue, the trainer, veRL's `AgentLoopManagerTQ`, fit, TransferQueue closed), with `OrchV1Trainer` and
+    the manager `actor_rollout_ref.rollout.agent.agent_loop_manager_class` names (`OrchAgentLoopManager`,
+    recipes.verl.v1) and a summary of how the run ended."""
 
     def run(self, config: Any) -> dict[str, Any]:
         import transfer_queue as tq
         from omegaconf import OmegaConf
-        from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+        from verl.utils.import_utils import load_class_from_fqn
 
         from orchlib.errors import OrchError
         from recipes.run.progress import setup_logging
@@ -88,9 +89,12 @@ class TaskRunnerV1Body:
         try:
             trainer = OrchV1Trainer(config=config, orch=OmegaConf.to_container(config.orch.run, resolve=True))
             trainer.init()
-            manager = AgentLoopManagerTQ.create(config=config, llm_client=trainer.get_llm_client(),
-                                                teacher_client=trainer.get_teacher_client(),
-                                                reward_loop_worker_handles=trainer.get_reward_handles())
+            # veRL's manager setting, read as veRL's TaskRunnerV1 reads it (main_ppo.py:120-124): orch's manager
+            manager_class = load_class_from_fqn(config.actor_rollout_ref.rollout.agent.agent_loop_manager_class,
+                                                "AgentLoopManager")
+            manager = manager_class.create(config=config, llm_client=trainer.get_llm_client(),
+                                           teacher_client=trainer.get_teacher_client(),
+                                           reward_loop_worker_handles=trainer.get_reward_handles())
             return trainer.fit(manager)
         finally:
             tq.close()

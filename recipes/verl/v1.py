@@ -51,16 +51,18 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 from verl.trainer.ppo.utils import Role
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
 
 from recipes.run.progress import report
 from recipes.run.tracking import PEAK_MEMORY_METRIC
 from recipes.runtime.checkpoint import VERL_ITERATION_FILE as ITERATION_FILE
 from recipes.runtime.checkpoint import VERL_STATE_FILE as STATE_FILE
 from recipes.runtime.time_limit import TimeLimit
-from recipes.verl.agent_loop import train_config
+from recipes.verl.agent_loop import blind_marks, train_config
 from recipes.verl.trainer import (
     OrchPPOTrainer,
     Stop,
@@ -283,6 +285,9 @@ class OrchV1Trainer(PPOTrainerSync):
         self.skip_update, self.advantage_scale = False, 1.0
         extras = extra_fields(fetch_extra(batch))
         place_turn_rewards(batch, extras)
+        if cfg.algorithm.dynamic_sampling:
+            batch, extras = dynamic_sampling(self, batch, extras)
+        self.rollout_batch = batch  # the unfiltered batch, in trajectory order (the gradient split scores it)
         trajectories = [extra["orch_trajectory"] for extra in extras]
         generated: dict[str, list[int]] = {}
         for extra in extras:
@@ -488,8 +493,8 @@ class OrchV1Trainer(PPOTrainerSync):
 
 
 class WorkerPolicyV1:
-    """`recipes.diagnostics.hooks.PolicyAccess` on the V1 path: cross-scoring through the actor workers (the
-    gradient split is refused at validation on this path for now: recipes.verl.v1_scope)."""
+    """`recipes.diagnostics.hooks.PolicyAccess` on the V1 path: cross-scoring and the gradient split through the
+    actor workers, over the step's unfiltered batch (`OrchV1Trainer.rollout_batch`)."""
 
     def __init__(self, trainer: OrchV1Trainer) -> None:
         self.trainer = trainer
@@ -498,7 +503,65 @@ class WorkerPolicyV1:
         return self.trainer.cross_score(prompts, samples)
 
     def gradient_norms(self, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
-        raise NotImplementedError("the gradient split is not on the V1 path yet (recipes.verl.v1_scope)")
+        return gradient_norms(self.trainer, self.trainer.rollout_batch, row_sets)
+
+
+def gradient_norms(trainer: OrchV1Trainer, batch: KVBatchMeta, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
+    """`PolicyAccess.gradient_norms` on the V1 path, the legacy path's split (`OrchPPOTrainer.gradient_norms`): the
+    unfiltered `batch` scored as V1's step scores its update batch (`scored`), then per row set the actor workers'
+    `orch_gradient_norms` (recipes.verl.workers) on those rows of TransferQueue, every row normalised by the whole
+    batch. Nothing is applied. A row set is padded to the actor's data-parallel size with veRL's no-op rows (response
+    mask 0), scored with the batch."""
+    dp = actor_dp_size(trainer)
+    count = (-len(batch)) % dp  # pads: the scored batch a multiple of dp, with at least dp - 1 of them
+    padded = scored(trainer, batch, pads=count + dp if count < dp - 1 else count)
+    pads = padded.keys[len(batch):]
+    try:
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])
+        tokens = float(sum(int(mask.sum()) for mask in data["response_mask"].unbind()))
+        norms = []
+        for row_set in row_sets:
+            rows = [int(row) for row in row_set]
+            extra = pads[: (-len(rows)) % dp]
+            part = KVBatchMeta(partition_id=batch.partition_id, keys=[batch.keys[row] for row in rows] + extra,
+                               tags=[batch.tags[row] for row in rows] + padded.tags[len(batch):][: len(extra)])
+            part.extra_info.update({"orch_batch_num_tokens": tokens, "orch_global_batch_size": len(batch),
+                                    "calculate_entropy": True, "compute_loss": True,
+                                    "temperature": trainer.config.actor_rollout_ref.rollout.temperature})
+            metrics = tu.get(trainer.actor_rollout_wg.orch_gradient_norms(part), "metrics")
+            norms.append(metrics[0] if isinstance(metrics, list) else metrics)
+    finally:
+        if pads:
+            tq.kv_clear(keys=pads, partition_id=batch.partition_id)
+    return norms
+
+
+def scored(trainer: OrchV1Trainer, batch: KVBatchMeta, pads: int) -> KVBatchMeta:
+    """`batch` (and `pads` of veRL's no-op rows after it, `upsample_batch_to_divisible_size`) with old log-probs,
+    reference log-probs, values and advantages in TransferQueue, by V1's own step calls (trainer_base.py:586-600:
+    `_compute_old_log_prob`, `_compute_ref_log_prob`, `_compute_values`, `_compute_advantage`, over all groups; orch
+    never puts a KL penalty in the reward). They write under the batch's own keys: the step computes them again for
+    the rows the filter keeps (at the same policy: nothing is updated in between), so the update reads its own."""
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+
+    copy = KVBatchMeta(partition_id=batch.partition_id, keys=list(batch.keys), tags=list(batch.tags))
+    if pads:
+        copy = upsample_batch_to_divisible_size(copy, len(copy) + pads, trainer.tokenizer.eos_token_id)
+    metrics: dict[str, Any] = {}  # the step logs its own
+    copy = trainer._compute_old_log_prob(copy, metrics)
+    if trainer.use_reference_policy:
+        copy = trainer._compute_ref_log_prob(copy, metrics)
+    if trainer.use_critic:
+        copy = trainer._compute_values(copy, metrics)
+    return trainer._compute_advantage(copy, metrics)
+
+
+def actor_dp_size(trainer: OrchV1Trainer) -> int:
+    """The actor's data-parallel ranks, as V1's `_balance_batch` reads them (trainer_base.py:1610-1617)."""
+    group = trainer.actor_rollout_wg
+    if "actor" not in group._dispatch_info:
+        group._dispatch_info["actor"] = group._query_dispatch_info("actor")
+    return max(group._dispatch_info["actor"]) + 1
 
 
 def response_masks(batch: KVBatchMeta) -> list[list[int]]:
@@ -524,3 +587,92 @@ def shrink(batch: KVBatchMeta, keep: np.ndarray) -> KVBatchMeta:
     return KVBatchMeta(partition_id=batch.partition_id,
                        keys=[key for key, kept in zip(batch.keys, keep, strict=True) if kept],
                        tags=[tag for tag, kept in zip(batch.tags, keep, strict=True) if kept])
+
+
+class OrchAgentLoopManager(AgentLoopManagerTQ):
+    """veRL's V1 agent-loop manager (the class veRL's `TaskRunnerV1` creates, main_ppo.py:152-156; orch's TaskRunner
+    creates this one) with the planted-collapse control: every prompt batch the trainer dispatches goes through
+    the public `generate_sequences` (trainer_base.py:1510 for training, 1070 for validation), where a planted
+    step's training prompts get their marks (`mark_blinded`) before the agent loops start. The legacy path marks
+    them in its override of `_get_gen_batch`; V1 builds the batch in `_next_train_batch` (1479-1494), no hook."""
+
+    def generate_sequences(self, prompts: TensorDict) -> None:
+        mark_blinded(prompts, train_config(self.config))
+        return super().generate_sequences(prompts)
+
+
+def mark_blinded(prompts: TensorDict, cfg: Any) -> None:
+    """CONTROL (`control.blind_from_step`, `control.blind_strength`): from that step on, a training batch's prompts
+    carry the legacy path's marks (`recipes.verl.agent_loop.blind_marks`: the step's first seed, and which of a
+    prompt's samples are blinded), in place; validation batches and earlier steps are left alone. The step is the
+    one veRL stamps on the batch (`global_steps`, trainer_base.py:1493)."""
+    control = cfg.control
+    if not control.blind_from_step or tu.get(prompts, "validate", False):
+        return
+    step = int(tu.get(prompts, "global_steps", 0))
+    infos = tu.get(prompts, "extra_info")
+    if step < control.blind_from_step or not infos or infos[0].get("split") == "val":
+        return
+    tu.assign_non_tensor_stack(prompts, "extra_info", blind_marks(
+        list(infos), cfg.trainer.samples_per_prompt, control.blind_strength, cfg.seed, step))
+
+
+def dynamic_sampling(trainer: OrchV1Trainer, batch: KVBatchMeta,
+                     extras: list[dict[str, Any]]) -> tuple[KVBatchMeta, list[dict[str, Any]]]:
+    """DAPO's dynamic sampling as the registry declares it and the legacy path runs it
+    (`OrchPPOTrainer._dynamic_sampling`): zero-variance groups replaced, in order, by the groups with variance of up
+    to `algorithm.max_extra_gen_batches` extra generation batches of orch's seeds (`extra_batch`); what is left
+    zero-variance stays. Not V1's own refill (`algorithm.filter_groups`: evict k, refill 2k from veRL's
+    dataloader, replay_buffer.py:104-114, 469-486), which draws other prompts. Returns the batch (kept groups first,
+    then the replacements; the rest cleared from TransferQueue) and its rows' extra fields."""
+    from recipes.stats import filtering
+
+    def zero_variance(extra_rows: list[dict[str, Any]], keys: list[str]) -> Any:
+        return filtering.group_stats([row["orch_trajectory"].episode_return for row in extra_rows],
+                                     np.array([key.split("_")[0] for key in keys]))
+
+    step, metrics = int(trainer.global_steps), trainer.step_metrics
+    for extra in range(1, trainer.cfg.algorithm.max_extra_gen_batches + 1):
+        stats = zero_variance(extras, batch.keys)
+        if not stats.zero_variance.any():
+            break
+        fresh = extra_batch(trainer, step, extra)
+        fresh_extras = extra_fields(fetch_extra(fresh))
+        place_turn_rewards(fresh, fresh_extras)
+        metrics["rollout/gen_batches"] += 1
+        fresh_stats = zero_variance(fresh_extras, fresh.keys)
+        replacements = [key for key, zero in zip(fresh_stats.keys, fresh_stats.zero_variance, strict=True) if not zero]
+        holes = [key for key, zero in zip(stats.keys, stats.zero_variance, strict=True) if zero]
+        swap = dict(zip(holes, replacements, strict=False))
+        keep_old = np.array([key.split("_")[0] not in swap for key in batch.keys])
+        take_new = np.array([key.split("_")[0] in swap.values() for key in fresh.keys])
+        kept, taken = shrink(batch, keep_old), shrink(fresh, take_new)
+        batch = KVBatchMeta(partition_id=batch.partition_id, keys=kept.keys + taken.keys, tags=kept.tags + taken.tags)
+        extras = ([row for row, k in zip(extras, keep_old, strict=True) if k]
+                  + [row for row, k in zip(fresh_extras, take_new, strict=True) if k])
+    metrics["rollout/dynamic_sampling_groups"] = float((~zero_variance(extras, batch.keys).zero_variance).sum())
+    return batch, extras
+
+
+def extra_batch(trainer: OrchV1Trainer, step: int, extra: int) -> KVBatchMeta:
+    """DAPO's extra generation batch `extra` of `step` (the legacy path's prompts: `recipes.verl.data`, the
+    `orch.extra_file` rows of that step and batch), generated by the rollout replicas, which are awake while the
+    sampler waits (V1's sync trainer sleeps them after `sample`, trainer_sync.py:40-42), and waited for by veRL's
+    own sync sampling: the step's first batch is out of TransferQueue's prompt list by then
+    (`_materialize_batch`), so the replay buffer hands back these prompts' groups alone."""
+    import uuid
+
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    if getattr(trainer, "extra_dataset", None) is None:
+        trainer.extra_dataset = RLHFDataset(trainer.config.orch.extra_file, trainer.tokenizer, trainer.config.data,
+                                            trainer.processor)
+    prompts = trainer.config.data.train_batch_size
+    first = ((step - 1) * trainer.cfg.algorithm.max_extra_gen_batches + extra - 1) * prompts
+    rows = collate_fn([trainer.extra_dataset[first + i] for i in range(prompts)])
+    rows["uid"] = np.array([str(uuid.uuid4()) for _ in range(prompts)], dtype=object)
+    batch = tu.get_tensordict(rows)
+    tu.assign_non_tensor_data(batch, "global_steps", step)
+    trainer._submit_batch_to_rollout(batch)  # as veRL's own refill submits (trainer_base.py:1496-1518)
+    fresh, _ = ReplayBuffer.sample(trainer.replay_buffer, global_steps=step, partition_id="train", batch_size=prompts)
+    return ordered(fresh)

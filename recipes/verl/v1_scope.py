@@ -11,11 +11,6 @@ from typing import Any
 
 # key -> why, for what the V1 path does not do yet (each done on verl.trainer=legacy)
 NOT_YET = {
-    "diagnostics.grad_every": "the gradient split is not on the V1 path yet; set diagnostics.grad_every=0 or "
-                              "verl.trainer=legacy",
-    "algorithm.name": "DAPO's dynamic sampling is not on the V1 path yet (veRL's V1 replay buffer refills; orch's "
-                      "refill is not ported); use verl.trainer=legacy",
-    "control.blind_from_step": "the planted-collapse control is not on the V1 path yet; use verl.trainer=legacy",
     "verl.rollout": "vLLM rollouts have not run on the V1 path yet; use verl.rollout=hf or verl.trainer=legacy",
 }
 
@@ -23,12 +18,6 @@ NOT_YET = {
 def v1_refusal(cfg: Any) -> tuple[str, str] | None:
     """(the config key, why) when `cfg` (a TrainConfig on backend=verl) asks the V1 path for what it does not do
     yet; else None."""
-    if cfg.diagnostics.grad_every and "collapse" in cfg.hooks:
-        return "diagnostics.grad_every", NOT_YET["diagnostics.grad_every"]
-    if cfg.algorithm.dynamic_sampling:
-        return "algorithm.name", NOT_YET["algorithm.name"]
-    if cfg.control.blind_from_step:
-        return "control.blind_from_step", NOT_YET["control.blind_from_step"]
     if cfg.rollout_engine() != "hf":
         return "verl.rollout", NOT_YET["verl.rollout"]
     return None
