@@ -8,10 +8,10 @@ model; line numbers are veRL 0.9.1's (`verl/`):
 
 * legacy: `OrchPPOTrainer._orch_step` (what its `_balance_batch` override runs first: the turn rewards, the filter
   `recipes.stats.filtering.filter_step`, `keep_rows` with orch's no-op rows), then what `RayPPOTrainer.fit` does with
-  the batch (`trainer/ppo/ray_trainer.py:1567, 1633, 1645, 1663-1675`: `rm_scores` as token-level scores and rewards,
+  the batch (`trainer/ppo/ray_trainer.py:1568, 1633, 1645, 1663-1675`: `rm_scores` as token-level scores and rewards,
   `compute_advantage`), then `OrchPPOTrainer._update_actor` (the filter's loss scale on the advantages).
 * V1: orch's sampler step (`ordered`, `OrchV1Trainer.after_rollout`: the same turn rewards and filter, the dropped
-  groups cleared), veRL's `PPOTrainer._balance_batch` (`trainer/ppo/v1/trainer_base.py:1606-1629`, which pads with
+  groups cleared), veRL's `PPOTrainer._balance_batch` (`trainer/ppo/v1/trainer_base.py:1608-1631`, which pads with
   `upsample_batch_to_divisible_size`, `trainer/ppo/padding_utils.py:144-215`), veRL's `_compute_advantage`
   (`trainer_base.py:1743-1802`, calling `compute_advantage_for_multi_trajectories`, `trainer/ppo/v1/utils.py:148-217`),
   then `OrchV1Trainer._update_actor`. The rows live in a key-value store with TransferQueue's three calls
@@ -20,10 +20,10 @@ model; line numbers are veRL 0.9.1's (`verl/`):
   tensors where row shapes differ. `test_the_store_answers_as_transfer_queue` (slow: a local Ray) runs the V1 side
   through real TransferQueue 0.1.11 and gets the same advantages.
 
-The loss is veRL's policy loss (`core_algos.get_policy_loss_fn("vanilla")`, `trainer/ppo/core_algos.py:1286-1378`)
+The loss is veRL's policy loss (`core_algos.get_policy_loss_fn("vanilla")`, `trainer/ppo/core_algos.py:1286-1376`)
 normalised as veRL's actor worker normalises one mini-batch (`workers/utils/losses.py:65-68`: `batch_num_tokens`, the
-mini-batch's loss-mask tokens, `workers/engine/fsdp/transformer_impl.py:730-735`; `global_batch_size`, the configured
-mini-batch rows, `ray_trainer.py:1352-1362` and `trainer_base.py:1796-1809`), on fixed per-token log-probs.
+mini-batch's loss-mask tokens, `workers/engine/fsdp/transformer_impl.py:729-734`; `global_batch_size`, the configured
+mini-batch rows, `ray_trainer.py:1352-1362` and `trainer_base.py:1845-1851`), on fixed per-token log-probs.
 
 Tolerance: float32 throughout, as veRL computes. The two paths hold the kept rows in other orders and with other
 padding rows (legacy: copies of the first row; V1: one 128-token EOS row each), so the sums inside the GRPO group
@@ -35,8 +35,8 @@ What is equal, and what is not (veRL 0.9.1's actor normalises token-mean by each
 by the configured mini-batch rows): with the update in one mini-batch, the two paths give the same loss and gradient,
 and so do dropping and masking under token-mean and seq-mean-token-mean alike. With several mini-batches per step the
 rows are grouped into mini-batches differently (by veRL's two `_balance_batch`s; by masking's larger batch), which
-changes token-mean's summed gradient (measured here: 32% between the paths, 109% and 152% between dropping and
-masking) and leaves seq-mean-token-mean's equal.
+changes token-mean's summed gradient (measured here: |difference| / |gradient| 0.32 between the paths, 1.09 and
+1.52 between masking and dropping) and leaves seq-mean-token-mean's equal.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def run_legacy(rows: list[Row], cfg: Any, tmp_path: Any) -> dict[str, Any]:
     batch.batch["old_log_probs"] = per_row(rows, keys, "old_log_probs", width)  # `_compute_old_log_prob`
     if trainer.use_critic:
         batch.batch["values"] = per_row(rows, keys, "values", width)  # `_compute_values`
-    batch.batch["token_level_scores"] = batch.batch["rm_scores"]  # ray_trainer.py:1567 (extract_reward), 1633
+    batch.batch["token_level_scores"] = batch.batch["rm_scores"]  # ray_trainer.py:1568 (extract_reward), 1633
     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]  # 1645 (no KL in the reward)
     algorithm = trainer.config.algorithm
     batch = compute_advantage(batch, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma,  # 1663-1675
@@ -325,7 +325,7 @@ def v1_put(tq: Any, rows: list[Row], partition: str = "train") -> Any:
 
 def put_per_row(tq: Any, batch: Any, rows: list[Row], field: str, name: str) -> None:
     """A pass's output per row into TransferQueue (jagged, each row's response length), as V1's `_compute_old_log_prob`
-    and `_compute_values` write theirs (trainer_base.py:1653-1662, 1700-1707)."""
+    and `_compute_values` write theirs (trainer_base.py:1667-1671, 1738-1739)."""
     from tensordict import TensorDict
 
     lengths = [int(tag["response_len"]) for tag in batch.tags]
@@ -537,7 +537,7 @@ def test_dropping_and_masking_the_filtered_groups(mini_batch_size, tmp_path) -> 
 def test_with_several_mini_batches_the_two_trainers_group_the_rows_differently(tmp_path) -> None:
     """veRL's two trainers order the update batch differently before the actor splits it into mini-batches: legacy
     sorts each data-parallel partition by workload and deals it to both ends (ray_trainer.py:1236-1241), V1 keeps the
-    partitioner's order (trainer_base.py:1621-1625), and their padding rows differ in length. With several
+    partitioner's order (trainer_base.py:1624-1625), and their padding rows differ in length. With several
     mini-batches per step, the kept rows share mini-batches differently: token-mean (normalised by each mini-batch's
     tokens) gives another summed gradient; seq-mean-token-mean (normalised by the configured rows) the same."""
     cfg = train_config("grpo", FILTERS[3][0], mini_batch_size=8)  # 12 kept + 4 padding rows: 2 mini-batches
