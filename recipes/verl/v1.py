@@ -26,7 +26,12 @@ One step of V1's `_step_once` (trainer_base.py:562-612) and where orch plugs in:
                               requested stop (the stop file), the time limit, empty steps, the collapse alarm
                               checkpoint the step; the run ends once it is logged
     on_validate_* (hooks)     orch's `val/*` from the validation episodes the sampler saw (partition "val"); a new
-                              peak keeps the step's checkpoint as the run's best
+                              peak keeps the step's checkpoint as the run's best; a stop during it keeps nothing of
+                              it and the resume runs it first (the legacy path's rule)
+    (inside a step)           a stop requested before the step's update drops the step, as on the legacy path: the
+                              agent loops end their episodes at the next turn; the sampler's hand-over, the
+                              diagnostics and the update overrides check, rewind to the state `on_step_begin` kept
+                              (before veRL drew the step's prompts) and checkpoint that step (`_stop_inside_step`)
     logger.log                `self.logger` (veRL's `Tracking`, a public attribute built in fit,
                               trainer_base.py:423) wrapped in `on_validate_begin`/`on_train_begin`: every metric into
                               the cell's MLflow run, orch's over veRL's where both name one (no patch P3 on this path)
