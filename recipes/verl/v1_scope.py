@@ -16,7 +16,6 @@ NOT_YET = {
     "algorithm.name": "DAPO's dynamic sampling is not on the V1 path yet (veRL's V1 replay buffer refills; orch's "
                       "refill is not ported); use verl.trainer=legacy",
     "control.blind_from_step": "the planted-collapse control is not on the V1 path yet; use verl.trainer=legacy",
-    "verl.rollout": "vLLM rollouts have not run on the V1 path yet; use verl.rollout=hf or verl.trainer=legacy",
 }
 
 
@@ -29,6 +28,4 @@ def v1_refusal(cfg: Any) -> tuple[str, str] | None:
         return "algorithm.name", NOT_YET["algorithm.name"]
     if cfg.control.blind_from_step:
         return "control.blind_from_step", NOT_YET["control.blind_from_step"]
-    if cfg.rollout_engine() != "hf":
-        return "verl.rollout", NOT_YET["verl.rollout"]
     return None
