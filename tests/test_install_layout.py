@@ -21,6 +21,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -64,7 +66,10 @@ def test_no_installed_distribution_ships_a_top_level_name_of_orch() -> None:
 def test_transferqueue_ships_no_file_of_another_distribution() -> None:
     """TransferQueue's `tests/` and `scripts/` land in the folders veRL's packages occupy: no file of either may be
     the other's (pip would overwrite it, and uninstalling one would delete the other's)."""
-    transferqueue = importlib.metadata.distribution("transferqueue")
+    try:
+        transferqueue = importlib.metadata.distribution("transferqueue")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail("transferqueue is not installed: a core dependency (pyproject.toml); run bash scripts/setup.sh")
     assert transferqueue.version == "0.1.11"
     own = {str(file) for file in transferqueue.files or ()}
     assert {"tests", "scripts"} <= {Path(file).parts[0] for file in own}  # what this test is about is still shipped
