@@ -37,6 +37,11 @@ One step of V1's `_step_once` (trainer_base.py:562-612) and where orch plugs in:
                               the cell's MLflow run, orch's over veRL's where both name one (no patch P3 on this path)
 
 Only the sync mode runs: veRL's async modes train on rollouts of an older policy (docs/verl.md, async modes).
+
+Ported from the legacy path after the first part (each a function below the trainer): the planted-collapse
+control (`OrchAgentLoopManager`, named by veRL's public `agent_loop_manager_class`, marks a planted step's prompts:
+`mark_blinded`), the gradient split (`gradient_norms`, on the unfiltered batch scored in TransferQueue: `scored`) and
+DAPO's dynamic sampling with orch's extra seeds (`dynamic_sampling`, `extra_batch`), in the sampler before the hooks.
 """
 
 from __future__ import annotations
@@ -678,6 +683,10 @@ def extra_batch(trainer: OrchV1Trainer, step: int, extra: int) -> KVBatchMeta:
     rows["uid"] = np.array([str(uuid.uuid4()) for _ in range(prompts)], dtype=object)
     batch = tu.get_tensordict(rows)
     tu.assign_non_tensor_data(batch, "global_steps", step)
-    trainer._submit_batch_to_rollout(batch)  # as veRL's own refill submits (trainer_base.py:1496-1518)
+    # registered as veRL's sync trainer registers a batch (trainer_base.py:1496-1512; the replay buffer's documented
+    # prompt tags, replay_buffer.py:85-92), then dispatched through the manager's public method
+    tq.kv_batch_put(keys=list(rows["uid"]), partition_id="train",
+                    tags=[{"is_prompt": True, "status": "pending", "global_steps": step} for _ in range(prompts)])
+    trainer.agent_loop_manager.generate_sequences(batch)
     fresh, _ = ReplayBuffer.sample(trainer.replay_buffer, global_steps=step, partition_id="train", batch_size=prompts)
     return ordered(fresh)

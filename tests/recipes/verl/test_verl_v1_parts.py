@@ -42,9 +42,11 @@ def test_v1_maps_to_the_sync_trainer_with_orchs_sampler_and_checkpoint_callback(
     assert lines["trainer.v1.sampler.custom_sampler.path"] == "'pkg://recipes.verl.v1'"
     assert lines["trainer.v1.sampler.custom_sampler.name"] == "'OrchSampler'"
     assert lines["trainer.checkpoint_callback_class"] == "'recipes.verl.v1.OrchCheckpointCallback'"
+    assert lines["actor_rollout_ref.rollout.agent.agent_loop_manager_class"] == "'recipes.verl.v1.OrchAgentLoopManager'"
     assert lines["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == "1"  # cpu: 8 actors never fit
     legacy = mapped([*MICRO, "backend=verl", "algorithm=grpo"])
     assert legacy["trainer.use_v1"] == "false" and "trainer.v1.sampler.custom_sampler.path" not in legacy
+    assert "actor_rollout_ref.rollout.agent.agent_loop_manager_class" not in legacy  # legacy reads it too
 
 
 def test_a_resumed_cell_keeps_the_trainer_that_wrote_its_checkpoints(tmp_path: Path) -> None:

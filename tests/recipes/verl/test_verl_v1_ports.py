@@ -70,6 +70,7 @@ def test_v1_marks_a_planted_steps_prompts_and_its_sessions_blind_the_shared_rule
 
 
 @pytest.mark.slow
+@pytest.mark.full  # a warm start and 5 veRL steps: out of CI's tier, as the legacy trainer's control (a bench)
 def test_a_planted_collapse_fires_the_early_warning_on_v1(session_dir, tmp_path) -> None:
     """The torch backend's planted-collapse control (tests/recipes/diagnostics/test_controls.py, the planted arm,
     its settings and checks) through veRL's V1 trainer: the MI proxies see the input dependence at steps 1-2 and see
@@ -85,6 +86,7 @@ def test_a_planted_collapse_fires_the_early_warning_on_v1(session_dir, tmp_path)
 # -- the gradient split and PPO with a critic -------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.full  # as the legacy test: out of CI's tier (the LoRA test runs the split in CI)
 def test_v1_ppo_with_a_critic_plays_a_multi_turn_task_and_splits_the_gradient(train_overrides) -> None:
     """The legacy test of the same name (test_verl_training.py) on V1: GAE with a critic on FrozenLake's five turns,
     and the gradient split at step 1 under the legacy path's metric names. The split's one bucket is every group, at
@@ -148,6 +150,7 @@ def test_v1_dynamic_sampling_replaces_zero_variance_groups_in_order_and_clears_t
 
 
 @pytest.mark.slow
+@pytest.mark.full  # as the legacy test: out of CI's tier
 def test_v1_dapo_dynamic_tops_up_zero_variance_groups_with_orchs_extra_generation_batches(train_overrides) -> None:
     """The legacy test of the same name on V1: orch's refill (the registry's DAPO, the legacy path's extra seeds),
     not V1's replay-buffer refill. A random micro model earns the format penalty everywhere: every group has zero
@@ -160,3 +163,46 @@ def test_v1_dapo_dynamic_tops_up_zero_variance_groups_with_orchs_extra_generatio
     metrics = client(overrides).get_run(result.mlflow_run_id).data.metrics
     assert metrics["rollout/gen_batches"] == 3.0 and metrics["rollout/dynamic_sampling_groups"] == 0.0
     assert metrics["rollout/update_trajectories"] == 4.0
+
+
+# -- LoRA -------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_v1_lora_trains_the_adapter_alone_and_syncs_it_to_the_rollout(train_overrides) -> None:
+    """The legacy LoRA test's run (test_verl_training.py) on V1, without its warm start and exports: GRPO with the
+    filter, the gradient split and the KL loss, whose reference V1 takes from the actor with its adapter disabled
+    (`ref_in_actor`, v1/trainer_base.py:234-237, 1703-1706). The KL to the base is 0 at step 1 (B = 0) and not at step
+    2; the HF replica samples step 2 with step 1's adapter, so its log-probs equal the actor's to float precision
+    (sampled from the base alone they would differ by the adapter's change, which the KL shows); the checkpoint's
+    base weights are the model's, bit for bit, and every adapter's B moved."""
+    from safetensors.torch import load_file
+
+    from recipes.torch_trainer.warmstart import model_folder
+    from recipes.trained.export import resolve_checkpoint
+
+    overrides = [*train_overrides, "backend=verl", "verl.trainer=v1", "algorithm=grpo", "task=countdown",
+                 "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4", "trainer.max_response_tokens=64",
+                 "trainer.val_every=0", "filter=top_k", "filter.value=0.5", "filter.include_zero=true",
+                 "hooks=[collapse]", "diagnostics.num_samples=8", "diagnostics.grad_every=1",
+                 "diagnostics.grad_buckets=2", "algorithm.use_kl=true", "model.actor_lr=1e-2",
+                 "model.lora.rank=4", "model.lora.alpha=8"]
+    cfg = compose_train_config(overrides)
+    result = run_training(cfg)
+    assert (result.status, result.steps_done) == ("finished", 2), result.reason
+    mlflow = client(overrides)
+    run = mlflow.get_run(result.mlflow_run_id)
+    assert run.data.tags["orch.grad_split.parameters"] == "adapter only (LoRA rank 4, all-linear)"
+    assert [step for step, _ in history(mlflow, result.mlflow_run_id, "grad_norm/bucket_1/task")] == [1, 2]
+    kl = dict(history(mlflow, result.mlflow_run_id, "actor/kl_loss"))
+    assert kl[1] == pytest.approx(0.0, abs=1e-9) and kl[2] > 1e-6, kl
+    gap = dict(history(mlflow, result.mlflow_run_id, "training/rollout_probs_diff_max"))
+    assert gap[2] < 1e-5, gap
+    actor = resolve_checkpoint(cfg.infra.checkpoint_dir)
+    state = {key.removeprefix("base_model.model.").replace(".base_layer", ""): value.full_tensor()
+             for key, value in torch.load(actor / "model_world_size_1_rank_0.pt", weights_only=False).items()}
+    base = load_file(str(model_folder(cfg)[0] / "model.safetensors"))
+    assert set(base) - {"lm_head.weight"} == {key for key in state if "lora_" not in key} - {"lm_head.weight"}
+    for key, value in base.items():
+        assert torch.equal(state[key], value), key
+    assert sum(".lora_B." in key for key in state) == 7 and all(
+        value.abs().max() > 0 for key, value in state.items() if ".lora_B." in key)
