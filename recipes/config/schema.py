@@ -392,11 +392,10 @@ class TrainConfig(Section):
                      "hooks", "the MI diagnostics cross-score text prompts through veRL's actor workers and do not "
                      "take image observations yet: set diagnostics.mi_every=0 (the gradient split still runs) or "
                      "use task.env.observation=text")
-            if self.infra.verl.trainer == "v1":
-                from recipes.verl.v1_scope import v1_refusal
-
-                refused = v1_refusal(self)
-                _require(refused is None, refused[0] if refused else "", refused[1] if refused else "")
+            _require(self.infra.verl.trainer != "v1" or "collapse" not in self.hooks
+                     or self.diagnostics.mi_every == 0 or self.diagnostics.method != "naive", "diagnostics.method",
+                     "naive cross-scoring (the reference N x M method) is not on the V1 trainer's path: use "
+                     "diagnostics.method=prefix or verl.trainer=legacy")
             _require(set(self.hooks) <= {"collapse"}, "hooks",
                      f"{sorted(set(self.hooks) - {'collapse'})}: on backend=verl only the collapse hook runs (it "
                      "cross-scores through veRL's actor workers); other hooks need the policy in the trainer's process")

@@ -27,10 +27,10 @@ def test_the_trainer_is_hosting_not_identity() -> None:
 
 
 @pytest.mark.parametrize(("extra", "key"), [
-    (["trainer.device=cuda"], "verl.rollout"),  # vLLM, the rollout on cuda
+    (["hooks=[collapse]", "diagnostics.method=naive"], "diagnostics.method"),
 ])
 def test_what_v1_does_not_do_yet_is_refused_in_one_line(extra, key) -> None:
-    with pytest.raises(OrchError, match=f"config key {key}: .*V1 path") as err:
+    with pytest.raises(OrchError, match=f"config key {key}: .*V1 trainer") as err:
         compose_train_config([*V1, *extra])
     assert "\n" not in str(err.value)
     compose_train_config([*MICRO, "backend=verl", "algorithm=grpo", *extra])  # legacy takes it
