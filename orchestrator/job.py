@@ -160,6 +160,7 @@ def compose_cell_config(context: JobContext) -> TrainConfig:
     (one line) if it no longer hashes to the cell's identity or no longer fits this orch's config schema (a key
     removed or renamed since it was planned; a key added since takes its default)."""
     from recipes.config.resolve import load_config, resolve_cell
+    from recipes.config.schema import VERL_TRAINER_BEFORE_THE_KEY
 
     infra = {
         "mlflow.experiment_name": context.experiment_name,
@@ -172,8 +173,10 @@ def compose_cell_config(context: JobContext) -> TrainConfig:
         infra["mlflow.run_id"] = context.mlflow_run_id
     where = f"cell {context.digest} of sweep {context.sweep}"
     replan = f"`orch resume {context.sweep} --replan` plans its settings again as a new cell"
-    if context.config_json is None:  # planned before configs were stored: composed with Hydra, as then
-        cfg = resolve_cell(overrides=context.overrides, hosting=infra, host=True).config
+    if context.config_json is None:  # planned before configs were stored: composed with Hydra, as then, on the
+        # veRL trainer of then (`verl.trainer` came later: load_config's rule)
+        hosting = {"verl.trainer": VERL_TRAINER_BEFORE_THE_KEY, **infra}
+        cfg = resolve_cell(overrides=context.overrides, hosting=hosting, host=True).config
         if cfg.digest() != context.digest:
             raise OrchError(f"{where}: conf/ changed since the sweep was planned (the config now hashes to "
                             f"{cfg.digest()}); {replan}")

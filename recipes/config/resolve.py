@@ -53,7 +53,7 @@ from recipes.config.compose import (
     paired_groups,
     resolve_tree,
 )
-from recipes.config.schema import TrainConfig, compose_train_config
+from recipes.config.schema import VERL_TRAINER_BEFORE_THE_KEY, TrainConfig, compose_train_config
 
 # Keys varied per cell without re-validating the config (the schema of the sweep file checks them).
 PER_CELL_KEYS = ("seed",)
@@ -126,8 +126,10 @@ def _own_json(config: TrainConfig) -> str:
 def load_config(shared: str, own: str = "{}", hosting: Mapping[str, Any] | None = None) -> TrainConfig:
     """A stored config (`stored_form`: its shared part and its per-cell keys) validated by this orch's
     `TrainConfig`, with `hosting` keys set (`TrainConfig.with_hosting`). A key the schema has gained since it was
-    stored takes its default (a required one is refused); a key it has lost or renamed is refused. Raises
-    `OrchError`, one line naming the key."""
+    stored takes its default (a required one is refused), except `verl.trainer`: a config stored without it was
+    planned when veRL's legacy trainer was the only one, and keeps it when the default changes (hosting, but a
+    cell's checkpoints are its trainer's: recipes.verl.backend.keep_trainer). A key it has lost or renamed is
+    refused. Raises `OrchError`, one line naming the key."""
     tree = {}
     for text in (shared, own):
         try:
@@ -137,6 +139,9 @@ def load_config(shared: str, own: str = "{}", hosting: Mapping[str, Any] | None 
         if not isinstance(part, dict):
             raise OrchError(f"not a stored config: a JSON {type(part).__name__}, not an object")
         tree.update(part)
+    verl = tree.setdefault("verl", {})
+    if isinstance(verl, dict):  # stored before `verl.trainer` existed: planned for (and run by) the legacy trainer
+        verl.setdefault("trainer", VERL_TRAINER_BEFORE_THE_KEY)
     config = TrainConfig.from_tree(tree)
     return config.with_hosting(hosting) if hosting else config
 

@@ -47,6 +47,10 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 KL_PENALTIES = ("kl", "abs", "mse", "low_var_kl", "full")
 DTYPES = ("float32", "bfloat16")
 RESUME_MODES = ("auto", "never")
+VERL_TRAINERS = ("legacy", "v1")
+# The veRL trainer of every config stored before `verl.trainer` existed: a stored cell keeps it whatever the default
+# is now (recipes.config.resolve.load_config; issue #50 item 3: a changed default must not switch a planned cell)
+VERL_TRAINER_BEFORE_THE_KEY = "legacy"
 # conf/ key -> field of `TrainConfig.infra`: settings that change how a run is hosted, never what it computes.
 INFRA_KEYS: dict[str, str] = {
     "mlflow": "mlflow",
@@ -272,6 +276,9 @@ class VerlHosting(Section):
     gpus_per_node: Annotated[int, integer(1)] | None = None
     ray_cpus: Count = 8
     ray_join_timeout_s: Annotated[float, number(lambda v: v > 0, "> 0 (seconds)")] = 300.0
+    # veRL's trainer: legacy (RayPPOTrainer, recipes.verl.trainer) | v1 (veRL's V1 sync trainer, recipes.verl.v1).
+    # Hosting, not identity; a resumed cell keeps the trainer that wrote its checkpoint (recipes.verl.backend).
+    trainer: Annotated[str, one_of(VERL_TRAINERS)] = "legacy"
 
 
 class InfraConfig(Section):
@@ -385,6 +392,10 @@ class TrainConfig(Section):
                      "hooks", "the MI diagnostics cross-score text prompts through veRL's actor workers and do not "
                      "take image observations yet: set diagnostics.mi_every=0 (the gradient split still runs) or "
                      "use task.env.observation=text")
+            _require(self.infra.verl.trainer != "v1" or "collapse" not in self.hooks
+                     or self.diagnostics.mi_every == 0 or self.diagnostics.method != "naive", "diagnostics.method",
+                     "naive cross-scoring (the reference N x M method) is not on the V1 trainer's path: use "
+                     "diagnostics.method=prefix or verl.trainer=legacy")
             _require(set(self.hooks) <= {"collapse"}, "hooks",
                      f"{sorted(set(self.hooks) - {'collapse'})}: on backend=verl only the collapse hook runs (it "
                      "cross-scores through veRL's actor workers); other hooks need the policy in the trainer's process")

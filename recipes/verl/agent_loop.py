@@ -61,8 +61,9 @@ def blind_marks(infos: list[dict[str, Any]], samples: int, strength: float, run_
         rows = [row for row in range(prompt * samples, (prompt + 1) * samples) if row in blinded]
         if len(rows) == samples:
             info = {**info, "blind_seed": fixed}
-        elif rows:
-            info = {**info, "blind_seed": fixed, "blind_rows": rows}
+        elif rows:  # `blind_sessions`: the same trajectories as samples of the prompt (V1 numbers them so)
+            info = {**info, "blind_seed": fixed, "blind_rows": rows,
+                    "blind_sessions": [row - prompt * samples for row in rows]}
         marked.append(info)
     return marked
 
@@ -71,10 +72,15 @@ def _blind_seed(row: dict[str, Any]) -> Any:
     """CONTROL, the agent loop's side of `blind_marks`: the seed whose first-turn chat this trajectory's replies are
     generated from, or None. veRL's repeat gives a prompt's trajectories one shared `extra_info`; its `blind_rows`
     (when set) name the blinded ones by the row veRL numbers each trajectory with: `priority`, arange over the
-    repeated batch (`AgentLoopManager.generate_sequences`; tests/recipes/verl/test_verl_parts.py pins it)."""
+    repeated batch (`AgentLoopManager.generate_sequences`; tests/recipes/verl/test_verl_parts.py pins it). veRL's V1
+    trainer does not repeat the batch: it runs a prompt's n samples as sessions 0..n-1 (`session_id`,
+    v1/agent_loop_tq.py:122-128), which `blind_sessions` names."""
     info = row["extra_info"]
-    rows = info.get("blind_rows")
-    return None if rows is not None and int(row["priority"]) not in rows else info.get("blind_seed")
+    if info.get("blind_rows") is None:
+        return info.get("blind_seed")
+    if "priority" in row:
+        return info["blind_seed"] if int(row["priority"]) in info["blind_rows"] else None
+    return info["blind_seed"] if int(row["session_id"]) in info["blind_sessions"] else None
 
 
 def _blind_prompt(seed: Any, cfg: Any, env_class: Any, build_config: Any, encoder: Any,

@@ -36,6 +36,7 @@ RUN_FILE = "orch_run.json"  # in the checkpoint folder: the MLflow run its check
 STOP_FILE = "STOP"
 STARTED_FILE = "LOOP_STARTED"  # written by the trainer as its loop begins (a stop before it needs no checkpoint)
 POLL_S = 0.25
+TRAINER_FILE = "orch_trainer.txt"  # in veRL's checkpoint folder: which veRL trainer wrote it (keep_trainer)
 
 
 def run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult:
@@ -65,7 +66,7 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     import ray
 
     from recipes.verl.cluster import ray_cluster
-    from recipes.verl.task_runner import OrchTaskRunner
+    from recipes.verl.task_runner import OrchTaskRunner, OrchTaskRunnerV1
 
     started_at = time.time()  # `trainer.time_limit` counts from here, as on the torch backend
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -75,6 +76,7 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     started_file.unlink(missing_ok=True)
     logged = tracker.last_logged_step("timing_s/step")
     resume = resume_step(checkpoint_dir / "verl", logged) if cfg.infra.resume == "auto" else None
+    keep_trainer(checkpoint_dir / "verl", cfg.infra.verl.trainer, resume)
 
     def preempted(reason: str) -> TrainResult:  # stopped before veRL's loop began: the checkpoint it resumed from
         return TrainResult(status="preempted", steps_done=resume or 0, mlflow_run_id=tracker.run_id, reason=reason)
@@ -103,7 +105,7 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
         return preempted("stop requested during the set-up (nothing to keep)")
     try:
         with ray_cluster(plan), _stop_file_when(should_stop, stop_file):
-            runner = OrchTaskRunner.remote()
+            runner = (OrchTaskRunnerV1 if cfg.infra.verl.trainer == "v1" else OrchTaskRunner).remote()
             summary = _unless_stopped_before_the_loop(runner, runner.run.remote(config), should_stop, started_file)
     except StopRequested as stop:  # while Ray started (recipes.verl.cluster): nothing of this attempt to keep
         return preempted(str(stop))
@@ -120,6 +122,21 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
                          + (f"resumes after step {resume}" if resume else "starts afresh"))
     return TrainResult(status=summary["status"], steps_done=int(summary["steps_done"]),
                        mlflow_run_id=tracker.run_id, reason=summary["reason"])
+
+
+def keep_trainer(folder: Path, trainer: str, resume: int | None) -> None:
+    """Issue 50 item 3: a cell resumes only on the veRL trainer that wrote its checkpoints (`verl.trainer` is
+    hosting, so a changed default or a requeue with other settings must not switch it silently). The trainer is
+    recorded in `folder/TRAINER_FILE` when a run starts afresh; checkpoints from before the record are legacy's."""
+    record = folder / TRAINER_FILE
+    if resume is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        record.write_text(trainer)
+        return
+    wrote = record.read_text().strip() if record.is_file() else "legacy"
+    if wrote != trainer:
+        raise OrchError(f"config key verl.trainer: {trainer}, but this cell's checkpoints in {folder} were written "
+                        f"by veRL's {wrote} trainer; resume it with verl.trainer={wrote} (or a new checkpoint_dir)")
 
 
 def _unless_stopped_before_the_loop(runner: Any, result: Any, should_stop: Callable[[], bool],

@@ -177,7 +177,7 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         "trainer.device": "cpu" if cpu else "cuda",
         "trainer.nnodes": job.nnodes,
         "trainer.n_gpus_per_node": job.gpus_per_node,
-        "trainer.use_v1": False,
+        "trainer.use_v1": hosting.trainer == "v1",
         "trainer.logger": [],
         "trainer.project_name": cfg.infra.mlflow.experiment_name,
         "trainer.experiment_name": cfg.infra.mlflow.run_name or cfg.digest(),
@@ -216,6 +216,18 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
             "critic.fsdp.optimizer_offload": hosting.param_offload,
             "critic.fsdp.use_torch_compile": False,
         })
+    if hosting.trainer == "v1":  # veRL's V1 sync trainer (recipes.verl.v1): orch's sampler and checkpoint callback
+        overrides.update({
+            "trainer.v1.trainer_mode": "sync",  # the only mode orch runs (docs/verl.md, The V1 trainer: async modes)
+            "trainer.v1.sampler.custom_sampler.path": "pkg://recipes.verl.v1",
+            "trainer.v1.sampler.custom_sampler.name": "OrchSampler",
+            "transfer_queue.enable": True,
+            # TransferQueue's storage: one Ray actor per unit (veRL's default 8); on cpu one, on 2 cores every actor
+            # costs start-up seconds
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1 if cpu else 8,
+            # orch's state beside each checkpoint, through veRL's public callback (trainer_base.py:1014,1027)
+            "trainer.checkpoint_callback_class": "recipes.verl.v1.OrchCheckpointCallback",
+        })
     lines = [f"{key}={_value(value)}" for key, value in overrides.items()]
     # Keys veRL's schema has no default for: added with `+`.
     added = {
@@ -230,6 +242,8 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         added["critic.model.override_config.attn_implementation"] = added[
             "actor_rollout_ref.model.override_config.attn_implementation"]
         added["critic.fsdp.mixed_precision"] = precision
+    if hosting.trainer == "v1":  # the planted-collapse control's marks: veRL's public manager setting (main_ppo.py:111-130)
+        added["actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = "recipes.verl.v1.OrchAgentLoopManager"
     for key, value in added.items():
         if value is not None:
             lines.append(f"+{key}={value if key.endswith('mixed_precision') else _value(value)}")
@@ -258,6 +272,8 @@ def worker_env(cfg: TrainConfig) -> dict[str, str]:
     """Environment variables every Ray process of the run needs: the CPU platform and one thread per worker on
     cpu; `PYTHONPATH` so that orch (and its `verl.plugins` entry point) imports where this process imports it."""
     env = dict(CPU_ENV) if cfg.trainer.device == "cpu" else {}
+    if cfg.infra.verl.trainer == "v1":
+        env["TRANSFER_QUEUE_ENABLE"] = "1"  # as veRL's own V1 entry point sets it (main_ppo.py:66-69)
     inherited = os.environ.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), inherited] if inherited else [str(REPO_ROOT)])
     return env

@@ -61,3 +61,45 @@ class TaskRunnerBody:
 @ray.remote(num_cpus=1)
 class OrchTaskRunner(TaskRunnerBody):
     """The Ray actor."""
+
+
+class TaskRunnerV1Body:
+    """The TaskRunner of `verl.trainer: v1`: what veRL's own `TaskRunnerV1.run` does (verl/trainer/main_ppo.py:133-163:
+    TransferQueue, the trainer, veRL's `AgentLoopManagerTQ`, fit, TransferQueue closed), with `OrchV1Trainer` and
+    the manager `actor_rollout_ref.rollout.agent.agent_loop_manager_class` names (`OrchAgentLoopManager`,
+    recipes.verl.v1) and a summary of how the run ended."""
+
+    def run(self, config: Any) -> dict[str, Any]:
+        import transfer_queue as tq
+        from omegaconf import OmegaConf
+        from verl.utils.import_utils import load_class_from_fqn
+
+        from orchlib.errors import OrchError
+        from recipes.run.progress import setup_logging
+        from recipes.verl.v1 import OrchV1Trainer
+
+        setup_logging()
+        logging.getLogger("orch").setLevel(logging.INFO)
+        if config.trainer.v1.trainer_mode != "sync":  # async modes train on an older policy's rollouts
+            raise OrchError(f"trainer.v1.trainer_mode={config.trainer.v1.trainer_mode}: orch runs veRL's V1 trainer "
+                            "in its sync mode only (docs/verl.md, The V1 trainer)")
+        config.transfer_queue.enable = True
+        OmegaConf.resolve(config)
+        tq.init(config.transfer_queue)
+        try:
+            trainer = OrchV1Trainer(config=config, orch=OmegaConf.to_container(config.orch.run, resolve=True))
+            trainer.init()
+            # veRL's manager setting, read as veRL's TaskRunnerV1 reads it (main_ppo.py:120-124): orch's manager
+            manager_class = load_class_from_fqn(config.actor_rollout_ref.rollout.agent.agent_loop_manager_class,
+                                                "AgentLoopManager")
+            manager = manager_class.create(config=config, llm_client=trainer.get_llm_client(),
+                                           teacher_client=trainer.get_teacher_client(),
+                                           reward_loop_worker_handles=trainer.get_reward_handles())
+            return trainer.fit(manager)
+        finally:
+            tq.close()
+
+
+@ray.remote(num_cpus=1)
+class OrchTaskRunnerV1(TaskRunnerV1Body):
+    """The Ray actor."""

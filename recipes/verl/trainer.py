@@ -300,15 +300,9 @@ class OrchPPOTrainer(RayPPOTrainer):
         return np.array([uid in chosen for uid in batch.non_tensor_batch["uid"]])
 
     def _keep_rows(self, batch: DataProto, keep: np.ndarray, metrics: dict, skipped: bool = False) -> None:
-        """Shrink `batch` in place to the kept rows, then pad it with no-op rows (response mask and rewards 0, a
-        group of their own: no gradient) up to the row multiple veRL needs."""
+        """`keep_rows` to the row multiple veRL needs, and the update's size in the step's metrics."""
         rows = np.flatnonzero(keep)
-        if len(rows) < len(batch):
-            batch.reorder(torch.as_tensor(rows))
-        pad = (-len(batch)) % self._row_multiple()
-        if pad:
-            merged = DataProto.concat([batch, noop_rows(batch, pad)])
-            batch.batch, batch.non_tensor_batch = merged.batch, merged.non_tensor_batch
+        pad = keep_rows(batch, keep, self._row_multiple())
         if not skipped:
             mask = batch.batch["response_mask"]
             metrics["rollout/update_trajectories"] = float(len(rows))
@@ -364,7 +358,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         if self.skip_update:
             return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
         if self.advantage_scale != 1.0:
-            batch.batch["advantages"] = batch.batch["advantages"] * self.advantage_scale
+            batch.batch["advantages"] = scaled_advantages(batch.batch["advantages"], self.advantage_scale)
         return super()._update_actor(batch)
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
@@ -661,12 +655,40 @@ def kept_best(best_dir: Path) -> dict[str, float]:
 def place_turn_rewards(batch: DataProto) -> None:
     """Each turn's reward on the last token of its reply (`rm_scores`, which veRL's fit loop turns into token-level
     rewards), as the torch backend places them; veRL put the whole episode return on the last token."""
-    scores = torch.zeros_like(batch.batch["rm_scores"])
-    for row, (ends, rewards) in enumerate(zip(batch.non_tensor_batch["orch_turn_ends"],
-                                              batch.non_tensor_batch["orch_turn_rewards"], strict=True)):
-        for end, reward in zip(ends, rewards, strict=True):
-            scores[row, end] += float(reward)
-    batch.batch["rm_scores"] = scores
+    width = batch.batch["rm_scores"].shape[1]
+    batch.batch["rm_scores"] = torch.stack([
+        turn_scores(width, ends, rewards) for ends, rewards in zip(
+            batch.non_tensor_batch["orch_turn_ends"], batch.non_tensor_batch["orch_turn_rewards"], strict=True)])
+
+
+def turn_scores(width: int, ends: Any, rewards: Any) -> torch.Tensor:
+    """One trajectory's `rm_scores` (float32, `width` response positions): each turn's reward on the last token of
+    its reply (`ends`, response positions), 0 elsewhere; the one placement of both veRL paths (legacy
+    `place_turn_rewards` here, V1's in recipes.verl.v1)."""
+    scores = torch.zeros(width, dtype=torch.float32)
+    for end, reward in zip(ends, rewards, strict=True):
+        scores[end] += float(reward)
+    return scores
+
+
+def scaled_advantages(advantages: torch.Tensor, scale: float) -> torch.Tensor:
+    """The advantages the actor update takes after SNR-Aware Filtering: veRL's advantages x the filter's loss scale
+    (`filter.loss_scaling`), the one place both veRL paths apply it (the `_update_actor` overrides)."""
+    return advantages * scale
+
+
+def keep_rows(batch: DataProto, keep: np.ndarray, multiple: int) -> int:
+    """The legacy path's update batch: `batch` shrunk in place to the kept rows (RAGEN's semantics: the dropped
+    groups leave the batch), then padded with `noop_rows` (response mask and rewards 0, a group of their own: no
+    gradient) up to a multiple of `multiple` rows. Returns the number of padding rows."""
+    rows = np.flatnonzero(keep)
+    if len(rows) < len(batch):
+        batch.reorder(torch.as_tensor(rows))
+    pad = (-len(batch)) % multiple
+    if pad:
+        merged = DataProto.concat([batch, noop_rows(batch, pad)])
+        batch.batch, batch.non_tensor_batch = merged.batch, merged.non_tensor_batch
+    return pad
 
 
 def merged_generated(batch: DataProto) -> dict[str, list[int]]:

