@@ -79,6 +79,72 @@ class WorkerPolicy:
         return self.trainer.gradient_norms(self.batch, row_sets)
 
 
+def filtered_step(trainer: Any, trajectories: list, generated: dict[str, list[int]], policy: Any) -> np.ndarray:
+    """orch's step on a rollout, one body for both of veRL's trainers (`OrchPPOTrainer._orch_step`,
+    `recipes.verl.v1.OrchV1Trainer.after_rollout`): rollout statistics, the step hooks (the MI diagnostics) through
+    `policy`, a stop inside the step, SNR-Aware Filtering (`recipes.stats.filtering.filter_step`), the rollout table,
+    and the empty-step bookkeeping. Writes into `trainer.step_metrics` / `step_tags`; sets `advantage_scale`,
+    `skip_update`, `empty_steps` and `pending_stop`. Returns the keep-mask over `trajectories` (all False: an empty
+    step, whose rows the caller still passes through veRL's phases without an update)."""
+    from recipes.diagnostics.hooks import StepContext
+    from recipes.stats import filtering
+    from recipes.stats.rollout_stats import rollout_frame, rollout_metrics
+
+    step, cfg, out = int(trainer.global_steps), trainer.cfg, trainer.step_metrics
+    group_ids = np.array([t.seed for t in trajectories])
+    returns = np.array([t.episode_return for t in trajectories])
+    out.update(rollout_metrics(trajectories, generated, cfg.trainer.max_response_tokens))
+
+    started = time.perf_counter()
+    report(phase="diagnostics")
+    context = StepContext(step=step, cfg=cfg, policy=policy, encoder=trainer.encoder, trajectories=trajectories,
+                          group_ids=group_ids, generated=generated, metrics=out, validation=trainer.validation)
+    for hook in trainer.hooks.values():
+        out.update(hook.on_rollout(context))
+    trainer.step_tags.update(context.tags)
+    if context.stop_reason:
+        trainer.pending_stop = Stop("stopped", context.stop_reason)
+    out["timing_s/diagnostics"] = time.perf_counter() - started
+    trainer._stop_inside_step("diagnostics")
+
+    started = time.perf_counter()
+    report(phase="filter")
+    keep, loss_scale, filter_metrics = filtering.filter_step(returns, group_ids, cfg.filter,
+                                                             cfg.trainer.samples_per_prompt)
+    out.update(filter_metrics)
+    if cfg.trainer.dump_every and step % cfg.trainer.dump_every == 0:
+        trainer.tracker.log_frame(rollout_frame(trajectories, generated, keep, step), "rollouts",
+                                  f"step_{step:04d}.parquet")
+    if keep.any():
+        trainer.empty_steps = 0
+        trainer.advantage_scale = loss_scale
+        out["rollout/loss_scale"] = float(loss_scale)
+    else:
+        trainer.empty_steps += 1
+        trainer.skip_update = True
+        out["rollout/empty_steps"] = float(trainer.empty_steps)
+        log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step,
+                    trainer.empty_steps)
+        if cfg.trainer.max_empty_steps and trainer.empty_steps >= cfg.trainer.max_empty_steps:  # 0: never
+            trainer.pending_stop = Stop("stopped", (
+                f"the filter kept no group for {trainer.empty_steps} consecutive steps (trainer.max_empty_steps); "
+                "the batch has no reward variance left"))
+    out["timing_s/filter"] = time.perf_counter() - started
+    return keep
+
+
+def logged_metrics(trainer: Any, metrics: dict[str, float], in_step: bool) -> dict[str, float]:
+    """What both trainers log for one veRL log call: a step's log gets orch's step metrics (over veRL's of the same
+    name), the step's wall time and the largest actor worker's peak memory (Table 5's memory column; veRL's loops do
+    not log it); names made MLflow-safe, values not finite dropped."""
+    if in_step:
+        metrics.update(trainer.step_metrics)
+        metrics["timing_s/step"] = time.perf_counter() - trainer._step_started
+        metrics["timing_s/diagnostics_share"] = metrics.get("timing_s/diagnostics", 0.0) / metrics["timing_s/step"]
+        metrics[PEAK_MEMORY_METRIC] = max(trainer.actor_rollout_wg.orch_peak_memory_gb())
+    return {_metric_name(key): value for key, value in metrics.items() if value is not None and math.isfinite(value)}
+
+
 class OrchPPOTrainer(RayPPOTrainer):
     """veRL's PPO trainer with orch's filter, diagnostics, metrics and stop control (see the module docstring).
 
@@ -221,64 +287,22 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def _orch_step(self, batch: DataProto, metrics: dict) -> None:
         """Rewards per turn, dynamic sampling, statistics, hooks and the filter on the step's rollout."""
-        from recipes.diagnostics.hooks import StepContext
-        from recipes.stats import filtering
-        from recipes.stats.rollout_stats import rollout_frame, rollout_metrics
-
         self._stop_inside_step("rollout")
-        step, cfg = int(self.global_steps), self.cfg
         self.step_metrics, self.step_tags = {"rollout/gen_batches": 1.0}, {}
         self.skip_update, self.advantage_scale = False, 1.0
         place_turn_rewards(batch)
-        if cfg.algorithm.dynamic_sampling:
+        if self.cfg.algorithm.dynamic_sampling:
             self._dynamic_sampling(batch)
             self._stop_inside_step("rollout")
         trajectories = list(batch.non_tensor_batch["orch_trajectory"])
-        generated = merged_generated(batch)
-        group_ids = np.array([t.seed for t in trajectories])
-        returns = np.array([t.episode_return for t in trajectories])
-        out = self.step_metrics
-        out.update(rollout_metrics(trajectories, generated, cfg.trainer.max_response_tokens))
-
+        keep = filtered_step(self, trajectories, merged_generated(batch), WorkerPolicy(self, batch))
         started = time.perf_counter()
-        report(phase="diagnostics")
-        context = StepContext(step=step, cfg=cfg, policy=WorkerPolicy(self, batch), encoder=self.encoder,
-                              trajectories=trajectories, group_ids=group_ids, generated=generated, metrics=out,
-                              validation=self.validation)
-        for hook in self.hooks.values():
-            out.update(hook.on_rollout(context))
-        self.step_tags.update(context.tags)
-        if context.stop_reason:
-            self.pending_stop = Stop("stopped", context.stop_reason)
-        out["timing_s/diagnostics"] = time.perf_counter() - started
-        self._stop_inside_step("diagnostics")
-
-        started = time.perf_counter()
-        report(phase="filter")
-        keep, loss_scale, filter_metrics = filtering.filter_step(returns, group_ids, cfg.filter,
-                                                                 cfg.trainer.samples_per_prompt)
-        out.update(filter_metrics)
-        if cfg.trainer.dump_every and step % cfg.trainer.dump_every == 0:
-            self.tracker.log_frame(rollout_frame(trajectories, generated, keep, step), "rollouts",
-                                   f"step_{step:04d}.parquet")
         if keep.any():
-            self.empty_steps = 0
-            self.advantage_scale = loss_scale
-            out["rollout/loss_scale"] = float(loss_scale)
-            self._keep_rows(batch, keep, out)
+            self._keep_rows(batch, keep, self.step_metrics)
         else:
-            self.empty_steps += 1
-            self.skip_update = True
-            out["rollout/empty_steps"] = float(self.empty_steps)
-            log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step,
-                        self.empty_steps)
-            self._keep_rows(batch, self._first_groups(batch), out, skipped=True)
-            if cfg.trainer.max_empty_steps and self.empty_steps >= cfg.trainer.max_empty_steps:  # 0: never
-                self.pending_stop = Stop("stopped", (
-                    f"the filter kept no group for {self.empty_steps} consecutive steps (trainer.max_empty_steps); "
-                    "the batch has no reward variance left"))
-        out["timing_s/filter"] = time.perf_counter() - started
-        metrics.update(out)
+            self._keep_rows(batch, self._first_groups(batch), self.step_metrics, skipped=True)
+        self.step_metrics["timing_s/filter"] += time.perf_counter() - started
+        metrics.update(self.step_metrics)
 
     def _row_multiple(self) -> int:
         """Rows the update batch must be a multiple of: veRL dispatches equal chunks to the data-parallel ranks and
@@ -383,6 +407,13 @@ class OrchPPOTrainer(RayPPOTrainer):
 
     def _load_checkpoint(self) -> Any:
         result = super()._load_checkpoint()
+        self.restore_state()
+        self.step_end = self.resume_point()
+        return result
+
+    def restore_state(self) -> None:
+        """orch's state of the checkpoint veRL resumed at (`global_steps`), and the best checkpoint kept; both
+        trainers call it once veRL has loaded its own (V1: `OrchV1Trainer.on_init_end`)."""
         if self.global_steps:
             state_file = Path(self.config.trainer.default_local_dir) / f"global_step_{int(self.global_steps)}" / STATE_FILE
             if state_file.is_file():
@@ -397,8 +428,6 @@ class OrchPPOTrainer(RayPPOTrainer):
                     with open_dict(self.config):
                         self.config.trainer.val_before_train = True
         self.best = kept_best(self.best_dir)
-        self.step_end = self.resume_point()
-        return result
 
     @property
     def best_dir(self) -> Path:
@@ -590,14 +619,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         # veRL's validation before training: a fresh run's step 0, or a validation a stop cut short, run now at its
         # step (logged though that step was logged before: it had no val/*); no step metrics, no step line
         before_training, self._before_training = self._before_training, False
-        if step > 0 and not before_training:
-            metrics.update(self.step_metrics)
-            metrics["timing_s/step"] = time.perf_counter() - self._step_started
-            metrics["timing_s/diagnostics_share"] = metrics.get("timing_s/diagnostics", 0.0) / metrics["timing_s/step"]
-            # Table 5's memory column: the largest actor worker's peak (veRL's legacy loop does not log it)
-            metrics[PEAK_MEMORY_METRIC] = max(self.actor_rollout_wg.orch_peak_memory_gb())
-        metrics = {_metric_name(key): value for key, value in metrics.items()
-                   if value is not None and math.isfinite(value)}
+        metrics = logged_metrics(self, metrics, in_step=step > 0 and not before_training)
         if before_training or not 0 < step <= self.orch["logged_until"]:  # a re-run step keeps its first metrics
             self.tracker.log_metrics(metrics, step=step)
         if self.step_tags:

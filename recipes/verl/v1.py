@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,6 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from recipes.run.progress import report
-from recipes.run.tracking import PEAK_MEMORY_METRIC
 from recipes.runtime.checkpoint import VERL_ITERATION_FILE as ITERATION_FILE
 from recipes.runtime.checkpoint import VERL_STATE_FILE as STATE_FILE
 from recipes.runtime.time_limit import TimeLimit
@@ -77,9 +75,9 @@ from recipes.verl.trainer import (
     OrchPPOTrainer,
     Stop,
     _jsonable,
-    _metric_name,
     _scalar,
-    kept_best,
+    filtered_step,
+    logged_metrics,
     scaled_advantages,
     turn_scores,
 )
@@ -231,20 +229,7 @@ class OrchV1Trainer(PPOTrainerSync):
 
     def on_init_end(self) -> None:
         super().on_init_end()  # the loaded weights to the replicas
-        if self.global_steps:  # resumed (veRL's _load_checkpoint, trainer_base.py:850): orch's state of that step
-            state_file = Path(self.config.trainer.default_local_dir) / f"global_step_{self.global_steps}" / STATE_FILE
-            if state_file.is_file():
-                state = json.loads(state_file.read_text())
-                self.empty_steps, self.validation = state["empty_steps"], state["validation"]
-                for name, hook in self.hooks.items():
-                    hook.load_state_dict(state["hooks"].get(name, {}))
-                if state.get("validation_pending"):  # veRL's validation before training runs it, at this step
-                    from omegaconf import open_dict
-
-                    self.validation_pending = True
-                    with open_dict(self.config):
-                        self.config.trainer.val_before_train = True
-        self.best = kept_best(self.best_dir)
+        OrchPPOTrainer.restore_state(self)  # resumed (veRL's _load_checkpoint, trainer_base.py:850): orch's state
 
     def fit(self, agent_loop_manager: Any) -> dict[str, Any]:  # noqa: D102  (veRL's loop; returns how it ended)
         from recipes.run.progress import ProgressFile, reporting
@@ -285,68 +270,26 @@ class OrchV1Trainer(PPOTrainerSync):
     def after_rollout(self, batch: KVBatchMeta) -> KVBatchMeta:
         """orch's step on the whole rollout, before any update: rewards per turn, statistics, hooks, the filter.
         Returns the kept groups' trajectories (the dropped ones are cleared from TransferQueue)."""
-        from recipes.diagnostics.hooks import StepContext
-        from recipes.stats import filtering
-        from recipes.stats.rollout_stats import rollout_frame, rollout_metrics
-
         self._stop_inside_step("rollout")  # the agent loops ended their episodes early: drop the step
-        step, cfg = int(self.global_steps), self.cfg
         self.step_metrics, self.step_tags = {"rollout/gen_batches": 1.0}, {}
         self.skip_update, self.advantage_scale = False, 1.0
         extras = extra_fields(fetch_extra(batch))
         place_turn_rewards(batch, extras)
-        if cfg.algorithm.dynamic_sampling:
+        if self.cfg.algorithm.dynamic_sampling:
             batch, extras = dynamic_sampling(self, batch, extras)
         self.rollout_batch = batch  # the unfiltered batch, in trajectory order (the gradient split scores it)
         trajectories = [extra["orch_trajectory"] for extra in extras]
         generated: dict[str, list[int]] = {}
         for extra in extras:
             generated.update(extra.get("orch_generated") or {})
-        group_ids = np.array([t.seed for t in trajectories])
-        returns = np.array([t.episode_return for t in trajectories])
-        out = self.step_metrics
-        out.update(rollout_metrics(trajectories, generated, cfg.trainer.max_response_tokens))
-
-        started = time.perf_counter()
-        report(phase="diagnostics")
-        context = StepContext(step=step, cfg=cfg, policy=WorkerPolicyV1(self), encoder=self.encoder,
-                              trajectories=trajectories, group_ids=group_ids, generated=generated, metrics=out,
-                              validation=self.validation)
-        for hook in self.hooks.values():
-            out.update(hook.on_rollout(context))
-        self.step_tags.update(context.tags)
-        if context.stop_reason:
-            self.pending_stop = Stop("stopped", context.stop_reason)
-        out["timing_s/diagnostics"] = time.perf_counter() - started
-        self._stop_inside_step("diagnostics")
-
-        started = time.perf_counter()
-        report(phase="filter")
-        keep, loss_scale, filter_metrics = filtering.filter_step(returns, group_ids, cfg.filter,
-                                                                 cfg.trainer.samples_per_prompt)
-        out.update(filter_metrics)
-        if cfg.trainer.dump_every and step % cfg.trainer.dump_every == 0:
-            self.tracker.log_frame(rollout_frame(trajectories, generated, keep, step), "rollouts",
-                                   f"step_{step:04d}.parquet")
+        keep = filtered_step(self, trajectories, generated, WorkerPolicyV1(self))
         if keep.any():
-            self.empty_steps = 0
-            self.advantage_scale = loss_scale
-            out["rollout/loss_scale"] = float(loss_scale)
             lengths = [int(sum(extra_mask)) for extra_mask in response_masks(batch)]
-            out["rollout/update_trajectories"] = float(keep.sum())
-            out["rollout/update_tokens"] = float(sum(n for n, k in zip(lengths, keep, strict=True) if k))
+            self.step_metrics["rollout/update_trajectories"] = float(keep.sum())
+            self.step_metrics["rollout/update_tokens"] = float(sum(n for n, k in zip(lengths, keep, strict=True) if k))
         else:
-            self.empty_steps += 1
-            self.skip_update = True
-            out["rollout/empty_steps"] = float(self.empty_steps)
-            log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step,
-                        self.empty_steps)
+            group_ids = np.array([t.seed for t in trajectories])
             keep = group_ids == group_ids[0]  # one group through veRL's phases; no update (`_update_actor`)
-            if cfg.trainer.max_empty_steps and self.empty_steps >= cfg.trainer.max_empty_steps:
-                self.pending_stop = Stop("stopped", (
-                    f"the filter kept no group for {self.empty_steps} consecutive steps (trainer.max_empty_steps); "
-                    "the batch has no reward variance left"))
-        out["timing_s/filter"] = time.perf_counter() - started
         return shrink(batch, keep)
 
     @property
@@ -481,13 +424,7 @@ class OrchV1Trainer(PPOTrainerSync):
         if self._validated:
             metrics.update(self.validation)
             self._validated = False
-        if in_step:
-            metrics.update(self.step_metrics)
-            metrics["timing_s/step"] = time.perf_counter() - self._step_started
-            metrics["timing_s/diagnostics_share"] = metrics.get("timing_s/diagnostics", 0.0) / metrics["timing_s/step"]
-            metrics[PEAK_MEMORY_METRIC] = max(self.actor_rollout_wg.orch_peak_memory_gb())
-        metrics = {_metric_name(key): value for key, value in metrics.items()
-                   if value is not None and math.isfinite(value)}
+        metrics = logged_metrics(self, metrics, in_step)
         if not in_step or not 0 < step <= self.orch["logged_until"]:
             self.tracker.log_metrics(metrics, step=step)
         if self.step_tags:
