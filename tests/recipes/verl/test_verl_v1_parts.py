@@ -20,7 +20,7 @@ needs_tq = pytest.mark.skipif(importlib.util.find_spec("transfer_queue") is None
 
 
 def test_the_trainer_is_hosting_not_identity() -> None:
-    legacy = compose_train_config([*MICRO, "backend=verl", "algorithm=grpo"])
+    legacy = compose_train_config([*MICRO, "backend=verl", "algorithm=grpo", "verl.trainer=legacy"])
     v1 = compose_train_config(V1)
     assert (legacy.infra.verl.trainer, v1.infra.verl.trainer) == ("legacy", "v1")
     assert legacy.digest() == v1.digest()
@@ -33,7 +33,7 @@ def test_what_v1_does_not_do_yet_is_refused_in_one_line(extra, key) -> None:
     with pytest.raises(OrchError, match=f"config key {key}: .*V1 path") as err:
         compose_train_config([*V1, *extra])
     assert "\n" not in str(err.value)
-    compose_train_config([*MICRO, "backend=verl", "algorithm=grpo", *extra])  # legacy takes it
+    compose_train_config([*MICRO, "backend=verl", "algorithm=grpo", "verl.trainer=legacy", *extra])  # legacy takes it
 
 
 def test_v1_maps_to_the_sync_trainer_with_orchs_sampler_and_checkpoint_callback() -> None:
