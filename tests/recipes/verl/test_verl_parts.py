@@ -120,7 +120,7 @@ def test_config_map_ppo_on_the_papers_setting(micro_folder) -> None:
         "actor_rollout_ref.rollout.val_kwargs.temperature": "0.5", "actor_rollout_ref.rollout.val_kwargs.n": "1",
         "trainer.total_training_steps": "400", "trainer.test_freq": "10", "trainer.val_before_train": "true",
         "trainer.save_freq": "10", "trainer.resume_mode": "'disable'", "trainer.device": "'cuda'",
-        "trainer.default_local_dir": "'/c/verl'", "trainer.logger": "[]", "trainer.use_v1": "false",
+        "trainer.default_local_dir": "'/c/verl'", "trainer.logger": "[]", "trainer.use_v1": "true",
         "data.val_batch_size": "512", "actor_rollout_ref.rollout.agent.default_agent_loop": "'orch_env'",
         "actor_rollout_ref.model.override_config.attn_implementation": "'flash_attention_2'",
     }
