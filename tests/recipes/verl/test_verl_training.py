@@ -45,15 +45,12 @@ V1_ONLY = ("training/",)
 
 def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orchestrators_run(
         train_overrides, tmp_path) -> None:
-    """On the default trainer (V1), with `filter.loss_scaling=linear`: the kept half of the groups update with their
-    advantages x 0.5. GRPO normalises each group's advantages to a standard deviation of 1, so a group of 4 with any
-    reward variance has its largest |advantage| in [sqrt(3)/2, 3/2]; scaled by 0.5 in [0.433, 0.75]: veRL's
-    `critic/advantages` extremes, read from TransferQueue after the update, show whether the scale reached the
-    update. Then the legacy trainer's smoke: the same cell logs the same metric keys."""
+    """On the default trainer (V1); then the legacy trainer's one end-to-end smoke: the same cell logs the same
+    metric keys. (V1's loss scale end to end: test_verl_v1_lifecycle.py.)"""
     overrides = [*train_overrides, *WARM, "backend=verl", "algorithm=grpo", "trainer.samples_per_prompt=4",
                  "trainer.prompts_per_step=4", "trainer.mini_batch_size=4", "trainer.max_response_tokens=64",
-                 "filter=top_k", "filter.value=0.5", "filter.include_zero=true", "filter.loss_scaling=linear",
-                 "hooks=[collapse]", "diagnostics.num_samples=8"]
+                 "filter=top_k", "filter.value=0.5", "filter.include_zero=true", "hooks=[collapse]",
+                 "diagnostics.num_samples=8"]
     mlflow = client(overrides)
     experiment = mlflow.create_experiment("orchestrated")
     run_id = mlflow.create_run(experiment, tags={"cell": "abc123"}).info.run_id  # as the sweep pre-creates it
@@ -64,15 +61,8 @@ def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orc
     run = mlflow.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.tags["cell"] == "abc123" and run.data.tags["backend"] == "verl"
     assert run.data.params["filter.name"] == "top_k" and len(run.data.params) < 200  # orch's params, not veRL's ~950
-    assert (cfg.infra.checkpoint_dir / "verl" / "orch_trainer.txt").read_text() == "v1"
+    assert (Path(cfg.infra.checkpoint_dir) / "verl" / "orch_trainer.txt").read_text() == "v1"
     assert history(mlflow, run_id, "rollout/kept_ratio") == [(1, 0.5), (2, 0.5)]
-    assert history(mlflow, run_id, "rollout/loss_scale") == [(1, 0.5), (2, 0.5)]
-    top = dict(history(mlflow, run_id, "critic/advantages/max"))
-    bottom = dict(history(mlflow, run_id, "critic/advantages/min"))
-    for step in (1, 2):
-        largest = max(top[step], -bottom[step])
-        assert largest == 0.0 or 0.5 * 3 ** 0.5 / 2 - 1e-4 <= largest <= 0.75 + 1e-4, (step, largest)
-    assert max(max(top.values()), -min(bottom.values())) > 0  # some kept group had reward variance
     assert [value for _, value in history(mlflow, run_id, "rollout/update_trajectories")] == [8.0, 8.0]  # of 16
     assert [step for step, _ in history(mlflow, run_id, "actor/pg_loss")] == [1, 2]
     assert [step for step, _ in history(mlflow, run_id, names.VAL_SUCCESS)] == [0, 1, 2]

@@ -1,8 +1,7 @@
 """A V1 cell's life cycle end to end on CPU (`verl.trainer=v1`, the default, issue #50 item 1): a graceful stop
 (SIGUSR2 to every process, as SLURM sends it) and its resume into the same MLflow run with orch's state, on a run
 whose filter keeps nothing (every step empty: no update). CI's one stop-and-resume of the veRL backend (the kill -9
-twin is test_verl_training.py's, full tier); the loss scale, the best checkpoint, `orch eval` and `orch export` of
-V1's folder are test_verl_training.py's GRPO test."""
+twin is test_verl_training.py's, full tier); the best checkpoint, `orch eval` and `orch export` of V1's folder are test_verl_training.py's GRPO test; here, the loss scale reaching V1's update."""
 
 from __future__ import annotations
 
@@ -13,8 +12,10 @@ import pytest
 import torch
 
 from analysis import names
+from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
 from tests.recipes.verl.test_verl_training import (
+    WARM,
     client,
     history,
     run_orch,
@@ -69,3 +70,25 @@ def test_v1_stopped_by_sigusr2_resumes_into_the_same_run_with_orchs_state_and_em
     base = load_file(str(model_folder(cfg)[0] / "model.safetensors"))
     for key, value in base.items():  # the actor after its empty steps is the model it started from
         assert torch.equal(state[key], value), key
+
+
+def test_v1_scales_the_loss_of_the_kept_groups(train_overrides) -> None:
+    """`filter.loss_scaling=linear`: the kept half of the groups update with their advantages x 0.5. GRPO normalises
+    each group's advantages to a standard deviation of 1, so a group of 4 with any reward variance has its largest
+    |advantage| in [sqrt(3)/2, 3/2]; scaled by 0.5 in [0.433, 0.75]: veRL's `critic/advantages` extremes, read from
+    TransferQueue after the update, show whether the scale reached the update."""
+    overrides = [*train_overrides, *WARM, "backend=verl", "algorithm=grpo", "trainer.samples_per_prompt=4",
+                 "trainer.prompts_per_step=4", "trainer.mini_batch_size=4", "trainer.max_response_tokens=64",
+                 "trainer.val_every=0", "filter=top_k", "filter.value=0.5", "filter.include_zero=true",
+                 "filter.loss_scaling=linear"]
+    result = run_training(compose_train_config(overrides))
+    assert (result.status, result.steps_done) == ("finished", 2), result.reason
+    mlflow, run_id = client(overrides), result.mlflow_run_id
+    assert history(mlflow, run_id, "rollout/kept_ratio") == [(1, 0.5), (2, 0.5)]
+    assert history(mlflow, run_id, "rollout/loss_scale") == [(1, 0.5), (2, 0.5)]
+    top = dict(history(mlflow, run_id, "critic/advantages/max"))
+    bottom = dict(history(mlflow, run_id, "critic/advantages/min"))
+    for step in (1, 2):
+        largest = max(top[step], -bottom[step])
+        assert largest == 0.0 or 0.5 * 3 ** 0.5 / 2 - 1e-4 <= largest <= 0.75 + 1e-4, (step, largest)
+    assert max(max(top.values()), -min(bottom.values())) > 0  # some kept group had reward variance
