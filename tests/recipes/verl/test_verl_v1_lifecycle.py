@@ -79,8 +79,7 @@ def test_v1_scales_the_loss_of_the_kept_groups(train_overrides) -> None:
     TransferQueue after the update, show whether the scale reached the update."""
     overrides = [*train_overrides, *WARM, "backend=verl", "algorithm=grpo", "trainer.samples_per_prompt=4",
                  "trainer.prompts_per_step=4", "trainer.mini_batch_size=4", "trainer.max_response_tokens=64",
-                 "trainer.val_every=0", "filter=top_k", "filter.value=0.5", "filter.include_zero=true",
-                 "filter.loss_scaling=linear"]
+                 "filter=top_k", "filter.value=0.5", "filter.include_zero=true", "filter.loss_scaling=linear"]
     result = run_training(compose_train_config(overrides))
     assert (result.status, result.steps_done) == ("finished", 2), result.reason
     mlflow, run_id = client(overrides), result.mlflow_run_id
