@@ -276,9 +276,10 @@ class VerlHosting(Section):
     gpus_per_node: Annotated[int, integer(1)] | None = None
     ray_cpus: Count = 8
     ray_join_timeout_s: Annotated[float, number(lambda v: v > 0, "> 0 (seconds)")] = 300.0
-    # veRL's trainer: legacy (RayPPOTrainer, recipes.verl.trainer) | v1 (veRL's V1 sync trainer, recipes.verl.v1).
-    # Hosting, not identity; a resumed cell keeps the trainer that wrote its checkpoint (recipes.verl.backend).
-    trainer: Annotated[str, one_of(VERL_TRAINERS)] = "legacy"
+    # veRL's trainer: v1 (veRL's V1 sync trainer, recipes.verl.v1) | legacy (RayPPOTrainer, recipes.verl.trainer).
+    # Hosting, not identity; a resumed cell keeps the trainer that wrote its checkpoint (recipes.verl.backend), and a
+    # config stored before the key existed keeps legacy (VERL_TRAINER_BEFORE_THE_KEY).
+    trainer: Annotated[str, one_of(VERL_TRAINERS)] = "v1"
 
 
 class InfraConfig(Section):

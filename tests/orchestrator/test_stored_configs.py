@@ -280,53 +280,40 @@ def test_the_store_keeps_a_shapes_config_once_and_replans_in_one_transaction(sto
     assert store.attempts(rows["c"].id) == []  # the replaced cell's attempts left with it
 
 
-@pytest.fixture
-def v1_default(monkeypatch):
-    """The day `verl.trainer` defaults to `v1` (issue #50): the schema's default and conf/train.yaml's."""
-    from recipes.config import schema
-
-    def rebuild() -> None:
-        for model in (schema.VerlHosting, schema.InfraConfig, schema.TrainConfig):
-            model.model_rebuild(force=True)
-
-    monkeypatch.setattr(schema.VerlHosting.model_fields["trainer"], "default", "v1")
-    rebuild()
-    yield
-    monkeypatch.undo()
-    rebuild()
-
-
-def test_a_planned_cell_keeps_its_verl_trainer_when_the_default_changes(planned, v1_default, tmp_path) -> None:
-    """Issue 50 item 3: `verl.trainer` is hosting, so a changed default must not switch a planned cell. A cell
-    planned today stores its trainer with its config; one stored before the key existed ran the legacy trainer and
-    keeps it; and a resume whose trainer is not the one that wrote the cell's checkpoints stops in one line
-    (recipes.verl.backend.keep_trainer)."""
-    from recipes.config.schema import TrainConfig
+def test_a_planned_cell_keeps_its_verl_trainer_when_the_default_changes(planned, tmp_path) -> None:
+    """Issue 50 item 3: `verl.trainer` is hosting, so the default's change to v1 must not switch a planned cell. A
+    cell planned today stores its trainer (v1) with its config; one planned while legacy was the default stored
+    legacy and keeps it; one stored before the key existed ran the legacy trainer and keeps it; and a resume whose
+    trainer is not the one that wrote the cell's checkpoints stops in one line (recipes.verl.backend.keep_trainer)."""
+    from recipes.config.schema import TrainConfig, VerlHosting
     from recipes.verl.backend import keep_trainer
 
+    assert VerlHosting().trainer == "v1"  # the default did change (conf/train.yaml's is checked below)
     _, store = planned
     context = store.job_context(store.cell_rows(store.require_sweep("kept").id)[0].id)
     tree = json.loads(context.config_json)
-    assert tree["verl"]["trainer"] == "legacy"  # planned while legacy was the default: stored with the cell
-    del tree["verl"]["trainer"]
-    assert TrainConfig.from_tree({**tree, "seed": 1}).infra.verl.trainer == "v1"  # the default did change
-    assert compose_cell_config(context).infra.verl.trainer == "legacy"
-    assert compose_cell_config(dataclasses.replace(context, config_json=json.dumps(tree))).infra.verl.trainer == \
-        "legacy"  # stored before the key existed
+    assert tree["verl"]["trainer"] == "v1"  # planned under today's default: stored with the cell
+    assert compose_cell_config(context).infra.verl.trainer == "v1"
+    tree["verl"]["trainer"] = "legacy"  # planned while legacy was the default
+    then = dataclasses.replace(context, config_json=json.dumps(tree))
+    assert compose_cell_config(then).infra.verl.trainer == "legacy"
+    del tree["verl"]["trainer"]  # stored before the key existed
+    assert TrainConfig.from_tree({**tree, "seed": 1}).infra.verl.trainer == "v1"  # a fresh tree takes the default
+    before = dataclasses.replace(context, config_json=json.dumps(tree))
+    assert compose_cell_config(before).infra.verl.trainer == "legacy"
     folder = tmp_path / "verl"
-    keep_trainer(folder, "legacy", None)  # the cell's first attempt records its trainer
-    keep_trainer(folder, compose_cell_config(context).infra.verl.trainer, 2)  # its resume: the same
+    keep_trainer(folder, "legacy", None)  # the legacy cell's first attempt records its trainer
+    keep_trainer(folder, compose_cell_config(then).infra.verl.trainer, 2)  # its resume: the same
     with pytest.raises(OrchError, match=r"^config key verl.trainer: v1, but this cell's checkpoints .* legacy") as err:
         keep_trainer(folder, "v1", 2)
     assert "\n" not in str(err.value)
 
 
-def test_an_old_stores_cell_keeps_the_legacy_trainer_when_the_default_changes(workdir, tracking, v1_default,
+def test_an_old_stores_cell_keeps_the_legacy_trainer_when_the_default_changes(workdir, tracking,
                                                                                conf_before_the_rule_choice) -> None:
     """A cell of a store from before stored configs is composed with Hydra on today's conf/, whose default trainer
-    is then v1: it ran the legacy trainer (the only one then) and keeps it."""
+    is v1: it ran the legacy trainer (the only one then) and keeps it."""
     train_yaml = conf_before_the_rule_choice / "train.yaml"
-    assert "  trainer: legacy " in train_yaml.read_text()
-    train_yaml.write_text(train_yaml.read_text().replace("  trainer: legacy ", "  trainer: v1 "))
+    assert "  trainer: v1 " in train_yaml.read_text()
     context = old_store(workdir, tracking).job_context(2)
     assert context.config_json is None and compose_cell_config(context).infra.verl.trainer == "legacy"

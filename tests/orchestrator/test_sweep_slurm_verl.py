@@ -1,4 +1,4 @@
-"""A `backend: verl` sweep on the real single-node SLURM: each cell's job starts veRL's V1 trainer (`verl.trainer=v1`:
+"""A `backend: verl` sweep on the real single-node SLURM: each cell's job starts veRL's V1 trainer (the default:
 Ray, TransferQueue's controller and storage actors, FSDP2 workers, HF rollouts) with the micro model, and reports
 into the cell's pre-created MLflow run."""
 
@@ -38,7 +38,7 @@ def test_a_v1_verl_sweep_of_two_cells_runs_on_slurm(workdir: Path, tracking: str
     spec = {
         "name": "verl2",
         "backend": "verl",
-        "base": {**MICRO, "task": "countdown", "algorithm": "grpo", "trainer.val_every": 0, "verl.trainer": "v1"},
+        "base": {**MICRO, "task": "countdown", "algorithm": "grpo", "trainer.val_every": 0},
         "grid": {"filter": ["none", "top_p"]},
         "seeds": [0],
         "resources": {"default": {"cpus_per_task": 1, "mem_gb": 4, "time_min": 30}},

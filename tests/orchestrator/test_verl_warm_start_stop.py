@@ -116,7 +116,7 @@ def test_sigterm_while_verls_workers_start_ends_train_within_seconds_and_leaves_
                f"trainer.checkpoint_dir={workdir / 'ck'}"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
-    signalled = signal_at_line(process, "(OrchTaskRunner pid=", timeout_s=300)  # Ray up, the workers building
+    signalled = signal_at_line(process, "(OrchTaskRunner", timeout_s=300)  # Ray up, workers building (V1: ...V1)
     out, rest = process.communicate(timeout=120)
     took = time.monotonic() - signalled
     assert process.returncode == REQUEUE_EXIT_CODE, rest[-2000:]

@@ -24,6 +24,7 @@ def mapped(overrides: list[str]) -> dict[str, str]:
 
 
 def test_lora_maps_to_the_actors_keys_and_veRL_takes_the_reference_from_the_actor() -> None:
+    """On the legacy trainer (its task runner, main_ppo_v0, picks the workers)."""
     from omegaconf import OmegaConf
     from verl.trainer.main_ppo_v0 import BaseTaskRunner
     from verl.trainer.ppo.ray_trainer import Role
@@ -40,7 +41,7 @@ def test_lora_maps_to_the_actors_keys_and_veRL_takes_the_reference_from_the_acto
     job = VerlJob(model_path="/m", tokenizer_path="/t", train_file="/d/train.parquet", val_file="/d/val.parquet",
                   checkpoint_dir="/c/verl", prompt_length=256)
     config = verl_config(compose_train_config([*MICRO, "algorithm=grpo", "algorithm.use_kl=true", "backend=verl",
-                                               "model.lora.rank=4"]), job)
+                                               "verl.trainer=legacy", "model.lora.rank=4"]), job)
     assert config.actor_rollout_ref.model.lora_rank == 4 and config.actor_rollout_ref.model.target_modules == \
         "all-linear"
     runner = BaseTaskRunner()

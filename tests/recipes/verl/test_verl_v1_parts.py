@@ -20,7 +20,7 @@ needs_tq = pytest.mark.skipif(importlib.util.find_spec("transfer_queue") is None
 
 
 def test_the_trainer_is_hosting_not_identity() -> None:
-    legacy = compose_train_config([*MICRO, "backend=verl", "algorithm=grpo"])
+    legacy = compose_train_config([*MICRO, "backend=verl", "algorithm=grpo", "verl.trainer=legacy"])
     v1 = compose_train_config(V1)
     assert (legacy.infra.verl.trainer, v1.infra.verl.trainer) == ("legacy", "v1")
     assert legacy.digest() == v1.digest()
@@ -33,7 +33,19 @@ def test_what_v1_does_not_do_yet_is_refused_in_one_line(extra, key) -> None:
     with pytest.raises(OrchError, match=f"config key {key}: .*V1 trainer") as err:
         compose_train_config([*V1, *extra])
     assert "\n" not in str(err.value)
-    compose_train_config([*MICRO, "backend=verl", "algorithm=grpo", *extra])  # legacy takes it
+    compose_train_config([*MICRO, "backend=verl", "algorithm=grpo", "verl.trainer=legacy", *extra])  # legacy takes it
+
+
+@pytest.mark.parametrize("extra", [
+    ["trainer.device=cuda"],  # vLLM, the rollout on cuda
+    ["hooks=[collapse]", "diagnostics.grad_every=2"],  # the gradient split
+    ["control.blind_from_step=3"],  # the planted-collapse control
+])
+def test_v1_takes_what_legacy_takes(extra) -> None:
+    """What legacy takes, V1 takes, with the same identity (the V1 path's refusals are gone but naive cross-scoring)."""
+    legacy = compose_train_config([*MICRO, "backend=verl", "algorithm=grpo", "verl.trainer=legacy", *extra])
+    v1 = compose_train_config([*V1, *extra])
+    assert v1.digest() == legacy.digest()
 
 
 def test_v1_maps_to_the_sync_trainer_with_orchs_sampler_and_checkpoint_callback() -> None:
@@ -44,7 +56,7 @@ def test_v1_maps_to_the_sync_trainer_with_orchs_sampler_and_checkpoint_callback(
     assert lines["trainer.checkpoint_callback_class"] == "'recipes.verl.v1.OrchCheckpointCallback'"
     assert lines["actor_rollout_ref.rollout.agent.agent_loop_manager_class"] == "'recipes.verl.v1.OrchAgentLoopManager'"
     assert lines["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == "1"  # cpu: 8 actors never fit
-    legacy = mapped([*MICRO, "backend=verl", "algorithm=grpo"])
+    legacy = mapped([*MICRO, "backend=verl", "algorithm=grpo", "verl.trainer=legacy"])
     assert legacy["trainer.use_v1"] == "false" and "trainer.v1.sampler.custom_sampler.path" not in legacy
     assert "actor_rollout_ref.rollout.agent.agent_loop_manager_class" not in legacy  # legacy reads it too
 

