@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
 from tests.recipes.conftest import MICRO
-from tests.recipes.verl.test_verl_training import client, history
 
 V1 = [*MICRO, "backend=verl", "algorithm=grpo", "verl.trainer=v1"]
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transfer_queue") is None,
@@ -85,33 +83,6 @@ def test_a_planted_collapse_fires_the_early_warning_on_v1(session_dir, tmp_path)
 
 # -- the gradient split and PPO with a critic -------------------------------------------------------------------------
 
-@pytest.mark.slow
-@pytest.mark.full  # as the legacy test: out of CI's tier (the LoRA test runs the split in CI)
-def test_v1_ppo_with_a_critic_plays_a_multi_turn_task_and_splits_the_gradient(train_overrides) -> None:
-    """The legacy test of the same name (test_verl_training.py) on V1: GAE with a critic on FrozenLake's five turns,
-    and the gradient split at step 1 under the legacy path's metric names. The split's one bucket is every group, at
-    the current policy, normalised as the update normalises it, so veRL's own `actor/grad_norm` of the update's
-    first (and only) mini-batch lies within the regularisation norm of the task norm."""
-    overrides = [*train_overrides, "backend=verl", "verl.trainer=v1", "algorithm=ppo", "task=frozenlake",
-                 "filter=none", "trainer.val_every=0", "trainer.mini_batch_size=4", "hooks=[collapse]",
-                 "diagnostics.mi_every=0", "diagnostics.grad_every=2", "diagnostics.grad_buckets=1",
-                 "algorithm.use_kl=true"]
-    result = run_training(compose_train_config(overrides))
-    assert (result.status, result.steps_done) == ("finished", 2), result.reason
-    mlflow = client(overrides)
-    metrics = mlflow.get_run(result.mlflow_run_id).data.metrics
-    assert [step for step, _ in history(mlflow, result.mlflow_run_id, "critic/vf_loss")] == [1, 2]
-    assert "critic/values/mean" in metrics and metrics["rollout/num_turns_mean"] == 5.0
-    assert [step for step, _ in history(mlflow, result.mlflow_run_id, "grad_norm/bucket_0/task")] == [1]
-    first = {key: dict(history(mlflow, result.mlflow_run_id, key))[1]
-             for key in ("grad_norm/bucket_0/task", "grad_norm/bucket_0/reg", "actor/grad_norm")}
-    task, reg = first["grad_norm/bucket_0/task"], first["grad_norm/bucket_0/reg"]
-    assert task > 0.0 and reg > 0.0
-    assert abs(first["actor/grad_norm"] - task) <= reg * 1.001 + 1e-6, (first, task, reg)
-
-
-# -- DAPO's dynamic sampling ------------------------------------------------------------------------------------------
-
 def test_v1_dynamic_sampling_replaces_zero_variance_groups_in_order_and_clears_the_rest(monkeypatch) -> None:
     """orch's refill on V1 (`recipes.verl.v1.dynamic_sampling`, the legacy `_dynamic_sampling`'s rule) on a batch
     of TransferQueue keys, the extra generation batches stubbed: the step's zero-variance groups are replaced, in
@@ -147,63 +118,3 @@ def test_v1_dynamic_sampling_replaces_zero_variance_groups_in_order_and_clears_t
     assert [row["orch_trajectory"].episode_return for row in out_rows] == [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.5, 0.0]
     assert sorted({key.split("_")[0] for key in cleared}) == ["a", "c", "h", "k"]
     assert trainer.step_metrics == {"rollout/gen_batches": 3.0, "rollout/dynamic_sampling_groups": 4.0}
-
-
-@pytest.mark.slow
-@pytest.mark.full  # as the legacy test: out of CI's tier
-def test_v1_dapo_dynamic_tops_up_zero_variance_groups_with_orchs_extra_generation_batches(train_overrides) -> None:
-    """The legacy test of the same name on V1: orch's refill (the registry's DAPO, the legacy path's extra seeds),
-    not V1's replay-buffer refill. A random micro model earns the format penalty everywhere: every group has zero
-    variance, so both extra batches (algorithm.max_extra_gen_batches=2) are generated and none replaces a group;
-    the update still gets the step's 2 groups x 2 samples."""
-    overrides = [*train_overrides, "backend=verl", "verl.trainer=v1", "algorithm=dapo_dynamic", "task=countdown",
-                 "filter=none", "trainer.total_steps=1", "trainer.val_every=0"]
-    result = run_training(compose_train_config(overrides))
-    assert result.status == "finished", result.reason
-    metrics = client(overrides).get_run(result.mlflow_run_id).data.metrics
-    assert metrics["rollout/gen_batches"] == 3.0 and metrics["rollout/dynamic_sampling_groups"] == 0.0
-    assert metrics["rollout/update_trajectories"] == 4.0
-
-
-# -- LoRA -------------------------------------------------------------------------------------------------------------
-
-@pytest.mark.slow
-@pytest.mark.full  # CI runs LoRA with the gradient split on V1 in test_verl_training.py (the default trainer)
-def test_v1_lora_trains_the_adapter_alone_and_syncs_it_to_the_rollout(train_overrides) -> None:
-    """The legacy LoRA test's run (test_verl_training.py) on V1, without its warm start and exports: GRPO with the
-    filter, the gradient split and the KL loss, whose reference V1 takes from the actor with its adapter disabled
-    (`ref_in_actor`, v1/trainer_base.py:234-237, 1703-1706). The KL to the base is 0 at step 1 (B = 0) and not at step
-    2; the HF replica samples step 2 with step 1's adapter, so its log-probs equal the actor's to float precision
-    (sampled from the base alone they would differ by the adapter's change, which the KL shows); the checkpoint's
-    base weights are the model's, bit for bit, and every adapter's B moved."""
-    from safetensors.torch import load_file
-
-    from recipes.torch_trainer.warmstart import model_folder
-    from recipes.trained.export import resolve_checkpoint
-
-    overrides = [*train_overrides, "backend=verl", "verl.trainer=v1", "algorithm=grpo", "task=countdown",
-                 "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4", "trainer.max_response_tokens=64",
-                 "trainer.val_every=0", "filter=top_k", "filter.value=0.5", "filter.include_zero=true",
-                 "hooks=[collapse]", "diagnostics.num_samples=8", "diagnostics.grad_every=1",
-                 "diagnostics.grad_buckets=2", "algorithm.use_kl=true", "model.actor_lr=1e-2",
-                 "model.lora.rank=4", "model.lora.alpha=8"]
-    cfg = compose_train_config(overrides)
-    result = run_training(cfg)
-    assert (result.status, result.steps_done) == ("finished", 2), result.reason
-    mlflow = client(overrides)
-    run = mlflow.get_run(result.mlflow_run_id)
-    assert run.data.tags["orch.grad_split.parameters"] == "adapter only (LoRA rank 4, all-linear)"
-    assert [step for step, _ in history(mlflow, result.mlflow_run_id, "grad_norm/bucket_1/task")] == [1, 2]
-    kl = dict(history(mlflow, result.mlflow_run_id, "actor/kl_loss"))
-    assert kl[1] == pytest.approx(0.0, abs=1e-9) and kl[2] > 1e-6, kl
-    gap = dict(history(mlflow, result.mlflow_run_id, "training/rollout_probs_diff_max"))
-    assert gap[2] < 1e-5, gap
-    actor = resolve_checkpoint(cfg.infra.checkpoint_dir)
-    state = {key.removeprefix("base_model.model.").replace(".base_layer", ""): value.full_tensor()
-             for key, value in torch.load(actor / "model_world_size_1_rank_0.pt", weights_only=False).items()}
-    base = load_file(str(model_folder(cfg)[0] / "model.safetensors"))
-    assert set(base) - {"lm_head.weight"} == {key for key in state if "lora_" not in key} - {"lm_head.weight"}
-    for key, value in base.items():
-        assert torch.equal(state[key], value), key
-    assert sum(".lora_B." in key for key in state) == 7 and all(
-        value.abs().max() > 0 for key, value in state.items() if ".lora_B." in key)
