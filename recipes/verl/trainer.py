@@ -154,6 +154,8 @@ class OrchPPOTrainer(RayPPOTrainer):
     from it).
     """
 
+    TRAINER = "legacy"  # `verl.trainer`, written into orch's state file
+
     def __init__(self, *args: Any, orch: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         from recipes.diagnostics.registry import build_hooks
@@ -221,7 +223,7 @@ class OrchPPOTrainer(RayPPOTrainer):
         if self.pending_stop is not None and self._checkpointed_step() != step:
             self._save_checkpoint()
         elif self.validation_pending:  # the step was saved before its validation: mark it there
-            self._write_state(Path(self.config.trainer.default_local_dir) / f"global_step_{step}")
+            self.write_state(Path(self.config.trainer.default_local_dir) / f"global_step_{step}")
         self.step_end = self.resume_point()
 
     def _get_gen_batch(self, batch: DataProto) -> DataProto:
@@ -394,15 +396,16 @@ class OrchPPOTrainer(RayPPOTrainer):
         if self.loader_state is not None:  # a rewound checkpoint: the dataloader's position at that step's end
             torch.save(self.loader_state, folder / "data.pt")
             self.loader_state = None
-        self._write_state(folder)
+        self.write_state(folder)
         self.time_limit.took(0.0, checkpoint=time.perf_counter() - started)
 
-    def _write_state(self, folder: Path) -> None:
+    def write_state(self, folder: Path) -> None:
         """orch's own state beside veRL's checkpoint of a step (empty steps, latest validation, hook states, and
-        whether a stop cut the step's validation short)."""
+        whether a stop cut the step's validation short); both trainers write it (V1: `OrchCheckpointCallback`)."""
         state = {"empty_steps": self.empty_steps, "validation": self.validation, "mlflow_run_id": self.tracker.run_id,
                  "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
-                 "validation_pending": self.validation_pending}
+                 "validation_pending": self.validation_pending, "trainer": self.TRAINER}
+        folder.mkdir(parents=True, exist_ok=True)
         (folder / STATE_FILE).write_text(json.dumps(state, default=_jsonable))
 
     def _load_checkpoint(self) -> Any:

@@ -46,7 +46,6 @@ DAPO's dynamic sampling with orch's extra seeds (`dynamic_sampling`, `extra_batc
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -67,14 +66,11 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from recipes.run.progress import report
-from recipes.runtime.checkpoint import VERL_ITERATION_FILE as ITERATION_FILE
-from recipes.runtime.checkpoint import VERL_STATE_FILE as STATE_FILE
 from recipes.runtime.time_limit import TimeLimit
 from recipes.verl.agent_loop import blind_marks, train_config
 from recipes.verl.trainer import (
     OrchPPOTrainer,
     Stop,
-    _jsonable,
     _scalar,
     filtered_step,
     logged_metrics,
@@ -341,17 +337,9 @@ class OrchV1Trainer(PPOTrainerSync):
         if self.pending_stop is not None and self._checkpointed_step() != step:
             self._save_checkpoint()
 
-    def _checkpointed_step(self) -> int | None:
-        tracker = Path(self.config.trainer.default_local_dir) / ITERATION_FILE
-        return int(tracker.read_text().strip()) if tracker.is_file() else None
-
-    def write_state(self, folder: Path) -> None:
-        """orch's own state beside veRL's checkpoint of a step (the legacy path's file, same fields)."""
-        state = {"empty_steps": self.empty_steps, "validation": self.validation, "mlflow_run_id": self.tracker.run_id,
-                 "hooks": {name: hook.state_dict() for name, hook in self.hooks.items()},
-                 "validation_pending": self.validation_pending, "trainer": "v1"}
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / STATE_FILE).write_text(json.dumps(state, default=_jsonable))
+    _checkpointed_step = OrchPPOTrainer._checkpointed_step
+    TRAINER = "v1"
+    write_state = OrchPPOTrainer.write_state  # the legacy path's file, same fields
 
     # -- validation ------------------------------------------------------------------------------------------------
 
