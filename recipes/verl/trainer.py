@@ -213,18 +213,25 @@ class OrchPPOTrainer(RayPPOTrainer):
         decided (empty steps, the collapse alarm), checkpoint this step; `_log` ends the run once it is logged."""
         super()._stop_profiling(do_profile, run_command=run_command)
         self._in_step = False
+        if not self.stop_at_step_end() and self.validation_pending:  # saved before its validation: mark it there
+            self.write_state(Path(self.config.trainer.default_local_dir) / f"global_step_{int(self.global_steps)}")
+        self.step_end = self.resume_point()
+
+    def stop_at_step_end(self) -> bool:
+        """At a step's end (both trainers): a stop requested (the stop file) or a step that would end past
+        `trainer.time_limit` (as the torch trainer reads it) becomes the pending stop, and a pending stop checkpoints
+        the step if veRL did not. Whether it saved the checkpoint."""
         step = int(self.global_steps)
         if self.pending_stop is None and Path(self.orch["stop_file"]).exists():
             self.pending_stop = Stop("preempted", f"stop requested; checkpoint at step {step}")
         self.time_limit.took(time.perf_counter() - self._step_started)
         overrun = self.time_limit.would_overrun() if self.pending_stop is None else None
-        if overrun:  # `trainer.time_limit`, as the torch trainer reads it: the next step would end past it
+        if overrun:
             self.pending_stop = Stop("preempted", f"{overrun}; checkpoint at step {step}")
         if self.pending_stop is not None and self._checkpointed_step() != step:
             self._save_checkpoint()
-        elif self.validation_pending:  # the step was saved before its validation: mark it there
-            self.write_state(Path(self.config.trainer.default_local_dir) / f"global_step_{step}")
-        self.step_end = self.resume_point()
+            return True
+        return False
 
     def _get_gen_batch(self, batch: DataProto) -> DataProto:
         """veRL's generation batch; under `control.blind_from_step` (from that step on, training rows only) the

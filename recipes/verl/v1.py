@@ -327,15 +327,7 @@ class OrchV1Trainer(PPOTrainerSync):
         """The step's work is done (checkpointed by veRL when due), its metrics not yet logged: a requested stop
         (the stop file), the time limit, or a decided one checkpoint it; `_log` ends the run once it is logged."""
         super().on_step_end()  # the new weights to the rollout replicas
-        step = int(self.global_steps)
-        if self.pending_stop is None and Path(self.orch["stop_file"]).exists():
-            self.pending_stop = Stop("preempted", f"stop requested; checkpoint at step {step}")
-        self.time_limit.took(time.perf_counter() - self._step_started)
-        overrun = self.time_limit.would_overrun() if self.pending_stop is None else None
-        if overrun:
-            self.pending_stop = Stop("preempted", f"{overrun}; checkpoint at step {step}")
-        if self.pending_stop is not None and self._checkpointed_step() != step:
-            self._save_checkpoint()
+        OrchPPOTrainer.stop_at_step_end(self)
 
     _checkpointed_step = OrchPPOTrainer._checkpointed_step
     TRAINER = "v1"
