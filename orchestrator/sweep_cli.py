@@ -125,6 +125,7 @@ def tune_command(
     sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE forced on every trial's cells, or a sweep field. Repeatable.")] = None,
     profile: Annotated[str | None, typer.Option("--profile", help="A named profile, e.g. cpu.")] = None,
     tracking_uri: Annotated[str | None, typer.Option("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here).")] = None,
+    submit_anyway: Annotated[bool, typer.Option("--submit-anyway", help="Submit a verl study's GPU trials even when the fit check (memory, vLLM, veRL's validation, model and data paths) refuses them; without it a refused trial fails and the study goes on, and a study none of whose corners fits is refused.")] = False,
     store_url: StoreOpt = None,
 ) -> None:
     """Run an Optuna study whose trials are cells of the sweep (ask/tell here, jobs as in any sweep, resumable)."""
@@ -133,9 +134,11 @@ def tune_command(
     try:
         from orchestrator.executors import get_executor
         from orchestrator.spec import load_sweep
-        from orchestrator.tune import best_settings, first_trials, plan_study
+        from orchestrator.tune import best_settings, first_trials, fit_refusal, plan_study
 
         executor = get_executor(cluster)
+        if submit_anyway and dry_run:
+            raise OrchError("--submit-anyway goes with a study that runs, not with --dry-run")
         study = plan_study(load_sweep(file, profile=profile, sets=sets or []))
         if dry_run:
             from orchestrator.views import print_study
@@ -143,6 +146,11 @@ def tune_command(
             print_study(study, first_trials(study, 5), trials or study.spec.trials)
             return
         executor.check_available()
+        refusal = fit_refusal(study)  # before the store is created: nothing is written for a study that cannot run
+        if refusal and not submit_anyway:
+            raise OrchError(refusal)
+        if refusal:
+            typer.echo(f"orch: warning (--submit-anyway): {refusal}", err=True)
         _preflight(tracking_uri)
         store = _open_store(store_url, create=True)
         if not wait:
@@ -152,13 +160,14 @@ def tune_command(
             existing = store.sweep(study.name)
             run_dir = Path(existing.run_dir) if existing else run_dir_for(study.name)
             pid, log = start_detached(store.url, file.resolve(), profile, sets or [], cluster, tracking_uri, trials,
-                                      run_dir)
+                                      run_dir, submit_anyway)
             typer.echo(f"study {study.name}: tuning in the background (pid {pid}, log {log}); "
                        f"follow it with `orch status {study.name}`, run `orch tune {file}` again to resume it")
             return
         from orchestrator.tune import Tuner
 
-        tuner = Tuner(store, study, cluster, tracking_uri=tracking_uri, sets=sets or [], trials=trials)
+        tuner = Tuner(store, study, cluster, tracking_uri=tracking_uri, sets=sets or [], trials=trials,
+                      submit_anyway=submit_anyway)
 
         def show(report) -> None:
             for event in report.events:

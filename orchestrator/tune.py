@@ -111,6 +111,34 @@ def _after_colon(err: Exception) -> str:
     return text.split(": ", 1)[1] if ": " in text else text
 
 
+def trial_refusal(plan: Plan) -> str | None:
+    """Why a trial's verl GPU cells cannot start as planned (`orchestrator.preflight.fit_gate`: memory, vLLM,
+    veRL's validation, model and data paths), in one line; None when they can or the trial has none."""
+    from orchestrator.preflight import fit_gate
+
+    _, refusal = fit_gate(plan)
+    if refusal is None:
+        return None
+    lines = [line.strip() for line in refusal.splitlines()[1:] if line.strip() and not line.startswith("needs from")]
+    return "; ".join(lines) or refusal
+
+
+def fit_refusal(study: StudyPlan) -> str | None:
+    """Before a study writes anything: when the trials at every end of the space (`probe_points`) are all refused by
+    the fit check, the study cannot run one trial as planned -> the refusal (file, first point, why); else None (a
+    refused trial later fails alone and the study goes on)."""
+    reasons = []
+    for point in probe_points(study.spec):
+        reason = trial_refusal(study.trial_plan(point))
+        if reason is None:
+            return None
+        reasons.append((point, reason))
+    point, reason = reasons[0]
+    return (f"{study.definition.path}: no trial of the study can start as planned (all {len(reasons)} corners of its "
+            f"space are refused by the fit check, e.g. {point}: {reason}); nothing written (orch sweep FILE "
+            "--preflight on a sweep of one trial: the full report; --submit-anyway: tune all the same)")
+
+
 def first_trials(study: StudyPlan, count: int) -> list[tuple[dict[str, Any], list[str]]]:
     """What the sampler would try first (an in-memory study with the same sampler and seed): each trial's values
     and its cells' digests. Nothing is written."""
@@ -142,13 +170,15 @@ class Tuner:
     """Runs one study (see the module docstring)."""
 
     def __init__(self, store: Store, study: StudyPlan, executor: str, *, tracking_uri: str | None = None,
-                 sets: tuple[str, ...] | list[str] = (), trials: int | None = None) -> None:
+                 sets: tuple[str, ...] | list[str] = (), trials: int | None = None,
+                 submit_anyway: bool = False) -> None:
         import optuna
 
         from orchestrator.executors import get_executor
 
         get_executor(executor).check_available()
         self.store, self.study_plan, self.executor = store, study, executor
+        self.submit_anyway = submit_anyway
         self.total = trials or study.spec.trials
         if study.spec.sampler.name == "grid":  # every point once
             self.total = min(self.total, math.prod(len(p.values()) for p in study.spec.space.values()))
@@ -210,6 +240,13 @@ class Tuner:
             self._tell(trial, state=_state("FAIL"))
             report.events.append(f"trial {trial.number} {params}: failed to plan: {err}")
             return
+        refusal = trial_refusal(plan)
+        if refusal and not self.submit_anyway:  # its GPU cells cannot start as planned: the trial fails, nothing runs
+            self._tell(trial, state=_state("FAIL"))
+            report.events.append(f"trial {trial.number} {params}: refused by the fit check: {refusal}")
+            return
+        if refusal:
+            report.events.append(f"trial {trial.number} {params}: warning (--submit-anyway): {refusal}")
         digests = [cell.digest for cell in plan.cells]
         trial.set_user_attr(CELLS_ATTR, digests)
         cells = [rows.get(digest) for digest in digests]
@@ -341,7 +378,8 @@ def best_settings(report: TuneReport) -> str | None:
 
 
 def start_detached(store_url: str, spec_path: Path, profile: str | None, sets: list[str], executor: str,
-                   tracking_uri: str | None, trials: int | None, run_dir: Path) -> tuple[int, Path]:
+                   tracking_uri: str | None, trials: int | None, run_dir: Path,
+                   submit_anyway: bool = False) -> tuple[int, Path]:
     """Run the tuner in the background (`python -m orchestrator.tune ...`, its own session); returns its pid and
     log file."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -353,6 +391,7 @@ def start_detached(store_url: str, spec_path: Path, profile: str | None, sets: l
         command += ["--set", item]
     command += ["--tracking-uri", tracking_uri] if tracking_uri else []
     command += ["--trials", str(trials)] if trials else []
+    command += ["--submit-anyway"] if submit_anyway else []
     with open(log_path, "a") as handle:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                    start_new_session=True, close_fds=True, env=os.environ.copy())
@@ -375,12 +414,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--tracking-uri")
     parser.add_argument("--trials", type=int)
+    parser.add_argument("--submit-anyway", action="store_true")
     args = parser.parse_args(argv)
     setup_logging()
     try:
         definition = load_sweep(args.file, profile=args.profile, sets=args.set)
         tuner = Tuner(Store.open(args.store), plan_study(definition), args.cluster, tracking_uri=args.tracking_uri,
-                      sets=args.set, trials=args.trials)
+                      sets=args.set, trials=args.trials, submit_anyway=args.submit_anyway)
 
         def show(report: TuneReport) -> None:
             for event in report.events:

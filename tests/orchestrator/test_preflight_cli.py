@@ -204,6 +204,64 @@ def test_a_sweep_that_fits_is_submitted(workdir: Path, sweep_file, submitted) ->
     assert "warning" not in result.output and len(submitted) == 1 and "submitted 2" in result.output
 
 
+STUDY = """
+    study:
+      space:
+        filter.value: {type: categorical, choices: [0.5, 0.9]}
+      objectives:
+        - {metric: val/success_rate, reduce: max, direction: maximize}
+      sampler: {name: grid, seed: 0}
+      trials: 2
+      parallel: 2
+"""
+RESOURCES = """    seeds: [1]
+    resources:
+      default: {gpus_per_node: 1, mem_gb: 64, time_min: 60}
+"""
+
+
+def test_a_study_none_of_whose_corners_fits_is_refused_and_submit_anyway_tunes_it(workdir: Path, sweep_file,
+                                                                                  monkeypatch) -> None:
+    """`orch tune` runs the fit check of `orch sweep` before it writes anything: every corner of the space refused
+    -> exit 2, one line naming the file, a corner and why, no store; --submit-anyway warns and starts the tuner."""
+    from orchestrator import tune
+
+    path = sweep_file(UNFIT.split("    grid:")[0] + STUDY.lstrip("\n") + RESOURCES)
+    result = invoke("tune", str(path), "--cluster", "local")
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]  # (above it, at most a first build's progress of the tiny model)
+    assert line.startswith(f"orch: error: {path}: no trial of the study can start as planned")
+    assert "all 2 corners" in line and "models/Qwen2.5-14B on 1n x 1 GPU" in line and "--submit-anyway" in line
+    assert not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
+    started: list = []
+    monkeypatch.setattr(tune, "start_detached", lambda *args: started.append(args) or (1, workdir / "tuner.log"))
+    result = invoke("tune", str(path), "--cluster", "local", "--submit-anyway")
+    assert result.exit_code == 0, result.output
+    assert "orch: warning (--submit-anyway): " in result.output and started and started[0][-1] is True
+    assert invoke("tune", str(path), "--dry-run", "--submit-anyway").exit_code == 2
+
+
+def test_a_refused_trial_fails_alone_and_the_study_goes_on(workdir: Path, sweep_file, monkeypatch) -> None:
+    """Each trial passes the fit check before its cells are stored: a refused one fails in Optuna (the sampler
+    learns from it) with the reason in its event line, the next is submitted; --submit-anyway submits both."""
+    from orchestrator import tune
+    from orchestrator.spec import load_sweep
+    from orchestrator.store import Store
+
+    path = sweep_file(FITS.split("    grid:")[0] + STUDY.lstrip("\n") + RESOURCES)
+    submitted: list = []
+    monkeypatch.setattr(tune, "submit_cells", lambda store, sweep, rows, *rest: submitted.extend(rows))
+    monkeypatch.setattr(tune, "trial_refusal", lambda plan: "c1 too big" if any(
+        cell.resolved.config.filter.value == 0.5 for cell in plan.cells) else None)
+    tuner = tune.Tuner(Store.open(), tune.plan_study(load_sweep(path)), "local")
+    report = tuner.poll()
+    states = {trial.params["filter.value"]: trial.state.name for trial in tuner.study.get_trials()}
+    assert states == {0.5: "FAIL", 0.9: "RUNNING"}, report.events
+    assert any("{'filter.value': 0.5}: refused by the fit check: c1 too big" in event for event in report.events)
+    (running,) = [trial for trial in tuner.study.get_trials() if trial.state.name == "RUNNING"]
+    assert [row.digest for row in submitted] == running.user_attrs[tune.CELLS_ATTR]
+
+
 def test_preflight_lists_needs_apart_and_they_do_not_fail_it(workdir: Path, sweep_file) -> None:
     """The model folder only the user can supply is under "needs from you", not a problem: a preflight of a
     sweep that fits, on a host without its checkpoint, exits 0."""
