@@ -10,8 +10,10 @@ vision-language, the same way (`is_vision_folder` tells which).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +50,21 @@ def text_sha(texts: list[str]) -> str:
     return digest.hexdigest()
 
 
+@contextlib.contextmanager
+def quiet_save() -> Iterator[None]:
+    """Transformers' "Writing model shards" progress bar off while a model orch builds in seconds (a preset, a warm
+    start) is saved: it is noise in `orch sweep`'s and `orch tune`'s output. Restores the setting it found."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def save_initialised(model_class: Any, config: Any, tokenizer: Any, folder: Path) -> None:
     """Initialise `model_class(config)` from `INIT_SEED` (without touching the caller's RNG), stop generation on the
     tokenizer's end of turn, and save model and tokenizer to `folder`."""
@@ -58,7 +75,8 @@ def save_initialised(model_class: Any, config: Any, tokenizer: Any, folder: Path
         model = model_class(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(folder)
+    with quiet_save():
+        model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
 

@@ -34,7 +34,7 @@ import torch
 from recipes.policy.actor import model_mask
 from recipes.policy.batch import build_batch, micro_batches
 from recipes.policy.chat import ChatEncoder
-from recipes.policy.models import base_model_folder, load_policy, load_tokenizer, text_sha
+from recipes.policy.models import base_model_folder, load_policy, load_tokenizer, quiet_save, text_sha
 from recipes.policy.sampler import Sampler
 from recipes.policy.vision import ImageTokens
 from recipes.runtime.cache import cache_root, cached_folder, input_hash
@@ -219,7 +219,8 @@ def train_warm_start(
             "barely depends on its prompt, so the MI diagnostics have little input dependence to watch collapse",
             task, history[-1]["epoch"], best["first_turn_retrieval"], best["retrieval_chance"],
             best.get("first_turn_samples", 0), TARGET_RETRIEVAL_OVER_CHANCE, RETRIEVAL_SIGNIFICANCE)
-    model.save_pretrained(out)
+    with quiet_save():
+        model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     if encoder.vision is not None:
         encoder.vision.image_processor.save_pretrained(out)
