@@ -127,14 +127,15 @@ def fit_refusal(study: StudyPlan) -> str | None:
     """Before a study writes anything: when the trials at every end of the space (`probe_points`) are all refused by
     the fit check, the study cannot run one trial as planned -> the refusal (file, first point, why); else None (a
     refused trial later fails alone and the study goes on)."""
-    reasons = []
-    for point in probe_points(study.spec):
+    points = probe_points(study.spec)
+    first = None
+    for point in points:
         reason = trial_refusal(study.trial_plan(point))
         if reason is None:
             return None
-        reasons.append((point, reason))
-    point, reason = reasons[0]
-    return (f"{study.definition.path}: no trial of the study can start as planned (all {len(reasons)} corners of its "
+        first = first or (point, reason)
+    point, reason = first
+    return (f"{study.definition.path}: no trial of the study can start as planned (all {len(points)} corners of its "
             f"space are refused by the fit check, e.g. {point}: {reason}); nothing written (orch sweep FILE "
             "--preflight on a sweep of one trial: the full report; --submit-anyway: tune all the same)")
 
