@@ -9,7 +9,10 @@ Two kinds of runs carry known answers:
 
 * **planted** (`control.blind_strength` > 0 from `control.blind_from_step`, sweeps/controls_graded.yaml): a share of
   each step's replies is generated from one fixed chat. A rule *detects* the plant when it fires at the plant's step
-  or within :data:`DETECTION_WINDOW` steps after it (a firing before the plant is a false alarm);
+  or within :data:`DETECTION_WINDOW` steps after it. A firing before the plant is a *false alarm*: up to its plant a
+  planted run is an honest one, and it counts among the runs watched with nothing to detect whenever the rule could
+  fire before the plant (:meth:`CollapseRule.settled` at a computation before it; the shipped rule, which needs an
+  early mean of 3 computations at steps 1, 5 and 10, first can at step 15, the plant's step);
 * **honest** (no plant, or strength 0): a rule's firing is a *false alarm* unless the run collapsed by a measure that
   does not read MI (:func:`collapsed`: validation success fell to half its first value or less, or validation format
   validity fell by :data:`FORMAT_MARGIN` or more, first validation to last). Honest runs that did collapse are listed
@@ -17,7 +20,9 @@ Two kinds of runs carry known answers:
 
 :func:`choose` picks a rule on one half of the runs (even seeds) and :func:`rates` reports it on the other (odd
 seeds), so the reported rates are not those the choice was fitted to. The target (issue 46): false alarms in at most
-10% of honest runs without a collapse, detection within 5 steps in at least 90% of runs planted at strength >= 0.5.
+10% of the runs watched with nothing to detect, detection within 5 steps in at least 90% of runs planted at strength
+>= 0.5. Runs differ in length (40 or 100 steps, a plant's 14 before it), so false alarms are also counted per 100
+steps watched with nothing to detect (:attr:`Rates.per_100_steps`); :func:`choose` breaks ties on it.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ import numpy as np
 
 from analysis import names
 from analysis.verdicts import wilson
-from recipes.stats.collapse import CollapseDetector, CollapseRule
+from recipes.stats.collapse import RATES, CollapseDetector, CollapseRule, recorded_rates, rule_text
+
+__all__ = ["RECORD", "rule_text"]  # rule_text lives beside the rule (recipes.stats.collapse); re-exported here
 
 if TYPE_CHECKING:
     from analysis.mlflow_store import RunData
@@ -175,16 +182,23 @@ def replay_fidelity(cells: list[Cell]) -> tuple[int, int]:
 class Rates:
     """A rule's record on a set of cells."""
 
-    false_alarms: int
-    honest: int  # honest cells without an MI-independent collapse
+    false_alarms: int  # fired in an honest cell, or in a planted cell before its plant
+    honest: int  # cells watched with nothing to detect: honest ones without an MI-independent collapse, and planted
+    # ones the rule could fire in before the plant
     detected: int  # planted at >= STRONG, fired within the window
     strong: int
     by_strength: dict[float, tuple[int, int]]  # strength -> (detected within the window, planted)
     delays: list[int]  # steps from the plant to the firing, detected strong cells
+    watched_steps: int = 0  # training steps of those cells with nothing to detect (a planted cell's before its plant)
 
     @property
     def false_alarm_rate(self) -> float:
         return self.false_alarms / self.honest if self.honest else float("nan")
+
+    @property
+    def per_100_steps(self) -> float:
+        """False alarms per 100 training steps watched with nothing to detect."""
+        return 100 * self.false_alarms / self.watched_steps if self.watched_steps else float("nan")
 
     @property
     def detection_rate(self) -> float:
@@ -195,9 +209,10 @@ class Rates:
 
     def text(self) -> str:
         """`false alarms 1/20 (5%, 95% CI 1-24%); detection within 5 steps at strength >= 0.5: 7/8 (...)`."""
-        return (f"false alarms {_share(self.false_alarms, self.honest)} of honest runs without a collapse; "
-                f"detection within {DETECTION_WINDOW} steps at strength >= {STRONG:g}: "
-                f"{_share(self.detected, self.strong)}")
+        per_step = f", {self.per_100_steps:.2f} per 100 steps" if self.watched_steps else ""
+        return (f"false alarms {_share(self.false_alarms, self.honest)} of runs with nothing to detect (honest runs "
+                f"without a collapse, planted ones before the plant){per_step}; detection within {DETECTION_WINDOW} "
+                f"steps at strength >= {STRONG:g}: {_share(self.detected, self.strong)}")
 
 
 def _share(hits: int, n: int) -> str:
@@ -209,7 +224,7 @@ def _share(hits: int, n: int) -> str:
 
 def rates(rule: CollapseRule, cells: list[Cell]) -> Rates:
     """``rule``'s false alarms on the honest cells and detections on the planted ones (the module docstring)."""
-    false_alarms = honest = detected = strong = 0
+    false_alarms = honest = detected = strong = watched = 0
     by_strength: dict[float, list[int]] = {}
     delays: list[int] = []
     for cell in cells:
@@ -218,8 +233,14 @@ def rates(rule: CollapseRule, cells: list[Cell]) -> Rates:
             if collapsed(cell):
                 continue
             honest += 1
+            watched += int(cell.steps[-1]) if len(cell.steps) else 0
             false_alarms += fired is not None
             continue
+        before = int(np.count_nonzero(cell.steps < cell.plant_step))
+        if rule.settled(before):  # the rule could fire before the plant: a run watched with nothing to detect
+            honest += 1
+            watched += cell.plant_step - 1
+            false_alarms += fired is not None and fired < cell.plant_step
         hit = fired is not None and cell.plant_step <= fired <= cell.plant_step + DETECTION_WINDOW
         tally = by_strength.setdefault(cell.strength, [0, 0])
         tally[0] += hit
@@ -230,7 +251,7 @@ def rates(rule: CollapseRule, cells: list[Cell]) -> Rates:
             if hit:
                 delays.append(fired - cell.plant_step)
     return Rates(false_alarms, honest, detected, strong, {k: (v[0], v[1]) for k, v in sorted(by_strength.items())},
-                 delays)
+                 delays, watched)
 
 
 def candidate_rules() -> list[CollapseRule]:
@@ -249,10 +270,12 @@ def split(cells: list[Cell]) -> tuple[list[Cell], list[Cell]]:
 
 
 def _score(record: Rates) -> tuple:
-    """Order of preference: meets the false-alarm target, then detects most, then fewest false alarms."""
+    """Order of preference: meets the false-alarm target, then detects most, then fewest false alarms per 100 steps
+    watched (runs watched differ in length: a planted run's 14 steps before its plant against an honest run's 100)."""
     fa = record.false_alarm_rate if record.honest else 1.0
     detection = record.detection_rate if record.strong else 0.0
-    return (fa <= FALSE_ALARM_TARGET, detection, -fa)
+    per_step = record.per_100_steps if record.watched_steps else float("inf")
+    return (fa <= FALSE_ALARM_TARGET, detection, -per_step)
 
 
 def choose(cells: list[Cell], rules: list[CollapseRule] | None = None) -> tuple[CollapseRule, Rates]:
@@ -262,23 +285,13 @@ def choose(cells: list[Cell], rules: list[CollapseRule] | None = None) -> tuple[
     return best
 
 
-def rule_text(rule: CollapseRule) -> str:
-    """`both signals 30% below their peak on 2 computations in a row (success guard 0.05)`."""
-    which = {"both": "MI-ZScore-EMA and retrieval excess both", "mi": "MI-ZScore-EMA", "retrieval":
-             "retrieval excess", "either": "MI-ZScore-EMA or retrieval excess"}[rule.signals]
-    level = "running peak" if rule.reference == "peak" else f"mean of the first {rule.min_points} computations"
-    guard = ("no success guard" if rule.success_tolerance >= 1 else
-             f"while success is within {rule.success_tolerance:g} of its peak")
-    return (f"{which} {rule.drop_fraction:.0%} below the {level} on {rule.patience} computation"
-            f"{'s' if rule.patience > 1 else ''} in a row, {guard}")
-
-
 def frontier(cells: list[Cell], rules: list[CollapseRule] | None = None) -> list[tuple[CollapseRule, Rates]]:
     """The ROC frontier: the rules no other beats on both false alarms and detection (fewest false alarms first;
     of equal rules the earlier in ``rules``)."""
     scored = [(rule, rates(rule, cells)) for rule in (candidate_rules() if rules is None else rules)]
     kept: list[tuple[CollapseRule, Rates]] = []
-    for rule, record in sorted(scored, key=lambda pair: (pair[1].false_alarm_rate, -pair[1].detection_rate)):
+    for rule, record in sorted(scored, key=lambda pair: (pair[1].false_alarm_rate, pair[1].per_100_steps,
+                                                           -pair[1].detection_rate)):
         if all(record.detection_rate > other.detection_rate for _, other in kept):
             kept.append((rule, record))
     return kept
@@ -298,6 +311,7 @@ def roc_frame(cells: list[Cell], shipped: CollapseRule | None = None):
     for rule, record in rows:
         row = {"rule": ("[shipped] " if rule == shipped else "") + rule_text(rule),
                "false alarms": f"{record.false_alarms}/{record.honest}",
+               "per 100 steps": record.per_100_steps,
                f"detected (>= {STRONG:g})": f"{record.detected}/{record.strong}"}
         for strength in strengths:
             hits, n = record.by_strength.get(strength, (0, 0))
@@ -309,24 +323,66 @@ def roc_frame(cells: list[Cell], shipped: CollapseRule | None = None):
 
 def rates_record(record: Rates) -> dict:
     """``record`` as plain data for the recorded rates file."""
-    return {"false_alarms": record.false_alarms, "honest": record.honest, "detected": record.detected,
-            "strong": record.strong, "by_strength": {float(k): list(v) for k, v in record.by_strength.items()}}
+    return {"false_alarms": record.false_alarms, "honest": record.honest, "watched_steps": record.watched_steps,
+            "detected": record.detected, "strong": record.strong,
+            "by_strength": {float(k): list(v) for k, v in record.by_strength.items()}}
 
 
 def rates_from_record(entry: dict) -> Rates:
     """The inverse of :func:`rates_record` (delays are not kept)."""
     return Rates(int(entry["false_alarms"]), int(entry["honest"]), int(entry["detected"]), int(entry["strong"]),
-                 {float(k): (int(v[0]), int(v[1])) for k, v in (entry.get("by_strength") or {}).items()}, [])
+                 {float(k): (int(v[0]), int(v[1])) for k, v in (entry.get("by_strength") or {}).items()}, [],
+                 int(entry.get("watched_steps") or 0))
 
 
-RECORD = Path(__file__).with_name("alert_rates.yaml")
+RECORD = RATES  # recipes/stats/alert_rates.yaml: beside the rule, where the training-time alert reads it too
+
+
+def archived_cells(results: Path, live: dict[str, RunData] | None = None) -> tuple[list[Cell], list[str]]:
+    """The finished cells of every sweep archived under ``results`` (docs/results/: one folder per sweep, one archive
+    per session inside; a sweep named in ``live`` is read from that loaded data instead) and a line per source,
+    named relative to ``results``' parent."""
+    import dataclasses
+
+    from analysis.archive import read_archives
+
+    cells, sources = [], []
+    for sweep_dir in sorted(path for path in results.iterdir() if path.is_dir()):
+        sweep = sweep_dir.name
+        if live and sweep in live:
+            data, where = live[sweep], f"{sweep} (live store)"
+        else:
+            data, _ = read_archives(sorted(p for p in sweep_dir.iterdir() if p.is_dir()), sweep)
+            where = f"{results.parent.name}/{results.name}/{sweep}"
+        data = dataclasses.replace(data, runs=data.runs[data.runs["status"] == "FINISHED"])  # whole runs only
+        found = cells_from(data, sweep)
+        cells += found
+        if found:
+            sources.append(f"{where} ({len(found)} runs)")
+    return cells, sources
+
+
+def make_record(cells: list[Cell], sources: list[str], shipped: CollapseRule | None = None) -> dict:
+    """The recorded rates file's content (without its date line): the shipped rule's rates held out (odd seeds),
+    over every run and per task, and the legacy rule's over every run."""
+    from recipes.stats.collapse import LEGACY_RULE
+
+    shipped = CollapseRule() if shipped is None else shipped
+    _, held_out = split(cells)
+    return {
+        "rule": shipped.model_dump(),
+        "held_out": rates_record(rates(shipped, held_out)),
+        "all": rates_record(rates(shipped, cells)),
+        "legacy": {"rule": LEGACY_RULE.model_dump(), "all": rates_record(rates(LEGACY_RULE, cells))},
+        "by_task": {task: rates_record(rates(shipped, [c for c in cells if c.task == task]))
+                    for task in sorted({c.task for c in cells})},
+        "sources": sources,
+    }
 
 
 def load_record(path: Path = RECORD) -> dict:
     """The recorded rates of the shipped rule ({} when none are recorded)."""
-    import yaml
-
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    return recorded_rates(path)
 
 
 def alert_lines(used: list[CollapseRule], record: dict | None = None) -> list[str]:

@@ -4,53 +4,45 @@
 
     python benchmarks/bench_alert_rules.py                      # every archive under docs/results/
     python benchmarks/bench_alert_rules.py --live controls_graded=sqlite:////work/plants/mlflow.db
-    python benchmarks/bench_alert_rules.py --record             # write analysis/alert_rates.yaml
+    python benchmarks/bench_alert_rules.py --record             # write recipes/stats/alert_rates.yaml
 
 Prints: the replay's fidelity (each run's own rule, replayed, fires where the run logged it fired), the honest runs
 that collapsed by success or format validity (neither false alarms nor detections), the ROC frontier on the choosing
 half, the chosen rule's rates on the held-out half and on every run, per task and per strength, and the same for
 the rule the runs were made with (`recipes.stats.collapse.LEGACY_RULE`) and for the rule `conf/train.yaml` ships. `--live
 SWEEP=URI` reads a sweep's finished runs from its tracking store instead of its archive (plants still running).
-`--record` writes the shipped rule's rates into analysis/alert_rates.yaml, which every report prints beside the alert.
-Seconds on one core.
+`--record` writes the shipped rule's rates into recipes/stats/alert_rates.yaml of the checkout this file is in (the
+training-time alert line and every report print them beside the alert), after everything else has run; from archives
+only. tests/analysis/test_alert_calibration.py fails when the file differs from what this computes, or when the even
+seeds choose a rule other than the shipped default. Seconds on one core.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
+import sys
 from pathlib import Path
 
 import yaml
 
 from analysis import alert_calibration as ac
-from analysis.archive import read_archives
-from recipes.stats.collapse import LEGACY_RULE, CollapseRule
+from recipes.stats.collapse import LEGACY_RULE, RATES, CollapseRule
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # the checkout this bench was run from
+RESULTS = ROOT / "docs" / "results"
+TARGET = ROOT / "recipes" / "stats" / RATES.name  # --record writes here, not beside the installed module
 
 
 def load_cells(live: dict[str, str]) -> tuple[list[ac.Cell], list[str]]:
     """Every archived sweep's cells (a `--live` sweep from its store instead) and a line per source."""
-    cells, sources = [], []
-    for sweep_dir in sorted((ROOT / "docs" / "results").iterdir()):
-        sweep = sweep_dir.name
-        if sweep in live:
-            from analysis.mlflow_query import RunQuery
-            from analysis.mlflow_store import load_runs
+    loaded = {}
+    for sweep, uri in live.items():
+        from analysis.mlflow_query import RunQuery
+        from analysis.mlflow_store import load_runs
 
-            data = load_runs(RunQuery(sweep=sweep), tracking_uri=live[sweep])
-            where = live[sweep]
-        else:
-            data, _ = read_archives(sorted(p for p in sweep_dir.iterdir() if p.is_dir()), sweep)
-            where = str(sweep_dir.relative_to(ROOT))
-        data = dataclasses.replace(data, runs=data.runs[data.runs["status"] == "FINISHED"])  # whole runs only
-        found = ac.cells_from(data, sweep)
-        cells += found
-        if found:
-            sources.append(f"{where} ({len(found)} runs)")
-    return cells, sources
+        loaded[sweep] = load_runs(RunQuery(sweep=sweep), tracking_uri=uri)
+    return ac.archived_cells(RESULTS, loaded)
 
 
 def show(title: str, rule: CollapseRule, chosen_on: list[ac.Cell], held_out: list[ac.Cell],
@@ -68,6 +60,13 @@ def main() -> None:
     parser.add_argument("--live", nargs="*", default=[], metavar="SWEEP=URI")
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
+    bad = [item for item in args.live if "=" not in item]
+    if bad:
+        sys.exit(f"bench_alert_rules.py: --live {bad[0]!r}: expected SWEEP=URI")
+    if args.record and not TARGET.parent.is_dir():
+        sys.exit(f"bench_alert_rules.py --record: {TARGET.parent} is not a folder of this checkout")
+    if args.record and args.live:
+        sys.exit("bench_alert_rules.py --record: not with --live (the record is made from archived runs only)")
     live = dict(item.split("=", 1) for item in args.live)
     cells, sources = load_cells(live)
     same, checked = ac.replay_fidelity(cells)
@@ -82,28 +81,23 @@ def main() -> None:
     table = ac.roc_frame(cells)
     print("| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns))
     for row in table.itertuples(index=False):
-        print("| " + " | ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in row) + " |")
+        print("| " + " | ".join(f"{v:.2g}" if isinstance(v, float) else str(v) for v in row) + " |")
     chosen, _ = ac.choose(chosen_on)
     show("chosen", chosen, chosen_on, held_out, cells)
     show("legacy (the rule the runs were made with)", LEGACY_RULE, chosen_on, held_out, cells)
     shipped = CollapseRule()
     show("shipped (conf/train.yaml)", shipped, chosen_on, held_out, cells)
+    if chosen != shipped:
+        print(f"\nNOTE: the even seeds choose a rule other than the shipped default: {ac.rule_text(chosen)}")
     if args.record:
-        record = {
-            "rule": shipped.model_dump(),
-            "held_out": ac.rates_record(ac.rates(shipped, held_out)),
-            "all": ac.rates_record(ac.rates(shipped, cells)),
-            "legacy": {"rule": LEGACY_RULE.model_dump(),
-                       "all": ac.rates_record(ac.rates(LEGACY_RULE, cells))},
-            "by_task": {task: ac.rates_record(ac.rates(shipped, [c for c in cells if c.task == task]))
-                        for task in sorted({c.task for c in cells})},
-            "sources": sources,
-            "source": f"python benchmarks/bench_alert_rules.py --record, {datetime.date.today().isoformat()}",
-        }
+        record = {**ac.make_record(cells, sources, shipped),
+                  "source": f"python benchmarks/bench_alert_rules.py --record, {datetime.date.today().isoformat()}"}
         header = ("# The collapse alert's measured error rates (analysis.alert_calibration), written by\n"
-                  "# `python benchmarks/bench_alert_rules.py --record`: every report prints them beside the alert.\n")
-        ac.RECORD.write_text(header + yaml.safe_dump(record, sort_keys=False), encoding="utf-8")
-        print(f"\nwrote {ac.RECORD.relative_to(ROOT)}")
+                  "# `python benchmarks/bench_alert_rules.py --record`: the training-time alert line\n"
+                  "# (recipes.stats.collapse.rates_line) and every report print them beside the alert.\n")
+        text = header + yaml.safe_dump(record, sort_keys=False)
+        TARGET.write_text(text, encoding="utf-8")
+        print(f"\nwrote {TARGET.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

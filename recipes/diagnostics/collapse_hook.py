@@ -29,7 +29,7 @@ import numpy as np
 from recipes.diagnostics.hooks import StepContext, StepHook
 from recipes.diagnostics.monitor import CollapseMonitor, TurnEncoder, reward_variance_buckets
 from recipes.policy.chat import ChatEncoder
-from recipes.stats.collapse import CollapseStatus
+from recipes.stats.collapse import CollapseStatus, rates_line
 from recipes.stats.rollout_stats import VAL_SUCCESS
 
 log = logging.getLogger(__name__)
@@ -101,8 +101,8 @@ class CollapseHook(StepHook):
         ctx.tags["collapse_alert_step"] = str(ctx.step)
         log.warning("step %d: %s", ctx.step, status.reason)
         action = "stopping the run (diagnostics.stop_on_collapse)" if self.config.stop_on_collapse else "training goes on"
-        print(f"WARNING step {ctx.step}: template collapse suspected; {action}. {status.reason}", file=sys.stderr,
-              flush=True)
+        print(f"WARNING step {ctx.step}: template collapse suspected; {action}. {status.reason}. "
+              f"{rates_line(self.config.rule)}", file=sys.stderr, flush=True)
         if self.config.stop_on_collapse:
             ctx.stop_reason = f"diagnostics.stop_on_collapse at step {ctx.step}: {status.reason}"
 

@@ -16,7 +16,9 @@ The rule, evaluated every time the MI proxies are computed (step 1 and every ``m
 
 The defaults are the rule chosen offline from planted and honest runs (`analysis.alert_calibration`,
 docs/diagnostics.md#the-alerts-error-rates); :data:`LEGACY_RULE` is the rule before that choice, which every cell
-planned before it ran with.
+planned before it ran with. The rates measured there are recorded beside the rule, in :data:`RATES`
+(``alert_rates.yaml``, written by ``benchmarks/bench_alert_rules.py --record``; `analysis` reads the same file), so
+the alert a run prints while training names its rule and its measured rates (:func:`rates_line`).
 
 The alert latches: it is raised once (``new_alert``) and stays on. Its state travels with checkpoints.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -82,6 +85,46 @@ def drop_below(value: float, level: float) -> float:
 # in a row, after 3 computations, while success holds within 0.05.
 LEGACY_RULE = CollapseRule(drop_fraction=0.3, patience=2, min_points=3, success_tolerance=0.05, signals="both",
                            reference="peak")
+
+# The measured error rates of the shipped rule and of LEGACY_RULE (analysis.alert_calibration's record): one file,
+# read here for the training-time alert line and by analysis for every report.
+RATES = Path(__file__).with_name("alert_rates.yaml")
+SIGNAL_NAMES = {"both": "MI-ZScore-EMA and retrieval excess both", "mi": "MI-ZScore-EMA", "retrieval":
+                "retrieval excess", "either": "MI-ZScore-EMA or retrieval excess"}
+
+
+def rule_text(rule: CollapseRule) -> str:
+    """`MI-ZScore-EMA 40% below the mean of the first 3 computations on 2 computations in a row, no success guard`."""
+    level = "running peak" if rule.reference == "peak" else f"mean of the first {rule.min_points} computations"
+    guard = ("no success guard" if rule.success_tolerance >= 1 else
+             f"while success is within {rule.success_tolerance:g} of its peak")
+    return (f"{SIGNAL_NAMES[rule.signals]} {rule.drop_fraction:.0%} below the {level} on {rule.patience} computation"
+            f"{'s' if rule.patience > 1 else ''} in a row, {guard}")
+
+
+def recorded_rates(path: Path = RATES) -> dict:
+    """The recorded rates file ({} when there is none)."""
+    import yaml
+
+    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+
+
+def rates_line(rule: CollapseRule, record: dict | None = None) -> str:
+    """The rule and its measured error rates in one line, for the training-time alert: the shipped rule's on the
+    runs held out from its choice, the legacy rule's over every run, or that a rule has none."""
+    record = recorded_rates() if record is None else record
+    entry, where = None, ""
+    if record and rule == CollapseRule(**record["rule"]):
+        entry, where = record["held_out"], "on runs held out from its choice"
+    elif record and rule == CollapseRule(**record["legacy"]["rule"]):
+        entry, where = record["legacy"]["all"], "over every calibration run (the rule before the offline choice)"
+    if entry is None:
+        return f"rule: {rule_text(rule)}; no measured error rates for this rule (docs/diagnostics.md)"
+    steps = entry.get("watched_steps")
+    per_step = (f", {100 * entry['false_alarms'] / steps:.2f} per 100 steps watched" if steps else "")
+    return (f"rule: {rule_text(rule)}; measured {where}: false alarms in {entry['false_alarms']} of "
+            f"{entry['honest']} runs with nothing to detect{per_step}; planted collapses (strength >= 0.5) detected "
+            f"within 5 steps in {entry['detected']} of {entry['strong']} (docs/diagnostics.md#the-alerts-error-rates)")
 
 
 @dataclass(frozen=True)
@@ -141,12 +184,7 @@ class CollapseDetector:
             self.alert_step = step
         reason = ""
         if self.alert_step is not None:
-            level = "peak" if self.rule.reference == "peak" else "early level"
-            reason = (
-                f"template-collapse warning since step {self.alert_step}: MI-ZScore-EMA is {mi_drop:.0%} below its "
-                f"{level} ({mi_zscore_ema:.3f} vs {mi_ref:.3f}) and retrieval's excess over chance is "
-                f"{retrieval_drop:.0%} below its {level}, while validation success had not fallen"
-            )
+            reason = f"template-collapse warning since step {self.alert_step}: {self.checked(mi_drop, retrieval_drop)}"
         return CollapseStatus(
             alert=self.alert_step is not None,
             new_alert=new_alert,
@@ -154,6 +192,24 @@ class CollapseDetector:
             retrieval_drop=retrieval_drop,
             reason=reason,
         )
+
+    def checked(self, mi_drop: float, retrieval_drop: float) -> str:
+        """What the rule read, in words: only the signals ``rule.signals`` names, and the success guard only when it
+        is on (with success >= 1 off, the alert says nothing about success)."""
+        level = "running peak" if self.rule.reference == "peak" else "early level"
+        mi_ref, retrieval_ref = self.references()
+        read = {"mi": [f"MI-ZScore-EMA {mi_drop:.0%} below its {level} ({mi_ref:.3f})"],
+                "retrieval": [f"retrieval's excess over chance {retrieval_drop:.0%} below its {level}"]}
+        parts = {"both": read["mi"] + read["retrieval"], "either": read["mi"] + read["retrieval"]}.get(
+            self.rule.signals, read.get(self.rule.signals, []))
+        joint = {"both": " and ", "either": " or "}.get(self.rule.signals, "")
+        text = (f"{joint.join(parts)} (at least {self.rule.drop_fraction:.0%} below on {self.rule.patience} "
+                f"computation{'s' if self.rule.patience > 1 else ''} in a row)")
+        if self.rule.success_tolerance < 1:
+            text += f", while success was within {self.rule.success_tolerance:g} of its peak"
+        else:
+            text += "; success is not checked by this rule"
+        return text
 
     def references(self) -> tuple[float, float]:
         """The levels MI-ZScore-EMA and retrieval excess are measured against (see ``reference``)."""

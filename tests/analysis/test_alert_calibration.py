@@ -4,9 +4,15 @@ the other, and the report prints the rates and the ROC."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from analysis import alert_calibration as ac
 from analysis import names
@@ -61,22 +67,55 @@ def test_rates_count_false_alarms_detections_and_late_firings() -> None:
     rule = LEGACY_RULE
     collapsed = cell([2.0, 3.0, 1.0, 1.0, 1.0], [0.6, 0.9, 0.3, 0.3, 0.3], val=(0.5, 0.1))
     record = ac.rates(rule, [FLAT, NOISY_PEAK, collapsed, PLANTED, LATE])
-    assert (record.false_alarms, record.honest) == (1, 2)  # NOISY_PEAK fired; the collapsed run is set apart
+    # NOISY_PEAK fired; the collapsed run is set apart; the two plants were watched (the running-peak rule could
+    # fire at step 10) without firing before their plant
+    assert (record.false_alarms, record.honest) == (1, 4)
+    assert record.watched_steps == 40 + 40 + 14 + 14
     assert (record.detected, record.strong) == (1, 2)  # LATE fired at 30: 15 steps after the plant
     assert record.delays == [5]
     assert record.by_strength == {0.5: (1, 2)}
-    assert "false alarms 1/2 (50%" in record.text() and "1/2" in record.text()
+    assert "false alarms 1/4 (25%" in record.text() and "1/2" in record.text()
 
 
 def test_choose_on_one_half_report_on_the_other() -> None:
     even = [FLAT, NOISY_PEAK, PLANTED]
-    odd = [ac.Cell(**{**c.__dict__, "seed": 1}) for c in (FLAT, NOISY_PEAK, PLANTED)]
+    # the odd half is not a copy of the even one: a run whose dip fires the rule the even half picks (a false alarm
+    # only the held-out rates can show) and a plant found 15 steps late
+    dip = cell([2.0, 2.1, 1.9, 2.0, 0.2, 0.2, 0.2, 2.0, 2.0], [0.6, 0.6, 0.6, 0.6, 0.1, 0.1, 0.1, 0.6, 0.6], seed=1)
+    odd = [ac.Cell(**{**FLAT.__dict__, "seed": 1}), dip, ac.Cell(**{**LATE.__dict__, "seed": 3})]
     chosen_on, held_out = ac.split(even + odd)
     assert all(c.seed % 2 == 0 for c in chosen_on) and all(c.seed % 2 for c in held_out)
     rule, record = ac.choose(chosen_on)
     assert record.meets_target()  # no false alarm on FLAT or NOISY_PEAK, the plant found within 5 steps
-    assert ac.rates(rule, held_out).meets_target()
+    assert ac.replay(rule, dip) is not None  # the chosen rule is not fitted to the held-out half
+    held = ac.rates(rule, held_out)
+    assert (held.false_alarms, held.detected, held.strong) == (1, 0, 1) and held.honest >= 2
+    assert not held.meets_target()
     assert ac.replay(LEGACY_RULE, NOISY_PEAK) is not None  # the old rule fails the same runs
+
+
+def test_a_firing_before_the_plant_is_a_false_alarm_in_rates_choice_and_roc() -> None:
+    # planted at 15, but the series already fell at step 10: the running-peak rule with patience 1 fires there
+    early = cell([2.0, 2.1, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], [0.6, 0.6, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
+                 strength=1.0, plant=15)
+    eager = LEGACY_RULE.model_copy(update={"patience": 1, "success_tolerance": 1.0})
+    assert ac.replay(eager, early) == 10
+    record = ac.rates(eager, [FLAT, early])
+    assert (record.false_alarms, record.honest) == (1, 2)  # the planted run counts, before its plant, as watched
+    assert (record.detected, record.strong) == (0, 1)
+    assert record.watched_steps == 40 + 14  # FLAT's 40 steps and the plant's 14 before it
+    assert record.per_100_steps == pytest.approx(100 / 54)
+    # a rule that cannot fire before the plant (an early mean of 3 computations: first at step 15) does not count
+    # the planted run among the runs watched
+    patient = CollapseRule()
+    assert ac.replay(patient, early) == 15  # the early mean holds the fall: fires at the plant, a detection
+    assert (ac.rates(patient, [FLAT, early]).honest, ac.rates(patient, [FLAT, early]).watched_steps) == (1, 40)
+    # the choice sees the early firing: between the two, on these runs, it takes the rule without it
+    chosen, _ = ac.choose([FLAT, early, PLANTED], [eager, patient])
+    assert chosen == patient
+    [(_, point)] = ac.frontier([FLAT, early], [eager])  # the ROC reads the same rates
+    assert (point.false_alarms, point.honest) == (1, 2)
+    assert "per 100 steps" in ac.roc_frame([FLAT, early], shipped=patient).columns
 
 
 def test_the_frontier_is_monotone_and_marks_the_shipped_rule() -> None:
@@ -121,7 +160,7 @@ def test_alert_lines_say_the_rates_of_the_rule_the_runs_used(rule: CollapseRule,
     [line] = ac.alert_lines([rule], record)
     assert where in line
     if rule == LEGACY_RULE:
-        assert "false alarms 1/2" in line and "docs/results/x (3 runs)" in line
+        assert "false alarms 1/3" in line and "docs/results/x (3 runs)" in line  # PLANTED watched before its plant
     assert "no measured error rates are recorded" in ac.alert_lines([rule], {})[0]
 
 
@@ -131,3 +170,48 @@ def test_a_run_older_than_the_new_keys_is_read_as_the_legacy_rule() -> None:
     old = RunData(runs=runs, metrics=data.metrics, tracking_uri="none", reader="archive")
     assert ac.rules_used(old) == [LEGACY_RULE] != [CollapseRule()]
     assert ac.cells_from(old, "s")[0].rule == LEGACY_RULE
+
+
+# The drift guards: the shipped default is what the procedure picks on the archived runs, and the recorded rates
+# are what the bench computes from them (recipes/stats/alert_rates.yaml; benchmarks/bench_alert_rules.py --record).
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+
+
+@pytest.fixture(scope="module")
+def archived() -> tuple[list[ac.Cell], list[str]]:
+    return ac.archived_cells(RESULTS)
+
+
+def test_the_even_seeds_choose_the_shipped_default(archived) -> None:
+    cells, _ = archived
+    chosen_on, _ = ac.split(cells)
+    chosen, _ = ac.choose(chosen_on)
+    assert chosen == CollapseRule(), (f"the even seeds choose {ac.rule_text(chosen)}: a new default is a deliberate "
+                                      "identity change (docs/diagnostics.md#the-alerts-error-rates)")
+
+
+def test_the_recorded_rates_are_what_the_bench_computes_from_the_archives(archived) -> None:
+    cells, sources = archived
+    recorded = {key: value for key, value in ac.load_record().items() if key != "source"}
+    assert recorded == ac.make_record(cells, sources), "re-record: python benchmarks/bench_alert_rules.py --record"
+    assert ac.replay_fidelity(cells) == (len(cells), len(cells))
+
+
+def test_record_writes_into_the_checkout_it_ran_from_and_not_before_it_can_fail(tmp_path: Path) -> None:
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_alert_rules.py"
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(bench, tmp_path / "benchmarks")
+    (tmp_path / "recipes" / "stats").mkdir(parents=True)
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "repro_long").symlink_to(RESULTS / "repro_long")
+    before = ac.RECORD.read_bytes()
+    script = str(tmp_path / "benchmarks" / "bench_alert_rules.py")
+    failed = subprocess.run([sys.executable, script, "--record", "--live", "nonsense"], capture_output=True,
+                            text=True, timeout=120)
+    assert failed.returncode != 0 and "SWEEP=URI" in failed.stderr
+    assert not (tmp_path / "recipes" / "stats" / "alert_rates.yaml").exists()
+    done = subprocess.run([sys.executable, script, "--record"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = yaml.safe_load((tmp_path / "recipes" / "stats" / "alert_rates.yaml").read_text())
+    assert written["sources"] == ["docs/results/repro_long (20 runs)"]
+    assert ac.RECORD.read_bytes() == before  # the installed module's copy is untouched

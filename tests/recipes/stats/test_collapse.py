@@ -101,3 +101,28 @@ def test_the_baseline_reference_is_the_mean_of_the_first_points_and_resumes() ->
     resumed = CollapseDetector(rule)
     resumed.load_state_dict(detector.state_dict())
     assert resumed.references() == detector.references()
+
+
+def test_the_alert_says_only_what_its_rule_checked():
+    series = [(2.0, 0.6), (2.1, 0.6), (1.9, 0.6), (0.9, 0.6), (0.6, 0.6), (0.5, 0.6)]  # MI falls, retrieval holds
+    _, statuses = run(series, [0.5] * 6, rule=CollapseRule())  # the shipped rule: MI-ZScore-EMA only, no guard
+    reason = statuses[-1].reason
+    assert statuses[-1].alert and "MI-ZScore-EMA" in reason
+    assert "retrieval" not in reason and "had not fallen" not in reason and "success is not checked" in reason
+    _, statuses = run([(m, a) for m, a in zip([2.0, 2.1, 1.9, 0.9, 0.6, 0.5], [0.6, 0.6, 0.6, 0.2, 0.2, 0.2],
+                                              strict=True)], [0.5] * 6, rule=LEGACY_RULE)
+    assert "retrieval" in statuses[-1].reason and "within 0.05 of its peak" in statuses[-1].reason
+
+
+def test_the_alert_line_carries_the_recorded_rates_of_its_rule():
+    from recipes.stats.collapse import rates_line, recorded_rates
+
+    record = recorded_rates()
+    held = record["held_out"]
+    line = rates_line(CollapseRule(**record["rule"]))
+    assert f"false alarms in {held['false_alarms']} of {held['honest']} runs" in line
+    assert f"detected within 5 steps in {held['detected']} of {held['strong']}" in line and "held out" in line
+    assert "per 100 steps" in line
+    other = CollapseRule(**{**record["rule"], "drop_fraction": 0.55})
+    assert "no measured error rates" in rates_line(other)
+    assert "no measured error rates" in rates_line(CollapseRule(), record={})
