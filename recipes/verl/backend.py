@@ -104,7 +104,7 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     if should_stop():  # asked during the set-up above: Ray need not start
         return preempted("stop requested during the set-up (nothing to keep)")
     try:
-        with ray_cluster(plan), _stop_file_when(should_stop, stop_file):
+        with ray_cluster(plan, should_stop), _stop_file_when(should_stop, stop_file):
             runner = (OrchTaskRunnerV1 if cfg.infra.verl.trainer == "v1" else OrchTaskRunner).remote()
             summary = _unless_stopped_before_the_loop(runner, runner.run.remote(config), should_stop, started_file)
     except StopRequested as stop:  # while Ray started (recipes.verl.cluster): nothing of this attempt to keep

@@ -7,10 +7,15 @@
   attaching to another one running on the machine, with its own temp folder and free ports, so several cells
   sharing a node never collide. On cpu it declares logical GPUs (veRL schedules every worker on a "GPU" bundle).
 * SLURM signals every process of a job step (SIGUSR2 before the time limit, SIGTERM on preemption or `scancel`), Ray's
-  included, and Ray's processes die of them: a local cluster's processes start with the stop signals blocked, the
-  `ray start` processes of a multi-node cell with them ignored (the mask and the dispositions survive `exec`), so that
-  only the job's own process reacts -- by asking the trainer to checkpoint and stop. The job's process keeps its
-  handlers through `ray.init` (which installs a SIGTERM handler of its own: `_init_keeping_handlers`).
+  included, and Ray's processes die of them: a local cluster's processes start with the stop signals blocked
+  (`orchlib.signals.held_by_children` around `ray.init`), the `ray start` processes of a multi-node cell with them
+  ignored (set in the child alone, by `_IGNORING` before it execs `ray`: a blocked SIGTERM would also block the one
+  `ray start --block` tears its node down on; the mask and the dispositions survive `exec`), so that only the job's
+  own process reacts -- by asking the trainer to checkpoint and stop. The job's process keeps its handlers
+  throughout: through `ray.init` (which installs a SIGTERM handler of its own: `_init_keeping_handlers`), and while a
+  multi-node cell's head starts and its nodes join, waits that poll the run's stop (`should_stop`) and end with
+  `StopRequested` (before, the driver itself ignored the signals while the head started, for up to `HEAD_START_S`, so
+  a stop then was lost, and the join was not polled).
 * Several nodes (a SLURM allocation with `SLURM_JOB_NUM_NODES > 1`): `ray start --head --block` on the first node
   of the allocation, `srun ... ray start --address=<head> --block` on the others (one task per node), then wait
   until every node and every GPU has joined (`verl.ray_join_timeout_s`; the error names the nodes missing), and
@@ -30,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,8 +92,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
-    """Start the cluster, `ray.init` into it, yield its address; shut everything down on exit."""
+def ray_cluster(plan: ClusterPlan, should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
+    """Start the cluster, `ray.init` into it, yield its address; shut everything down on exit. A multi-node start
+    (the head's, then the nodes' join) polls `should_stop` and ends with `StopRequested` once it is true."""
     import ray
 
     scratch = Path(tempfile.mkdtemp(prefix="orch-ray-", dir="/tmp"))  # short: Ray's socket paths are length-limited
@@ -112,10 +118,10 @@ def ray_cluster(plan: ClusterPlan) -> Iterator[str]:
             return
         auth = {name: os.environ[name] for name in AUTH_VARIABLES if name in os.environ}
         auth.setdefault("RAY_AUTH_MODE", "disabled")  # as this process connects (Ray reads it once, at import)
-        with _signals_ignored():
-            address = _start_multi_node(plan, scratch, processes, auth)
+        address = _start_multi_node(plan, scratch, processes, auth, should_stop)
+        _stop_point(should_stop, "the Ray head started")
         _init_keeping_handlers(address=address, runtime_env={"env_vars": plan.env}, log_to_driver=True)
-        _wait_for_nodes(plan)
+        _wait_for_nodes(plan, should_stop)
         yield address
     finally:
         if ray.is_initialized():
@@ -151,30 +157,43 @@ def _init_keeping_handlers(**options: Any) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
-@contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """The stop signals (`orchlib.signals.STOP_SIGNALS`: SIGUSR2, SIGTERM, SIGINT) ignored while Ray's processes start
-    (they inherit it, so a Ctrl-C or a preemption reaches only the driver, which checkpoints), then the job's
-    handlers back."""
+def _stop_point(should_stop: Callable[[], bool] | None, where: str) -> None:
+    """`StopRequested` when the run's stop was asked for (a signal the job's handlers recorded) by now."""
+    if should_stop is not None and should_stop():
+        from recipes.runtime.stop import StopRequested
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+        raise StopRequested(f"stop requested while {where}; nothing to keep")
+
+
+# Run as `python -c _IGNORING COMMAND...`: the stop signals ignored and unblocked in this child alone, then `exec`
+# COMMAND (argv, no shell). Started inside `held_by_children`, so the parent's handlers never lapse.
+_IGNORING = ("import os, signal, sys\n"
+             "numbers = [int(n) for n in sys.argv[1].split(',')]\n"
+             "for number in numbers:\n"
+             "    signal.signal(number, signal.SIG_IGN)\n"
+             "signal.pthread_sigmask(signal.SIG_UNBLOCK, numbers)\n"
+             "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def _start_ignoring(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """`command` started with the stop signals ignored in it (module docstring), this process's handlers kept."""
     from orchlib.signals import STOP_SIGNALS
 
-    previous = {number: signal.signal(number, signal.SIG_IGN) for number in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    python = os.path.realpath("/proc/self/exe") if os.path.exists("/proc/self/exe") else sys.executable
+    numbers = ",".join(str(int(number)) for number in STOP_SIGNALS)
+    with held_by_children():  # around the start only: a signal meanwhile reaches this process's handlers after it
+        return subprocess.Popen([python, "-c", _IGNORING, numbers, *command], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
 
 
 HEAD_START_S = 120.0  # the longest `ray start --head` may take to answer on its port
 
 
 def _start_multi_node(plan: ClusterPlan, scratch: Path, processes: list[subprocess.Popen],
-                      auth: dict[str, str]) -> str:
+                      auth: dict[str, str], should_stop: Callable[[], bool] | None = None) -> str:
+    """`ray start --head` here and `ray start --address` on the other nodes (through `plan.launcher`), each started
+    with the stop signals ignored (`_start_ignoring`; only this process acts on them, and keeps its handlers); waits
+    for the head's port, polling `should_stop`. Returns the head's address."""
     head = plan.nodes[0]
     port = free_port()
     ip = socket.gethostbyname(head)
@@ -183,23 +202,24 @@ def _start_multi_node(plan: ClusterPlan, scratch: Path, processes: list[subproce
     env = {**os.environ, **plan.env, **auth}
     head_command = [ray, "start", "--head", f"--node-ip-address={ip}", f"--port={port}", "--include-dashboard=false",
                     f"--temp-dir={scratch}", *common]
-    started = subprocess.Popen(head_command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started = _start_ignoring(head_command, env)
     processes.append(started)
     # the head's own start-up is not the cluster's assembly: it gets HEAD_START_S even under a short join timeout
     # (a loaded machine took more than 5 s to start it), and a head that exits fails at once, with its last words
     _wait_until(lambda: _answers(ip, port) or started.poll() is not None, max(plan.join_timeout_s, HEAD_START_S),
-                f"the Ray head on {head}:{port} did not start")
+                f"the Ray head on {head}:{port} did not start", should_stop, "the Ray head started")
     if started.poll() is not None:
         said = (started.stderr.read() or b"").decode(errors="replace").strip().splitlines() if started.stderr else []
         raise OrchError(f"the Ray head on {head}:{port} exited with code {started.returncode}"
                         + (f": {said[-1]}" if said else ""))
     worker_command = [*plan.launcher, ray, "start", f"--address={ip}:{port}", *common]
-    processes.append(subprocess.Popen(worker_command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    processes.append(_start_ignoring(worker_command, env))
     return f"{ip}:{port}"
 
 
-def _wait_for_nodes(plan: ClusterPlan) -> None:
-    """Until every node is alive with its GPUs; OrchError naming the nodes missing after the timeout."""
+def _wait_for_nodes(plan: ClusterPlan, should_stop: Callable[[], bool] | None = None) -> None:
+    """Until every node is alive with its GPUs; OrchError naming the nodes missing after the timeout;
+    `StopRequested` once `should_stop` says so."""
     import ray
 
     expected = len(plan.nodes)
@@ -209,7 +229,7 @@ def _wait_for_nodes(plan: ClusterPlan) -> None:
         return len(alive) >= expected and ray.cluster_resources().get("GPU", 0) >= expected * plan.gpus_per_node
 
     try:
-        _wait_until(joined, plan.join_timeout_s, "")
+        _wait_until(joined, plan.join_timeout_s, "", should_stop, "the Ray nodes joined")
     except OrchError:
         alive = {node["NodeManagerHostname"] for node in ray.nodes() if node["Alive"]}
         missing = [name for name in plan.nodes if name not in alive] or ["(the GPUs of the joined nodes)"]
@@ -227,9 +247,11 @@ def _answers(ip: str, port: int) -> bool:
         return False
 
 
-def _wait_until(condition, timeout_s: float, message: str) -> None:  # noqa: ANN001
+def _wait_until(condition, timeout_s: float, message: str,  # noqa: ANN001
+                should_stop: Callable[[], bool] | None = None, where: str = "") -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
+        _stop_point(should_stop, where)
         if time.monotonic() > deadline:
             raise OrchError(message or "timed out")
         time.sleep(0.5)

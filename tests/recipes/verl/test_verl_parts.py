@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import socket
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -581,6 +582,92 @@ def test_a_ray_head_that_exits_is_named_at_once_with_its_last_words(tmp_path: Pa
             ray_cluster(plan):
         pass
     assert time.monotonic() - started < 60
+
+
+FAKE_HEAD = """#!{python}
+import os, pathlib, signal, sys
+status = dict(line.split(":", 1) for line in pathlib.Path("/proc/self/status").read_text().splitlines())
+mark = pathlib.Path(os.environ["ORCH_TEST_RAY_MARK"])
+mark.with_suffix(".tmp").write_text(" ".join(str(int(status[key], 16)) for key in ("SigIgn", "SigBlk")))
+mark.with_suffix(".tmp").rename(mark)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # as Ray's node does: the teardown's SIGTERM ends it
+signal.pause()  # never answers on the head's port
+"""
+
+
+def send_when(event, number: int) -> threading.Thread:
+    """A thread that sends this process `number` the moment `event()` is true (the window the test means)."""
+    import os
+    import time
+
+    def watch() -> None:
+        deadline = time.monotonic() + 300
+        while not event() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), number)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_stop_while_the_multi_node_head_starts_is_honoured_at_once_and_the_head_ignores_it(tmp_path: Path,
+                                                                                             monkeypatch) -> None:
+    """Issue 60: the multi-node start set the stop signals to *ignored* in the driver itself while `ray start --head`
+    started (up to HEAD_START_S, 120 s), so a SIGUSR2 or SIGTERM then was lost. Now they are ignored in the head alone
+    (and not blocked: `ray start --block` tears its node down on SIGTERM, through a handler of its own) and the driver
+    keeps its handlers: a SIGUSR2 sent the moment the head exists is recorded by the run's stop handler and ends the
+    start at once with StopRequested (before: 120 s, then "did not start")."""
+    import signal
+    import sys
+    import time
+
+    from recipes.runtime.stop import StopRequest, StopRequested
+    from recipes.verl.cluster import HEAD_START_S, ClusterPlan, ray_cluster
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ray").write_text(FAKE_HEAD.format(python=sys.executable))
+    (fake / "ray").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake / "python"))  # the cluster starts the `ray` beside the interpreter
+    mark = tmp_path / "head-started"
+    plan = ClusterPlan(nodes=(socket.gethostname(), "other"), gpus_per_node=1, logical_gpus=True,
+                       join_timeout_s=5, launcher=("false",), env={"ORCH_TEST_RAY_MARK": str(mark)})
+    with StopRequest() as stop:
+        send_when(mark.exists, signal.SIGUSR2)
+        started = time.monotonic()
+        with pytest.raises(StopRequested, match="while the Ray head started; nothing to keep"), \
+                ray_cluster(plan, stop):
+            pass
+        took = time.monotonic() - started
+    assert stop.signal_name == "SIGUSR2"  # recorded by the run's own handler, not dropped
+    assert took < HEAD_START_S / 2, took  # acted on at once, not after the head's start-up window
+    ignored, blocked = map(int, mark.read_text().split())
+    for number in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
+        assert ignored & (1 << (number - 1)), f"the head started with {number!r} not ignored"
+        assert not blocked & (1 << (number - 1)), f"the head started with {number!r} blocked"
+
+
+@pytest.mark.slow
+def test_a_stop_while_the_nodes_join_ends_the_wait_at_once() -> None:
+    """Issue 60: a stop during the join of a multi-node cell was recorded but acted on only after the join (up to
+    verl.ray_join_timeout_s). A real Ray head here, a second node that never joins (the launcher fails), a SIGUSR2 the
+    moment the driver is connected: the wait ends at once with StopRequested, and the cluster is torn down."""
+    import signal
+
+    import ray
+
+    from recipes.runtime.stop import StopRequest, StopRequested
+    from recipes.verl.cluster import ClusterPlan, ray_cluster
+
+    plan = ClusterPlan(nodes=(socket.gethostname(), "node-that-never-joins"), gpus_per_node=1, logical_gpus=True,
+                       join_timeout_s=600, launcher=("false",))
+    with StopRequest() as stop:
+        send_when(ray.is_initialized, signal.SIGUSR2)
+        with pytest.raises(StopRequested, match="while the Ray nodes joined; nothing to keep"), \
+                ray_cluster(plan, stop):
+            pass  # without the poll: 600 s, then "1 of 2 nodes joined"
+    assert stop.signal_name == "SIGUSR2" and not ray.is_initialized()
 
 
 # --- image observations: the agent loop's vision path (no Ray, no GPU: a scripted server) ----------------------
