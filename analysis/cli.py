@@ -144,7 +144,7 @@ def _check_tracking(uri: str | None) -> None:
     check_tracking_uri(default_tracking_uri(uri), key, existing=True)
 
 
-@app.command("runs")
+@app.command("runs", short_help="Query MLflow runs as a table, CSV, JSON or Parquet.")
 def runs(
     sweep: Annotated[str | None, typer.Option(help="Only this sweep's runs (its experiment and runs tagged sweep=S).")] = None,
     experiment: Annotated[list[str] | None, typer.Option(help="Only runs of this experiment (repeatable).")] = None,
@@ -188,7 +188,7 @@ def runs(
     _emit(frame, fmt, out)
 
 
-@app.command("rollouts")
+@app.command("rollouts", short_help="Write a run's rollout batches as JSONL or Parquet.")
 def rollouts(
     run_id: Annotated[str, typer.Argument(help="The MLflow run whose rollout batches to write.")],
     step: Annotated[list[int] | None, typer.Option("--step", help="Only this dumped step (repeatable; default: all).")] = None,
@@ -230,7 +230,7 @@ def rollouts(
             handle.writelines(lines)
 
 
-@app.command("report")
+@app.command("report", short_help="Write a sweep's offline HTML report.")
 def report(
     sweep: Annotated[str | None, typer.Argument(
         help="Sweep name (its MLflow experiment, or the sweep tag of its runs); omit with --paper.")] = None,
@@ -322,7 +322,7 @@ def report(
         raise typer.Exit(1)
 
 
-@app.command("paper")
+@app.command("paper", short_help="Map RAGEN-2's tables and figures to sweeps.")
 def paper_command(
     check: Annotated[bool, typer.Option(
         "--check", help="Exit 1 with one line per map item that has no sweep, needs a metric some cell of its sweep "
@@ -384,7 +384,7 @@ def paper_command(
         raise typer.Exit(1)
 
 
-@app.command("archive")
+@app.command("archive", short_help="Keep a sweep's results as a small folder.")
 def archive_command(
     sweep: Annotated[str, typer.Argument(help="Sweep name (its MLflow experiment, or the sweep tag of its runs).")],
     out: Annotated[Path, typer.Option(help="The archive folder to write (must not exist yet).")],

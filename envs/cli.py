@@ -57,7 +57,7 @@ def _print_messages(messages: list[dict[str, str]]) -> None:
         typer.echo(f"[{message['role']}]\n{message['content']}\n")
 
 
-@app.command("list")
+@app.command("list", short_help="List the environments and their action formats.")
 def list_command() -> None:
     """List the registered environments with their action format and turn budget."""
 
@@ -81,7 +81,7 @@ def list_command() -> None:
     _run(command)
 
 
-@app.command("show")
+@app.command("show", short_help="Print the first prompt of one episode.")
 def show_command(
     task: TaskArg,
     seed: SeedOpt = 0,
@@ -110,7 +110,7 @@ def show_command(
     _run(command)
 
 
-@app.command("play")
+@app.command("play", short_help="Play one episode in the terminal.")
 def play_command(task: TaskArg, seed: SeedOpt = 0, overrides: SetOpt = None) -> None:
     """Play one episode in the terminal: type actions (e.g. `Up || Left`) or a full reply, one line per turn.
     Reads stdin, so a pipe works too; end of input stops the game."""
@@ -145,7 +145,7 @@ def play_command(task: TaskArg, seed: SeedOpt = 0, overrides: SetOpt = None) -> 
     _run(command)
 
 
-@app.command("demos")
+@app.command("demos", short_help="Print solver demonstrations as chat transcripts.")
 def demos_command(
     task: TaskArg,
     n: Annotated[int, typer.Option("--n", min=1, help="Number of transcripts.")] = 3,

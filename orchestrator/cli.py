@@ -23,7 +23,8 @@ from orchlib.signals import StopSignal, stop_ends_command
 
 class OneLineErrors(TyperGroup):
     """The root command: click's usage errors (an unknown option, a missing argument, a bad number) become ONE line
-    on stderr, `orch: error: COMMAND: message`, with exit code 2, like every other error."""
+    on stderr, `orch: error: SUBCOMMAND: message` (`orch: error: message` for orch's own options), with exit code 2,
+    like every other error."""
 
     def main(self, *args: typing.Any, standalone_mode: bool = True, **kwargs: typing.Any) -> typing.Any:
         if not standalone_mode:
@@ -39,9 +40,10 @@ class OneLineErrors(TyperGroup):
             err.show()
             sys.exit(err.exit_code)
         except click.ClickException as err:
-            command = err.ctx.command_path if getattr(err, "ctx", None) else "orch"
-            message = " ".join(err.format_message().split())
-            click.echo(f"orch: error: {command}: {message} (see {command} --help)", err=True)
+            path = err.ctx.command_path if getattr(err, "ctx", None) else "orch"
+            command = path.partition(" ")[2]  # the sub-command (`sweep`, `env play`); '' for orch itself
+            message = " ".join(err.format_message().split()).removesuffix(".")
+            click.echo(f"orch: error: {command + ': ' if command else ''}{message} (see {path} --help)", err=True)
             sys.exit(err.exit_code)
         except click.Abort:
             click.echo("orch: aborted", err=True)
@@ -82,16 +84,35 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help: rendering help with rich costs ~0.15 s of start-up
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"orch {version('orch')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                               help="Print orch's version and exit.")] = False,
+) -> None:
+    pass  # orch's own options; its help is the Typer's above
+
+
 # --- sub-command groups (one line each; keep their modules light) -------------------------------------------
 from envs.cli import app as env_app  # noqa: E402
 
-app.add_typer(env_app, name="env", help="Inspect, play and demonstrate the environments.")
+app.add_typer(env_app, name="env", help="Inspect, play and demonstrate the environments.",
+              short_help="Inspect, play and demonstrate the environments.")
 from orchestrator.sweep_cli import app as sweep_app  # noqa: E402
 
 app.add_typer(sweep_app)  # top-level: sweep, status, cancel, resume, logs; and `orch mlflow serve`
 from recipes.train_cli import train_command  # noqa: E402
 
-app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(train_command)
+app.command("train", short_help="Train one agent with RL: one run, logged to MLflow.",
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(train_command)
 from analysis.cli import app as analysis_app  # noqa: E402
 
 app.add_typer(analysis_app)  # top-level: runs, report
@@ -110,7 +131,7 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-@app.command("eval")
+@app.command("eval", short_help="Evaluate a trained policy on validation seeds.")
 def eval_command(
     source: Annotated[str | None, typer.Argument(help="An MLflow run id, a checkpoint folder (torch or veRL) or a Hugging Face folder (or --sweep).")] = None,
     task: Annotated[str | None, typer.Option("--task", help="The task to play (default: the run's; needed for a Hugging Face folder).")] = None,
@@ -207,7 +228,7 @@ def _evaluate_sweep(name: str, request, cluster: str, wait: bool, dry_run: bool,
         _wait(store, plan.name)
 
 
-@app.command("export")
+@app.command("export", short_help="Write a trained policy as a Hugging Face folder.")
 def export_command(
     source: Annotated[str, typer.Argument(help="An MLflow run id, a torch-backend checkpoint folder (trainer.checkpoint_dir) or one checkpoint (step_N/).")],
     hf: Annotated[Path, typer.Option("--hf", help="The Hugging Face folder to write (must not exist, or be empty).")],
@@ -229,7 +250,7 @@ def export_command(
     typer.echo(f"exported {checkpoint} to {out}")
 
 
-@app.command("predict-filter-gain")
+@app.command("predict-filter-gain", short_help="Predict from one rollout batch if filtering helps.")
 def predict_filter_gain(
     batch: Annotated[Path | None, typer.Argument(
         help="Rollout batch: .parquet, .jsonl/.json or .csv (see docs/rollout_batch.md); or use --run.")] = None,
@@ -306,7 +327,7 @@ class FilterCommand(ModelOptionsCommand):
     model = "recipes.stats.filtering:FilterConfig"
 
 
-@app.command("filter", cls=FilterCommand)
+@app.command("filter", cls=FilterCommand, short_help="Show which prompt groups the filter keeps.")
 def filter_batch(
     ctx: typer.Context,
     batch: BatchArg,

@@ -18,7 +18,8 @@ from orchlib.signals import StopSignal
 
 app = typer.Typer(no_args_is_help=True)
 mlflow_app = typer.Typer(no_args_is_help=True)
-app.add_typer(mlflow_app, name="mlflow", help="Run a local MLflow tracking server for a sweep's jobs.")
+app.add_typer(mlflow_app, name="mlflow", help="Run a local MLflow tracking server for a sweep's jobs.",
+              short_help="Run a local MLflow server for a sweep's jobs.")
 
 StoreOpt = Annotated[
     str | None,
@@ -52,7 +53,7 @@ def _reconcile(store, sweep) -> None:
         reconcile(_open_store(store.url), sweep)
 
 
-@app.command("sweep")
+@app.command("sweep", short_help="Plan a sweep file's cells; submit those not done.")
 def sweep_command(
     file: Annotated[Path, typer.Argument(help="Sweep file (YAML), e.g. sweeps/demo.yaml.")],
     cluster: ClusterOpt = "local",
@@ -115,7 +116,7 @@ def sweep_command(
         _fail(str(err))
 
 
-@app.command("tune")
+@app.command("tune", short_help="Run an Optuna study whose trials are sweep cells.")
 def tune_command(
     file: Annotated[Path, typer.Argument(help="Sweep file with a `study:` section, e.g. sweeps/tune_rho.yaml.")],
     cluster: ClusterOpt = "local",
@@ -292,7 +293,7 @@ def _wait(store, name: str) -> None:
         raise typer.Exit(1)
 
 
-@app.command("status")
+@app.command("status", short_help="Show a sweep's cells and their states.")
 def status_command(
     sweep: Annotated[str | None, typer.Argument(help="Sweep name; omit to list every sweep.")] = None,
     watch: Annotated[bool, typer.Option("--watch", help="Refresh every few seconds until no cell is active.")] = False,
@@ -363,7 +364,7 @@ def _watch(store, sweep, limit: int | None) -> None:
                 raise
 
 
-@app.command("cancel")
+@app.command("cancel", short_help="Cancel a sweep's queued and running cells.")
 def cancel_command(
     sweep: SweepArg,
     cells: Annotated[list[str] | None, typer.Option("--cell", help="Cell digest (or a unique prefix); repeatable. Default: every cell.")] = None,
@@ -380,7 +381,7 @@ def cancel_command(
     typer.echo(f"sweep {sweep}: {count} cell(s) cancelled")
 
 
-@app.command("resume")
+@app.command("resume", short_help="Resubmit a sweep's pending, cancelled or lost cells.")
 def resume_command(
     sweep: SweepArg,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Executor (default: the sweep's last one).")] = None,
@@ -408,7 +409,7 @@ def resume_command(
         _fail(str(err))
 
 
-@app.command("logs")
+@app.command("logs", short_help="Print the log files of a cell's job.")
 def logs_command(
     sweep: SweepArg,
     cell: Annotated[str, typer.Argument(help="Cell digest or a unique prefix (see `orch status`).")],
@@ -471,7 +472,7 @@ def _print_logs(store, attempt_id: int, paths: list[Path], follow: bool) -> None
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-@mlflow_app.command("serve")
+@mlflow_app.command("serve", short_help="Start a local MLflow server for the jobs.")
 def mlflow_serve(
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface; then use --auth).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 5000,
