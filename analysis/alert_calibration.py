@@ -411,6 +411,41 @@ def alert_lines(used: list[CollapseRule], record: dict | None = None) -> list[st
     return lines
 
 
+def fired_text(data: RunData, leads) -> str:
+    """Whether the trainer's collapse alert fired in the runs of ``leads`` (:func:`analysis.early_warning.
+    early_warning`'s rows), and where: the step of each firing (the metric's history, else the run's
+    `collapse_alert_step` tag), with the median lead over success's decline where both happened."""
+    import pandas as pd
+
+    alerts = leads["alert_step"].copy()
+    column = f"tags.{names.TAG_COLLAPSE_ALERT_STEP}"
+    if column in data.runs.columns:  # runs whose metric history lacks the alert but whose tag has it
+        tagged = data.runs.set_index("run_id")[column].reindex(leads["run_id"]).to_numpy()
+        alerts = alerts.fillna(pd.Series(pd.to_numeric(tagged, errors="coerce"), index=leads.index).round())
+    fired = alerts.dropna()
+    n = len(leads)
+    if not len(fired):
+        return f"The collapse alert ({names.COLLAPSE_ALERT}) fired in none of the {n} runs."
+    at = pd.Series(fired.astype(int)).value_counts().sort_index()
+    where = ", ".join(f"{step} ({count} run{'s' if count > 1 else ''})" for step, count in at.items())
+    text = f"The collapse alert ({names.COLLAPSE_ALERT}) fired in {len(fired)} of {n} runs, at step {where}"
+    warned = leads["alert_lead_steps"].dropna()
+    if len(warned):
+        return text + f", a median {float(warned.median()):.0f} steps before success declined."
+    return text + "."
+
+
+def alert_summary(data: RunData) -> list[str]:
+    """For the terminal `orch report`: whether the alert fired, where, and its measured rates (:func:`fired_text`
+    over every run that logged the MI diagnostics, then :func:`alert_lines`); [] when no run did."""
+    from analysis.early_warning import early_warning
+
+    leads = early_warning(data)
+    if leads.empty:
+        return []
+    return [fired_text(data, leads), *alert_lines(rules_used(data) or [CollapseRule()])]
+
+
 def rules_used(data: RunData) -> list[CollapseRule]:
     """The distinct rules the runs of ``data`` ran the alert with (from their params)."""
     runs = _cell_runs(data)

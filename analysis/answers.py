@@ -111,10 +111,8 @@ def _trend_words(readings: Readings) -> list[str]:
 
 def collapse(data: RunData, summary: pd.DataFrame, trends: Readings | None = None) -> Answer:
     """Question (b) (module docstring); ``trends``: :func:`analysis.science.arm_trends` when already computed."""
-    import pandas as pd
-
     from analysis import figures
-    from analysis.alert_calibration import alert_lines, rules_used
+    from analysis.alert_calibration import alert_lines, fired_text, rules_used
     from analysis.early_warning import early_warning
 
     answer = Answer(QUESTIONS[1])
@@ -144,20 +142,7 @@ def collapse(data: RunData, summary: pd.DataFrame, trends: Readings | None = Non
         )
     else:
         answer.words.append("No run saw both MI and success decline, so there is no lead to measure.")
-    alerts = leads["alert_step"].copy()
-    column = f"tags.{names.TAG_COLLAPSE_ALERT_STEP}"
-    if column in data.runs.columns:  # runs whose metric history lacks the alert but whose tag has it
-        tagged = data.runs.set_index("run_id")[column].reindex(leads["run_id"]).to_numpy()
-        alerts = alerts.fillna(pd.Series(pd.to_numeric(tagged, errors="coerce"), index=leads.index).round())
-    fired = alerts.dropna()
-    if len(fired):
-        warned = leads["alert_lead_steps"].dropna()
-        text = (f"The collapse alert ({names.COLLAPSE_ALERT}) fired in {len(fired)} of {n} runs (first at step "
-                f"{int(fired.min())})")
-        text += f", a median {_median(warned)} steps before success declined." if len(warned) else "."
-        answer.words.append(text)
-    else:
-        answer.words.append(f"The collapse alert ({names.COLLAPSE_ALERT}) fired in none of the {n} runs.")
+    answer.words.append(fired_text(data, leads))
     answer.words += [f"Its error rates: {line}." for line in alert_lines(rules_used(data))]
     answer.figure = figures.collapse_figure(data, summary)
     return answer

@@ -300,6 +300,8 @@ def report(
         typer.echo(f"gap: {gap}", err=True)
     typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figure files" if len(written) > 1 else ""))
     found = built.science
+    for line in found.alert if found is not None else []:  # the alert: fired where, and its measured rates
+        typer.echo(line if line.startswith("The collapse alert") else f"  {line}")
     if found is not None and found.reason:
         typer.echo(f"note: the paper's findings were not tested: {found.reason}", err=True)
     elif found is not None:

@@ -122,6 +122,7 @@ class Science:
     untested: list[str] = field(default_factory=list)  # "scope: why" of each (task, variant) left untested
     effects: pd.DataFrame | None = None  # filter_effect(): the deltas behind findings 2 and 4
     trends: Readings = field(default_factory=dict)  # arm_trends() of the tested scopes: the post-hoc reading
+    alert: list[str] = field(default_factory=list)  # the collapse alert: fired where, its rates (alert_summary)
 
     def frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -387,13 +388,15 @@ def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | No
             n_boot: int = N_BOOT) -> Science:
     """Every finding's verdict (module docstring) for a sweep; ``predictions``: the predictor on the baseline
     runs' first rollout batches (:func:`analysis.rollout_artifacts.predictions`), or None when not read."""
+    from analysis.alert_calibration import alert_summary
     from analysis.early_warning import early_warning
     from analysis.summary import metric_summary
 
+    alert = alert_summary(data)  # whether or not the findings can be tested: the terminal prints it
     gaps = untested(summary)
     reason = testable(summary, gaps)
     if reason:
-        return Science(reason=reason)
+        return Science(reason=reason, alert=alert)
     data = with_retrieval_excess(data)
     done = summary[summary["final_success"].notna() & summary["filtered"].notna()]
     fall = falls(data, (names.MI_ZSCORE_EMA, names.RETRIEVAL_EXCESS, names.ENTROPY))
@@ -434,4 +437,4 @@ def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | No
     findings.sort(key=lambda f: order.index(f.key))
     tested = done[~done.set_index(["task", "variant"]).index.isin(list(gaps))]
     return Science(findings=findings, effects=effects, trends=arm_trends(data, tested),
-                   untested=[f"{_scope(*scope)}: {why}" for scope, why in gaps.items()])
+                   untested=[f"{_scope(*scope)}: {why}" for scope, why in gaps.items()], alert=alert)
