@@ -152,7 +152,7 @@ def predictor(summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.Data
     import pandas as pd
 
     from analysis import figures
-    from analysis.predictor_record import hit_rate_line
+    from analysis.predictor_record import hit_rate_line, verdict_note
     from analysis.tables import task_verdicts
 
     answer = Answer(QUESTIONS[2])
@@ -173,7 +173,7 @@ def predictor(summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.Data
         mean = None if pd.isna(said_row["ratio_mean"]) else float(said_row["ratio_mean"])
         shown = "undefined (no prompt had reward variance)" if mean is None else f"{mean:.2f}"
         text = (f"{task}" + ("" if variant == "base" else f" · {variant}") + f": std(RV)/mean(RV) = {shown} on the "
-                f"first rollout batch (mean of {said_row['batches']} baseline runs): {said}.")
+                f"first rollout batch (mean of {said_row['batches']} baseline runs): {said} ({verdict_note()}).")
         measured = effects[(effects["task"] == task) & (effects["variant"] == variant)].dropna(subset=["delta"])
         for _, row in measured.iterrows():
             text += f" Measured with {row['filter']}: {row['delta']:+.1f} points"

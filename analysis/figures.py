@@ -177,6 +177,40 @@ def predictor_figure(table: pd.DataFrame) -> go.Figure:
     return figure
 
 
+def calibration_figure(record: dict) -> go.Figure:
+    """The predictor's calibration on orch's archived sweeps (:mod:`analysis.predictor_record`): the kept
+    reading's ratio (x) against each condition's measured filter gain with its 95% interval (y), fit half hollow
+    and held-out half filled; the thresholds dotted, 0 and the gain of interest dashed."""
+    import plotly.graph_objects as go
+
+    kept = record.get("kept", "var-first")
+    rows = [row for row in record.get("rows") or [] if row["ratios"].get(kept) is not None]
+    figure = go.Figure()
+    for index, half in enumerate(("fit", "held out")):
+        chosen = [row for row in rows if row.get("half") == half]
+        if not chosen:
+            continue
+        figure.add_scatter(
+            x=[row["ratios"][kept] for row in chosen], y=[row["gain"] for row in chosen], mode="markers",
+            name=f"{half} half", marker={"color": _color(0), "size": 9, "symbol": "circle-open" if index == 0 else "circle"},
+            text=[f"{row['sweep']} · {row['task']} · {row['variant']} · {row['filter']}: {row.get('outcome', '')}"
+                  for row in chosen],
+            error_y={"type": "data", "symmetric": False, "array": [row["hi"] - row["gain"] for row in chosen],
+                     "arrayminus": [row["gain"] - row["lo"] for row in chosen]},
+        )
+    cuts = record.get("thresholds") or {}
+    for x in (cuts.get("hurts_below"), cuts.get("helps_above")):
+        if x is not None:
+            figure.add_vline(x=x, line={"dash": "dot", "color": "grey"})
+    figure.add_hline(y=0, line={"color": "grey"})
+    figure.add_hline(y=record.get("delta", 0.0), line={"dash": "dash", "color": "grey"})
+    figure.update_layout(
+        title="the predictor, tested: ratio on the baseline's first batch vs measured filter gain (95% CI)",
+        xaxis_title=f"std(RV)/mean(RV) ({kept})", yaxis_title="filter gain (success points)", **LAYOUT,
+    )
+    return figure
+
+
 def filter_effect_figure(summary: pd.DataFrame) -> go.Figure:
     """Final success per task (and variant) without and with each filter setting: every seed as a point, the mean
     over seeds as a bar."""

@@ -24,6 +24,13 @@ the uncertain band stay: nothing decided means no miss to fit; raising ``helps_a
 FrozenLake's point estimate after seeing it and not Sokoban's; and FrozenLake's per-run ratios (0.47-1.71 over five
 8-prompt batches, about 0.22 standard error on their mean) put 1.07 within one standard error of 1.0 and 1.16
 alike -- the ratio's noise, not the cut, limits the verdict at this scale (docs/statistics.md).
+
+Two scores, never mixed up: the *ratio* the verdict reads uses ``metric`` (``var``, the paper's text, by default;
+``std`` optionally), while *what top-p keeps* (:func:`kept_fractions`) is always computed with the trainer's filter
+settings (:data:`FILTER`: ``FilterConfig``'s defaults, i.e. ``conf/filter/_base.yaml``: linear top-p over the
+unbiased reward **std**, zero-variance groups dropped, eps 0.01) through :func:`recipes.stats.filtering.select_groups`
+-- the function the trainers call -- so ``orch predict-filter-gain`` and ``orch filter --strategy top_p`` keep the
+same groups on one batch. Both tables name their score.
 """
 
 from __future__ import annotations
@@ -37,19 +44,24 @@ import numpy as np
 
 from analysis.paper import predictor_references
 from orchlib.errors import OrchError
-from recipes.stats.filtering import GroupStats, group_stats, select_groups
+from recipes.stats.filtering import FilterConfig, GroupStats, group_stats, select_groups
 
 if TYPE_CHECKING:
     import pandas as pd
 
 RHO_GRID = (0.6, 0.8, 0.9, 0.95, 0.98)
-# Each prob mode with the zero-variance convention it was used with (RAGEN-2 and its reference code).
-PROB_MODE_INCLUDE_ZERO = {"linear": False, "softmax": True}
+FILTER = FilterConfig()  # the trainer's filter settings (conf/filter/_base.yaml): what "top-p keeps" is computed with
+# Each prob mode with the zero-variance convention it was used with (RAGEN-2 and its reference code); linear is the
+# trainer's default and keeps what `orch filter --strategy top_p --value RHO` keeps.
+PROB_MODE_INCLUDE_ZERO = {"linear": FILTER.include_zero, "softmax": True}
+SCORE_NAMES = {"var": "variance", "std": "standard deviation"}
 VERDICT_HELPS = "likely helps"
 VERDICT_HURTS = "unlikely to help"
 VERDICT_UNCERTAIN = "uncertain"
 # A verdict against a measured filter gain (:func:`outcome`): finding 4's rule and the predictor's hit rate.
 HIT, MISS, UNDECIDED, NO_CALL = "hit", "miss", "undecided", "no call"
+# What a measured gain shows (:func:`gain_class`), before any verdict is set against it.
+HELPED, FELL_SHORT, UNSETTLED = "helped", "fell short", "unsettled"
 PAPER_REFERENCES = predictor_references()  # the published points live in analysis.paper
 
 
@@ -87,7 +99,7 @@ class PredictorReport:
     step: int | None
     num_prompts: int
     num_trajectories: int
-    metric: str
+    metric: str  # the RV score the ratio (and the verdict) reads
     rv_mean: dict[str, float]  # per metric ('var', 'std'): mean of per-prompt RV
     rv_std: dict[str, float]  # population std of per-prompt RV
     ratio: dict[str, float | None]  # std/mean; None where every prompt has zero variance
@@ -96,6 +108,7 @@ class PredictorReport:
     verdict: str
     reason: str
     thresholds: PredictorThresholds
+    kept_metric: str = FILTER.metric  # the score top-p ranked by in ``kept`` (the trainer's filter's)
 
     def to_json(self) -> dict[str, Any]:
         """Stable machine-readable form (documented in docs/predictor.md)."""
@@ -111,6 +124,7 @@ class PredictorReport:
                 for name in ("var", "std")
             },
             "zero_variance_share": self.zero_variance_share,
+            "kept_metric": self.kept_metric,
             "kept": [
                 {
                     "prob_mode": k.prob_mode,
@@ -133,55 +147,76 @@ def rv_ratio(rv: np.ndarray) -> float | None:
     return None if mean <= 0.0 else float(rv.std() / mean)
 
 
-def verdict_for(ratio: float | None, thresholds: PredictorThresholds) -> tuple[str, str]:
-    """Map a ratio to (verdict, one-paragraph reason citing the paper's reference points)."""
+def verdict_for(ratio: float | None, thresholds: PredictorThresholds, metric: str | None = None) -> tuple[str, str]:
+    """Map a ratio to (verdict, one-paragraph reason citing the paper's reference points); ``metric`` (var | std),
+    when given, names the RV score the ratio was computed with."""
     if ratio is None:
         return VERDICT_HURTS, (
             "Every prompt in this batch has zero reward variance, so no prompt carries a task gradient and the filter "
             "has nothing to rank; change the task difficulty or sampling before expecting filtering to help."
         )
     cited = f"In the paper, {PAPER_REFERENCES}."
+    name = "std(RV)/mean(RV)" if metric is None else f"std(RV)/mean(RV) with RV the reward {SCORE_NAMES[metric]}"
     if ratio >= thresholds.helps_above:
         return VERDICT_HELPS, (
-            f"std(RV)/mean(RV) = {ratio:.2f} >= {thresholds.helps_above:g}: reward variance is spread across prompts "
+            f"{name} = {ratio:.2f} >= {thresholds.helps_above:g}: reward variance is spread across prompts "
             f"(likely bimodal: clear-signal prompts beside noise prompts), so keeping the high-variance prompts "
             f"should raise the signal-to-noise ratio of the update. {cited}"
         )
     if ratio < thresholds.hurts_below:
         return VERDICT_HURTS, (
-            f"std(RV)/mean(RV) = {ratio:.2f} < {thresholds.hurts_below:g}: prompts have similar reward variance, so "
+            f"{name} = {ratio:.2f} < {thresholds.hurts_below:g}: prompts have similar reward variance, so "
             f"the filter would drop prompts almost at random and mostly lose data. {cited}"
         )
     return VERDICT_UNCERTAIN, (
-        f"std(RV)/mean(RV) = {ratio:.2f} lies between {thresholds.hurts_below:g} and {thresholds.helps_above:g}, "
+        f"{name} = {ratio:.2f} lies between {thresholds.hurts_below:g} and {thresholds.helps_above:g}, "
         f"where no published run falls; try a short run with and without the filter. {cited}"
     )
 
 
-def outcome(verdict: str, lo: float, hi: float, seeds: int) -> str:
-    """A verdict against the filter gain measured over ``seeds`` (the smaller arm's run count), 95% interval
-    [lo, hi]: :data:`HIT` when *likely helps* meets an interval above 0 or *unlikely to help* one below 0,
-    :data:`MISS` the reverse, :data:`UNDECIDED` when the interval spans (or touches) 0 or an arm has fewer than
-    :data:`analysis.verdicts.MIN_SEEDS` runs, :data:`NO_CALL` for *uncertain*. Finding 4 of docs/science.md
-    (:mod:`analysis.science`) and the predictor's hit rate (:mod:`analysis.predictor_record`) both read it."""
+def gain_class(lo: float, hi: float, seeds: int, delta: float = 0.0) -> str:
+    """What a measured filter gain (95% interval [lo, hi] in points, over ``seeds`` runs in the smaller arm) shows,
+    against a smallest gain of interest ``delta`` >= 0: :data:`HELPED` when the interval lies above 0 (a
+    demonstrable gain, however small), :data:`FELL_SHORT` when it does not and lies below ``delta`` (any gain is
+    demonstrably smaller than ``delta``: harm, none, or too little to matter), :data:`UNSETTLED` otherwise (the
+    interval spans both 0 and ``delta``) or with fewer than :data:`analysis.verdicts.MIN_SEEDS` runs in an arm. The
+    sides are :func:`analysis.verdicts.side`'s: an interval touching a bound spans it. ``delta`` 0 is finding 4's
+    rule (helped: above 0; fell short: below 0)."""
     from analysis.verdicts import MIN_SEEDS, side
 
+    if seeds < MIN_SEEDS:
+        return UNSETTLED
+    if side(lo, hi, 0.0) == "clears":
+        return HELPED
+    return FELL_SHORT if side(lo, hi, delta) == "misses" else UNSETTLED
+
+
+def outcome(verdict: str, lo: float, hi: float, seeds: int, delta: float = 0.0) -> str:
+    """A verdict against the filter gain measured over ``seeds`` (the smaller arm's run count), 95% interval
+    [lo, hi], with smallest gain of interest ``delta`` (:func:`gain_class`): :data:`HIT` when *likely helps* meets
+    a gain that :data:`HELPED` or *unlikely to help* one that :data:`FELL_SHORT`, :data:`MISS` the reverse,
+    :data:`UNDECIDED` when the gain is :data:`UNSETTLED`, :data:`NO_CALL` for *uncertain*. With ``delta`` 0 (the
+    default) this is finding 4 of docs/science.md (:mod:`analysis.science`); the predictor's hit rate
+    (:mod:`analysis.predictor_record`) passes its declared ``delta``."""
     if verdict not in (VERDICT_HELPS, VERDICT_HURTS):
         return NO_CALL
-    where = side(lo, hi, 0.0)
-    if seeds < MIN_SEEDS or where == "spans":
+    shown = gain_class(lo, hi, seeds, delta)
+    if shown == UNSETTLED:
         return UNDECIDED
-    return HIT if (where == "clears") == (verdict == VERDICT_HELPS) else MISS
+    return HIT if (shown == HELPED) == (verdict == VERDICT_HELPS) else MISS
 
 
-def kept_fractions(stats: GroupStats, metric: str) -> list[KeptFraction]:
-    """What the filter would keep on this batch at every rho of :data:`RHO_GRID`, for both prob modes."""
+def kept_fractions(stats: GroupStats, metric: str = FILTER.metric) -> list[KeptFraction]:
+    """What the filter would keep on this batch at every rho of :data:`RHO_GRID`, for both prob modes, ranking
+    groups by ``metric`` (default: the trainer's filter's score, :data:`FILTER`) with the filter's eps: the linear
+    row is what the trainer's top-p keeps at that rho."""
     scores = stats.score(metric)
     total = float(stats.size.sum())
     fractions = []
     for prob_mode, include_zero in PROB_MODE_INCLUDE_ZERO.items():
         for rho in RHO_GRID:
-            keep = select_groups(scores, "top_p", rho, prob_mode=prob_mode, include_zero=include_zero)
+            keep = select_groups(scores, "top_p", rho, prob_mode=prob_mode, include_zero=include_zero,
+                                 select_type=FILTER.select_type, eps=FILTER.eps)
             fractions.append(
                 KeptFraction(
                     prob_mode=prob_mode,
@@ -214,7 +249,7 @@ def predict(
         raise OrchError(f"{where}: {err}") from None
     rv = {name: stats.score(name) for name in ("var", "std")}
     ratio = {name: rv_ratio(values) for name, values in rv.items()}
-    verdict, reason = verdict_for(ratio[metric], thresholds)
+    verdict, reason = verdict_for(ratio[metric], thresholds, metric)
     return PredictorReport(
         source=source,
         step=step,
@@ -225,7 +260,7 @@ def predict(
         rv_std={name: float(values.std()) for name, values in rv.items()},
         ratio={name: (None if r is None or math.isnan(r) else r) for name, r in ratio.items()},
         zero_variance_share=float(stats.zero_variance.mean()),
-        kept=kept_fractions(stats, metric),
+        kept=kept_fractions(stats),
         verdict=verdict,
         reason=reason,
         thresholds=thresholds,

@@ -246,15 +246,17 @@ def _early_warning(data: RunData, summary: pd.DataFrame) -> Section:
 
 
 def _first_batches(
-    data: RunData, summary: pd.DataFrame, progress: Progress | None
+    data: RunData, summary: pd.DataFrame, progress: Progress | None, which: str = "first"
 ) -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[str]]:
-    """The first dumped rollout batch of every baseline run with results (lowest seed first), the predictor on
-    each (:func:`analysis.rollout_artifacts.predictions`) and the notes on batches it refused."""
+    """The first dumped rollout batch (``which``: or e.g. ``first:3``, the first three) of every baseline run with
+    results (lowest seed first), the predictor on each (:func:`analysis.rollout_artifacts.predictions`) and the
+    notes on batches it refused."""
     from analysis import rollout_artifacts
 
     with_results = summary[summary["peak_success"].notna()]
     baseline = with_results[with_results["filtered"].eq(False).fillna(False)].sort_values(["task", "variant", "seed"])
-    first = rollout_artifacts.load_batches(data.tracking_uri, list(baseline["run_id"]), which="first", progress=progress)
+    first = rollout_artifacts.load_batches(data.tracking_uri, list(baseline["run_id"]), which=which,
+                                           progress=progress)
     predictions, notes = rollout_artifacts.predictions(first)
     return first, predictions, notes
 
@@ -278,6 +280,10 @@ def _predictor(
         section.note(hit_rate_line())  # how often the verdict has been right on orch's own runs
         if t8["gain"].notna().any():
             section.figure(figures.predictor_figure(t8))
+        from analysis.predictor_record import load_record
+
+        if (record := load_record()).get("rows"):  # the calibration over every archived sweep, held out
+            section.figure(figures.calibration_figure(record))
     if data.reader == ARCHIVE_READER:
         section.note("RV histograms need the runs' rollout batches, which an archive does not keep "
                      "(report from the tracking store for them)")
@@ -459,7 +465,11 @@ def archive_sweep(sweep: str, out: Path, tracking_uri: str | None = None, *, rol
         raise OrchError(f"sweep {sweep!r} has no finished runs in {data.tracking_uri}")
     predictions = pd.DataFrame(columns=list(PREDICTION_COLUMNS))
     if rollouts:
-        _, predictions, refused = _first_batches(data, summarize(data), progress)
+        # the predictor's hit rate reads the first k batches too
+        from analysis.predictor_record import EARLY_BATCHES, early_columns
+
+        _, predictions, refused = _first_batches(data, summarize(data), progress, which=f"first:{EARLY_BATCHES}")
+        predictions = early_columns(predictions)  # one row per run: the first batch, the first k's mean ratios
         notes += refused
     return write_archive(data, predictions, sweep, out), len(data.runs), notes
 

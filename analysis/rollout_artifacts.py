@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 STEP_FILE = re.compile(r"step_(\d+)\.parquet$")
-PREDICTION_COLUMNS = ("run_id", "step", "ratio", "verdict", "num_prompts", "zero_variance_share")
+# ratio: RV as the variance (the verdict's, at the default thresholds); ratio_std: RV as the std
+PREDICTION_COLUMNS = ("run_id", "step", "ratio", "verdict", "num_prompts", "zero_variance_share", "ratio_std")
 RV_COLUMNS = ("run_id", "step", "prompt_id", "rv")
 QUIET_DOWNLOADS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
@@ -46,10 +47,12 @@ def _pick(steps: dict[int, str], which: str) -> dict[int, str]:
     if which == "first":
         first = min(steps)
         return {first: steps[first]}
+    if which.startswith("first:") and which[6:].isdigit():  # the first k dumped steps
+        return dict(sorted(steps.items())[: int(which[6:])])
     if which == "last":
         last = max(steps)
         return {last: steps[last]}
-    raise OrchError(f"unknown rollout step choice {which!r}; valid choices: all, first, last")
+    raise OrchError(f"unknown rollout step choice {which!r}; valid choices: all, first, first:K, last")
 
 
 @contextmanager
@@ -172,7 +175,8 @@ def predictions(batches: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, list[st
             notes.append(str(err))
             continue
         rows.extend(
-            (run_id, r.step, r.ratio[r.metric], r.verdict, r.num_prompts, r.zero_variance_share) for r in reports
+            (run_id, r.step, r.ratio[r.metric], r.verdict, r.num_prompts, r.zero_variance_share, r.ratio["std"])
+            for r in reports
         )
     return pd.DataFrame(rows, columns=list(PREDICTION_COLUMNS)), notes
 

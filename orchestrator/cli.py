@@ -285,7 +285,10 @@ def predict_filter_gain(
         _fail(str(err))
     from analysis.predictor_view import print_reports
 
-    print_reports(reports, metric=metric, as_json=as_json)
+    try:
+        print_reports(reports, metric=metric, as_json=as_json)
+    except OrchError as err:  # a hand-edited or stale record: one line, before anything is printed
+        _fail(str(err))
 
 
 class ModelOptionsCommand(TyperCommand):

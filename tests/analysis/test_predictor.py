@@ -101,3 +101,51 @@ def test_frame_is_analysed_per_step():
     )
     assert [r.step for r in predict_frame(frame, "x")] == [1, 2]
     assert [r.step for r in predict_frame(frame, "x", step=2)] == [2]
+
+
+def test_what_top_p_keeps_is_what_the_trainers_filter_keeps():
+    """One batch, one answer: the predictor's linear row at rho 0.9 is `orch filter --strategy top_p --value 0.9`
+    (the trainers' function, the configured score of conf/filter/_base.yaml), whatever score the ratio reads."""
+    from pathlib import Path
+
+    import yaml
+
+    from analysis.predictor import FILTER, predict_batch_file
+    from recipes.stats.filtering import filter_groups
+    from recipes.stats.rollouts import iter_steps, load_rollout_batch
+
+    conf = yaml.safe_load((Path(__file__).parents[2] / "conf" / "filter" / "_base.yaml").read_text())
+    assert FILTER.metric == conf["metric"] == "std" and FILTER.prob_mode == conf["prob_mode"]
+    path = Path(__file__).parents[2] / "examples" / "sokoban_bimodal.parquet"
+    frame = load_rollout_batch(path)
+    for step, rows in iter_steps(frame, str(path)):
+        result = filter_groups(rows["reward"].to_numpy(), rows["prompt_id"].to_numpy(), FILTER)
+        for metric in ("var", "std"):
+            (report,) = predict_batch_file(path, step=step, metric=metric)
+            row = next(k for k in report.kept if k.prob_mode == "linear" and k.rho == FILTER.value)
+            assert report.kept_metric == "std" and report.to_json()["kept_metric"] == "std"
+            assert row.prompts == pytest.approx(result.keep_groups.mean()), (step, metric)
+            assert row.trajectories == pytest.approx(result.keep_samples.mean()), (step, metric)
+
+
+def test_the_cli_names_both_scores_and_prints_the_record_once(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from analysis.predictor_record import hit_rate_line
+    from orchestrator.cli import app
+
+    rewards, prompts = batch_from_success_rates([0.5, 0.5, 0.0, 0.0], samples=8)
+    frame = pd.concat([pd.DataFrame({"prompt_id": prompts, "reward": rewards, "step": step}) for step in (1, 2)])
+    path = tmp_path / "batch.csv"
+    frame.to_csv(path, index=False)
+    result = CliRunner().invoke(app, ["predict-filter-gain", str(path)], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count(hit_rate_line()) == 1  # once per command, not per step
+    assert "ranked by reward standard deviation (the trainer's filter score)" in result.stdout
+    assert "RV as variance: mean / std / ratio" in result.stdout and "<- the verdict's ratio" in result.stdout
+    assert "std(RV)/mean(RV) with RV the reward variance = " in result.stdout
+    document = json.loads(CliRunner().invoke(app, ["predict-filter-gain", str(path), "--json"]).stdout)
+    assert document["record"]["line"] == hit_rate_line() and "verdict_note" in document["record"]
+    assert {report["kept_metric"] for report in document["reports"]} == {"std"}
