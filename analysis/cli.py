@@ -254,7 +254,9 @@ def report(
                          "needs (the CI rehearsal's check).")] = False,
     archive: Annotated[list[Path] | None, typer.Option(
         "--archive", help="Read the sweep's runs from this archive folder (`orch archive`) instead of the tracking "
-                          "store; repeatable (archives of one sweep's cells from different sessions).")] = None,
+                          "store; repeatable (archives of one sweep's cells from different sessions). With --paper: "
+                          "each folder is read as the paper sweep its archive names, or SWEEP=DIR as that "
+                          "sweep's.")] = None,
 ) -> None:
     """Write a sweep's report: tables, training curves, correlations, predictor verdicts (offline HTML)."""
     from orchlib.errors import OrchError
@@ -266,13 +268,17 @@ def report(
             raise OrchError("orch report: give a sweep name or --paper (not both)")
         if strict and not whole_paper:
             raise OrchError("orch report: --strict checks the paper map's metrics: use it with --paper")
-        if archive and (whole_paper or tracking_uri):
-            raise OrchError("orch report: --archive reads one sweep's archive folders: not with --paper or "
-                            "--tracking-uri")
+        if archive and tracking_uri:
+            raise OrchError("orch report: --archive reads archive folders: not with --tracking-uri")
         if fmt not in FORMATS:
             raise OrchError(f"unknown --format {fmt!r}; valid choices: {', '.join(FORMATS)}")
         _check_output(out)
-        if archive:
+        paper_archives = None
+        if archive and whole_paper:  # each folder read as its own paper sweep's, or SWEEP=DIR
+            from analysis.report import paper_archives as group_archives
+
+            paper_archives = group_archives([str(folder) for folder in archive])
+        elif archive:
             from analysis.archive import check_archive
 
             for folder in archive:
@@ -285,7 +291,8 @@ def report(
             if whole_paper:
                 from analysis.report import build_paper_report
 
-                built = build_paper_report(tracking_uri, n_boot=bootstrap, rollouts=rollouts, progress=progress)
+                built = build_paper_report(tracking_uri, n_boot=bootstrap, rollouts=rollouts, progress=progress,
+                                           archives=paper_archives)
             else:
                 built = build_report(
                     sweep, tracking_uri, store_url=store, n_boot=bootstrap, rollouts=rollouts, progress=progress,

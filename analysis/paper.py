@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import names
-from analysis.verdicts import DIRECTION, LEVEL, PRINT_TOLERANCE
+from analysis.verdicts import CORRELATION, DIRECTION, EFFECT, LEVEL, NO_EFFECT, ORDER, rounding
 from envs.base import DataSource
 from orchlib.errors import OrchError
 
@@ -44,9 +44,14 @@ TABLE4_TASKS = ("Sokoban", "FrozenLake", "MetaMathQA", "Countdown")
 @dataclass(frozen=True)
 class Value:
     """One published value: where it is, what it means, the cell it describes (``at``: the keys a measured value is
-    matched on, e.g. variant, task, stat) and how it is judged (``kind``: a *level* or a *direction*,
-    `analysis.verdicts`). ``figure_only``: the paper shows it in a figure without printing a number; ``value`` is
-    then the claim's sign (+1 higher, -1 lower, 0 no effect), never a made-up magnitude."""
+    matched on, e.g. variant, task, stat) and how it is judged (``kind``: one of `analysis.verdicts.KINDS`).
+    ``value`` is the number as the paper prints it -- a string keeps its printed digits ("0.20"); a float's are
+    read from its shortest form, or given as ``digits`` -- and the rounding tolerance is half its last digit.
+    ``margin``: the declared margin where the paper gives a spread, or, for a claim of no effect, the smallest
+    effect of interest; ``why``: where it comes from (printed beside every verdict). ``pooled``: for a correlation,
+    where the paper says it pooled tasks ("" -- judged per task). ``figure_only``: the paper shows it in a figure
+    without printing a number; ``value`` is then the claim's sign (+1 higher, -1 lower), never a made-up
+    magnitude."""
 
     where: str
     quantity: str
@@ -54,7 +59,35 @@ class Value:
     at: dict[str, Any] = field(default_factory=dict)
     kind: str = LEVEL
     figure_only: bool = False
-    tolerance: float = PRINT_TOLERANCE
+    margin: float | None = None
+    why: str = ""
+    digits: int | None = None
+    pooled: str = ""
+    printed: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        printed = (self.value if isinstance(self.value, str) else f"{self.value:.{self.digits}f}"
+                   if self.digits is not None else repr(float(self.value)))
+        object.__setattr__(self, "printed", printed)
+        object.__setattr__(self, "value", float(self.value))
+
+    @property
+    def band(self) -> float:
+        """The margin the judge uses: the declared one, at least the rounding tolerance (none for a sign)."""
+        if self.kind in (DIRECTION, ORDER):
+            return 0.0
+        return max(self.margin or 0.0, rounding(self.printed))
+
+    def margin_text(self) -> str:
+        """The margin and how it was chosen, as every report row prints it."""
+        if self.kind == DIRECTION:
+            return "none: the sign is the claim (a figure, no number)"
+        if self.kind == ORDER:
+            return "1/2: MI first in more runs than success first"
+        half = f"half the last printed digit of {self.printed}"
+        if self.margin is None or self.margin < rounding(self.printed) or not self.why:
+            return f"\u00b1{self.band:g} ({half}; the paper gives no spread)"
+        return f"\u00b1{self.band:g} ({self.why})"
 
 
 @dataclass(frozen=True)
@@ -70,6 +103,7 @@ class Item:
     section: str  # the report section that shows it (analysis.report.PAPER_SECTIONS)
     settings: str  # the settings rule its sweeps follow
     published: tuple[Value, ...] = ()
+    coverage: int = 1  # published values the paper rehearsal (one seed, 2 steps) must measure: its floor
 
 
 # --- Table 4 -------------------------------------------------------------------------------------------------------
@@ -91,6 +125,14 @@ TABLE4: dict[str, tuple[tuple[float | None, ...], tuple[float | None, ...], floa
 }
 
 
+# A claim of no effect on success needs a smallest effect of interest; the paper declares none. orch's: 1 point of
+# peak validation success (the gains the paper reads as gains start at a few tenths of a point on one run each).
+SUCCESS_SESOI = 1.0
+SUCCESS_SESOI_WHY = "orch's smallest effect of interest on success, 1 point; the paper declares none"
+# Where the paper gives two reports of one value: both (the band between them is the claim, judged as a level).
+TABLE4_SPREAD = {("GRPO", "FrozenLake"): (-3.0, 2.3)}
+
+
 def _table4_values() -> tuple[Value, ...]:
     out = []
     for variant, (base, delta, _, _) in TABLE4.items():
@@ -100,8 +142,19 @@ def _table4_values() -> tuple[Value, ...]:
             at = {"variant": variant, "task": TASKS[task]}
             out.append(Value(f"Table 4, {variant}, {task}", "baseline peak validation success %", b,
                              {**at, "stat": "base"}))
+            if d == 0.0:  # "+0.0": a claim of no effect, with orch's smallest effect of interest
+                out.append(Value(f"Table 4, {variant}, {task}", "filter delta of peak validation success, points", d,
+                                 {**at, "stat": "delta"}, NO_EFFECT, margin=SUCCESS_SESOI, why=SUCCESS_SESOI_WHY))
+                continue
+            if (variant, task) in TABLE4_SPREAD:  # two reports of opposite sign: the delta lies between them
+                low, high = TABLE4_SPREAD[variant, task]
+                out.append(Value(f"Table 4, {variant}, {task}", "filter delta of peak validation success, points "
+                                 f"(the paper's two reports, {low:+g} and {high:+g})", f"{(low + high) / 2:.2f}",
+                                 {**at, "stat": "delta"}, LEVEL, margin=(high - low) / 2,
+                                 why=f"the paper's two reports, {low:+g} and {high:+g}: between them"))
+                continue
             out.append(Value(f"Table 4, {variant}, {task}", "filter delta of peak validation success, points", d,
-                             {**at, "stat": "delta"}, DIRECTION))
+                             {**at, "stat": "delta"}, EFFECT))
     return tuple(out)
 
 
@@ -119,6 +172,10 @@ TABLE5: dict[tuple[int, int], tuple[float, float | None, float, float | None]] =
 # unchanged", a printed claim without a number -- judged as a level of 0 within TABLE5_MEMORY_TOLERANCE percent
 # (orch's reading of "about"), on the peak memory both backends log (names.PEAK_MEMORY).
 TABLE5_MEMORY_TOLERANCE = 10.0
+# The step-time cut is judged as an effect with a size: the paper's three cuts (-29.3, -41.4, -26.1 %) spread over
+# 15.3 points; half of that is the margin of each (a -1 % cut does not reproduce -41 %).
+TABLE5_TIME_MARGIN = 7.65
+TABLE5_TIME_WHY = "half the spread of the paper's three cuts, -26.1 to -41.4 %"
 
 
 def table5_time_change(prompts: int, samples: int) -> float:
@@ -137,10 +194,12 @@ def _table5_values() -> tuple[Value, ...]:
             out.append(Value(where, "success % with the filter", s1, {**at, "filtered": True, "stat": "success"}))
             out.append(Value(where, f"step-time change with the filter, % of the unfiltered step (the paper's "
                                     f"{t0:g} s -> {t1:g} s)", table5_time_change(prompts, samples),
-                             {**at, "stat": "time_change"}, DIRECTION))
+                             {**at, "stat": "time_change"}, EFFECT, margin=TABLE5_TIME_MARGIN,
+                             why=TABLE5_TIME_WHY))
             out.append(Value(where, f"peak-memory change with the filter, % (about unchanged: 0 within "
-                                    f"{TABLE5_MEMORY_TOLERANCE:g})", 0.0, {**at, "stat": "memory_change"}, LEVEL,
-                             figure_only=True, tolerance=TABLE5_MEMORY_TOLERANCE))
+                                    f"{TABLE5_MEMORY_TOLERANCE:g})", 0.0, {**at, "stat": "memory_change"},
+                             NO_EFFECT, figure_only=True, margin=TABLE5_MEMORY_TOLERANCE,
+                             why="'about unchanged' read as 0 within 10 %: orch's reading of the paper's words"))
     return tuple(out)
 
 
@@ -175,21 +234,26 @@ def _table7_values() -> tuple[Value, ...]:
     out = []
     for level, (prompts, trajectories, success, mi) in TABLE7.items():
         at = {"task": "sokoban", "level": level}
-        out.append(Value(f"Table 7, {level}", "prompts kept per update (of 8)", prompts, {**at, "stat": "prompts"}))
-        out.append(Value(f"Table 7, {level}", "trajectories per update", trajectories, {**at, "stat": "trajectories"}))
+        whole = float(prompts).is_integer()  # "8/8" and "128" are printed without decimals, "3.2" and "50.6" with one
+        out.append(Value(f"Table 7, {level}", "prompts kept per update (of 8)", prompts, {**at, "stat": "prompts"},
+                         digits=0 if whole else 1))
+        out.append(Value(f"Table 7, {level}", "trajectories per update", trajectories, {**at, "stat": "trajectories"},
+                         digits=0 if whole else 1))
         out.append(Value(f"Table 7, {level}", "success %", success, {**at, "stat": "success"}))
-        out.append(Value(f"Table 7, {level}", "MI (end of training)", mi, {**at, "stat": "mi"}))
+        out.append(Value(f"Table 7, {level}", "MI (end of training)", mi, {**at, "stat": "mi"}, digits=2))
     return tuple(out)
 
 
 # --- correlations, RV proxies, the predictor's reference points ----------------------------------------------------
+# Correlations are judged per task: the paper does not say it pooled tasks (a Value's ``pooled`` would cite where
+# it did), and pooling mixes the tasks' difficulty (docs/science.md).
 CORRELATIONS = (
-    Value("Figure: diagnostics vs success", "Spearman rho of trajectory MI-ZScore with task performance", 0.39,
-          {"metric": names.collapse_metric("trajectory", "mi_zscore"), "coefficient": "spearman"}),
+    Value("Figure: diagnostics vs success", "Spearman rho of trajectory MI-ZScore with task performance", "0.39",
+          {"metric": names.collapse_metric("trajectory", "mi_zscore"), "coefficient": "spearman"}, CORRELATION),
     Value("Figure: diagnostics vs success", "Spearman rho of the entropy family with task performance (low end)",
-          -0.14, {"metric": names.ENTROPY, "coefficient": "spearman", "bound": "low"}),
+          "-0.14", {"metric": names.ENTROPY, "coefficient": "spearman", "bound": "low"}, CORRELATION),
     Value("Figure: diagnostics vs success", "Spearman rho of the entropy family with task performance (high end)",
-          -0.11, {"metric": names.ENTROPY, "coefficient": "spearman", "bound": "high"}),
+          "-0.11", {"metric": names.ENTROPY, "coefficient": "spearman", "bound": "high"}, CORRELATION),
 )
 # proxy metric -> (Spearman, Pearson) with within-prompt reward variance
 RV_PROXIES: dict[str, tuple[float, float]] = {
@@ -220,6 +284,9 @@ def _claim(where: str, quantity: str, sign: float, **at: Any) -> Value:
     return Value(where, quantity, sign, at, DIRECTION, figure_only=True)
 
 
+# A claim of no association ("flat", "does not move") needs a smallest effect of interest; the paper declares none.
+RHO_SESOI = 0.3
+RHO_SESOI_WHY = "orch's smallest association of interest, |rho| 0.3 (a weak correlation); the paper declares none"
 RHO_BEST = (0.8, 0.98)  # the best rho lies in this range; rho <= 0.6 and rho = 1.0 are worse
 # The arms the filter-strategy figure compares (filter.strategy -> filter.value; RAGEN's runs of every task have
 # these three). WebShop's extra top-p 0.95 arm (RAGEN run_webshop_release_combos.sh:242-243) is a cell of its own.
@@ -269,18 +336,18 @@ ITEMS: tuple[Item, ...] = (
          (names.RV_STD_MEAN, *RV_PROXIES), "correlations", MAIN_TABLE,
          tuple(v for metric, (s, p) in RV_PROXIES.items() for v in (
              Value("Figure: RV vs proxies", f"Spearman rho of {metric} with RV", s,
-                   {"metric": metric, "coefficient": "spearman", "against": "rv"}),
+                   {"metric": metric, "coefficient": "spearman", "against": "rv"}, CORRELATION, digits=2),
              Value("Figure: RV vs proxies", f"Pearson r of {metric} with RV", p,
-                   {"metric": metric, "coefficient": "pearson", "against": "rv"})))),
+                   {"metric": metric, "coefficient": "pearson", "against": "rv"}, CORRELATION, digits=2)))),
     Item("early_warning", "Figure: MI falls before success",
          "The MI proxies over training beside success, without filtering",
          "MI falls before task success does: an early warning of template collapse",
          ("table4",), (names.VAL_SUCCESS, names.MI_ZSCORE_EMA, names.RETRIEVAL_ACC, names.ENTROPY),
          "early_warning", MAIN_TABLE,
          # analysis.early_warning's decline onsets (one rule for both series), per run without the filter
-         (_claim("Figure: MI falls before success", "which series declined first, per run without the filter: +1 "
-                 "MI-ZScore-EMA (success later or not by the run's end), -1 success, 0 together or neither; mean "
-                 "over runs", +1, stat="order"),
+         (Value("Figure: MI falls before success", "share of runs without the filter where MI-ZScore-EMA declined "
+                "before success, of the runs where both declined (MI only, success only, together and no decline "
+                "counted apart)", +1, {"stat": "order"}, ORDER, figure_only=True),
           _claim("Figure: MI falls before success", "lead of MI-ZScore-EMA's decline over success's, steps "
                  "(success's onset minus MI's), runs without the filter where both declined", +1, stat="lead"))),
     Item("gradient", "Figure: gradient norm by reward-variance bucket",
@@ -290,8 +357,8 @@ ITEMS: tuple[Item, ...] = (
          "RAGEN scripts/runs/run_sokoban_ppo_filter_grad_analysis.sh",
          (_claim("Figure: gradient by RV bucket", "Spearman rho of bucket (low to high RV) with the task-gradient "
                  "norm, per run", +1, part="task"),
-          _claim("Figure: gradient by RV bucket", "Spearman rho of bucket with the regularisation-gradient norm, "
-                 "per run (flat)", 0, part="reg"))),
+          Value("Figure: gradient by RV bucket", "Spearman rho of bucket with the regularisation-gradient norm, "
+                "per run (flat)", 0, {"part": "reg"}, NO_EFFECT, figure_only=True, margin=RHO_SESOI, why=RHO_SESOI_WHY))),
     Item("topp", "Figure: the top-p sweep", "Success per filter rho (Sokoban, PPO / Qwen2.5-3B)",
          "The best rho lies in [0.8, 0.98]; rho <= 0.6 and rho = 1.0 are worse",
          ("topp",), (names.VAL_SUCCESS, names.KEPT_RATIO), "topp", "RAGEN scripts/runs/run_top_p_sweep.sh",
@@ -317,10 +384,12 @@ ITEMS: tuple[Item, ...] = (
          "RAGEN scripts/runs/run_entropy_sweep.sh and run_kl_sweep.sh",
          (_claim("Figure: entropy / KL tuning", "Spearman rho of the entropy coefficient with final entropy", +1,
                  coefficient="algorithm.entropy_coeff", metric=names.ENTROPY),
-          _claim("Figure: entropy / KL tuning", "Spearman rho of the entropy coefficient with final MI-ZScore-EMA "
-                 "(MI does not move)", 0, coefficient="algorithm.entropy_coeff", metric=names.MI_ZSCORE_EMA),
-          _claim("Figure: entropy / KL tuning", "Spearman rho of the KL coefficient with final MI-ZScore-EMA "
-                 "(MI does not move)", 0, coefficient="algorithm.kl_coef", metric=names.MI_ZSCORE_EMA))),
+          Value("Figure: entropy / KL tuning", "Spearman rho of the entropy coefficient with final MI-ZScore-EMA "
+                "(MI does not move)", 0, {"coefficient": "algorithm.entropy_coeff", "metric": names.MI_ZSCORE_EMA},
+                NO_EFFECT, figure_only=True, margin=RHO_SESOI, why=RHO_SESOI_WHY),
+          Value("Figure: entropy / KL tuning", "Spearman rho of the KL coefficient with final MI-ZScore-EMA "
+                "(MI does not move)", 0, {"coefficient": "algorithm.kl_coef", "metric": names.MI_ZSCORE_EMA},
+                NO_EFFECT, figure_only=True, margin=RHO_SESOI, why=RHO_SESOI_WHY))),
     Item("length", "Figure: response length over training",
          "Mean response length over training in all 8 environments",
          "Output length declines over training in every environment (-5% to -66%)",
@@ -328,26 +397,32 @@ ITEMS: tuple[Item, ...] = (
          f"{ONE_CHANGE} (the task: 7 tasks and 8x8 Sokoban, each with the context and turn lengths RAGEN runs it with)",
          tuple(Value("Figure: response length", f"{task}: change of mean response length from the first to the "
                      f"last steps, % (the paper's range over environments: {LENGTH_DECLINE_PCT[0]:g} to "
-                     f"{LENGTH_DECLINE_PCT[1]:g})", LENGTH_DECLINE_PCT[1], {"task": orch}, DIRECTION)
+                     f"{LENGTH_DECLINE_PCT[1]:g})", sum(LENGTH_DECLINE_PCT) / 2, {"task": orch}, EFFECT,
+                     margin=(LENGTH_DECLINE_PCT[1] - LENGTH_DECLINE_PCT[0]) / 2,
+                     why="the paper's range over environments, -66 to -5 %")
                for task, orch in TASKS.items())),
     Item("format", "Figure: format validity vs MI",
          "Format validity over training beside the MI proxies",
          "Format validity stays near perfect even under collapse: it cannot see template collapse",
          ("length",), (names.VAL_FORMAT_VALID, names.MI_ZSCORE_EMA), "format", f"{ONE_CHANGE} (the task)",
          tuple(Value("Figure: format validity", f"{task}: final validation format validity (near perfect: 1 within "
-                     "0.05)", 1.0, {"task": orch}, LEVEL, figure_only=True, tolerance=0.05)
+                     "0.05)", 1.0, {"task": orch}, LEVEL, figure_only=True, margin=0.05,
+                     why="'near perfect' read as 1 within 0.05: orch's reading of the paper's words")
                for task, orch in TASKS.items())),
     Item("slip", "Figure: FrozenLake slip rate", "Filtering gain under environment noise (FrozenLake slip rates)",
          "Filtering keeps its advantage for slip 0-50%; at 80-100% it vanishes",
          ("slip",), (names.VAL_SUCCESS,), "slip", "RAGEN scripts/runs/run_frozen_lake_slipper_rate_sweep.sh",
-         tuple(_claim("Figure: slip", f"slip {rate:g}: filter delta of peak success, points",
-                      +1 if rate <= SLIP_KEEPS_ADVANTAGE_UP_TO else 0, slip=rate) for rate in SLIP_RATES)),
+         tuple(_claim("Figure: slip", f"slip {rate:g}: filter delta of peak success, points", +1, slip=rate)
+               if rate <= SLIP_KEEPS_ADVANTAGE_UP_TO else
+               Value("Figure: slip", f"slip {rate:g}: filter delta of peak success, points (vanishes)", 0,
+                     {"slip": rate}, NO_EFFECT, figure_only=True, margin=SUCCESS_SESOI, why=SUCCESS_SESOI_WHY)
+               for rate in SLIP_RATES)),
     Item("predictor", "Figure: the Std(RV)/Mean(RV) predictor",
          "std(RV)/mean(RV) of one rollout batch against the filter's realised gain",
          "A high ratio (bimodal RV) predicts that filtering helps; a ratio near 0 that it does not",
          ("table4",), (names.VAL_SUCCESS, ROLLOUT_ARTIFACT), "predictor", MAIN_TABLE,
          tuple(Value("Figure: predictor", f"std(RV)/mean(RV), {task} {model} {algorithm.upper()}", ratio,
-                     {"task": task, "model": model, "algorithm": algorithm, "gain": gain}, tolerance=0.005)
+                     {"task": task, "model": model, "algorithm": algorithm, "gain": gain}, digits=2)
                for task, model, algorithm, ratio, gain in PREDICTOR_POINTS)),
 )
 

@@ -26,12 +26,20 @@ import numpy as np
 
 from analysis import names, paper
 from analysis.verdicts import (
+    CORRELATION,
     DIRECTION,
     INCONCLUSIVE,
+    KINDS,
+    NOT_MEASURED,
+    ORDER,
+    Measurement,
     change_interval,
     delta_interval,
+    detectable,
     judge,
+    load_rates,
     mean_interval,
+    rate_line,
 )
 
 if TYPE_CHECKING:
@@ -41,10 +49,10 @@ if TYPE_CHECKING:
     from analysis.paper import Item, Value
     from analysis.sections import Section
 
-Measured = tuple[float, float, float, int]  # value, lo, hi, runs
-NONE: Measured = (math.nan, math.nan, math.nan, 0)
-COLUMNS = ["where", "quantity", "published", "measured", "95% interval", "runs", "measured - published",
-           "verdict", "reason"]
+Measured = Measurement  # value, lo, hi, runs (and the per-run values, where there are some)
+NONE: Measured = Measurement(math.nan, math.nan, math.nan, 0)
+COLUMNS = ["where", "quantity", "published", "kind", "margin", "measured", "95% interval", "runs",
+           "measured - published", "detectable", "verdict", "reason"]
 CONFIG_KEYS = ("model.name", "model.path", "task.env.observation", "algorithm.name", "filter.strategy",
                "filter.value", "algorithm.entropy_coeff", "algorithm.kl_coef", "algorithm.use_kl",
                *sorted({f"task.env.{source.key}" for source in paper.data_sources().values() if source.key}))
@@ -64,6 +72,18 @@ class Context:
 
     def history(self, key: str) -> pd.DataFrame:
         return self.data.history(key)
+
+    def only(self, mask: pd.Series) -> Context:
+        """The same context over the runs `mask` selects (their metric histories and predictions with them)."""
+        from analysis.mlflow_store import RunData
+
+        runs = self.runs[mask]
+        ids = set(runs["run_id"])
+        data = RunData(runs=self.data.runs[self.data.runs["run_id"].isin(ids)],
+                       metrics=self.data.metrics[self.data.metrics["run_id"].isin(ids)],
+                       tracking_uri=self.data.tracking_uri, reader=self.data.reader)
+        predictions = None if self.predictions is None else self.predictions[self.predictions["run_id"].isin(ids)]
+        return Context(data, runs, self.n_boot, predictions)
 
     def final(self, key: str) -> pd.Series:
         """Per run: the mean of the metric's last logged values (`analysis.summary.metric_stats`'s final)."""
@@ -184,7 +204,7 @@ def _level(values: Any, n_boot: int) -> Measured:
     values = values[np.isfinite(values)]
     if not values.size:
         return NONE
-    return (*mean_interval(values, n_boot), int(values.size))
+    return Measurement(*mean_interval(values, n_boot), int(values.size), samples=(values,))
 
 
 def _delta(base: Any, treated: Any, n_boot: int) -> Measured:
@@ -192,7 +212,8 @@ def _delta(base: Any, treated: Any, n_boot: int) -> Measured:
     base, treated = base[np.isfinite(base)], treated[np.isfinite(treated)]
     if not base.size or not treated.size:
         return NONE
-    return (*delta_interval(base, treated, n_boot), int(min(base.size, treated.size)))
+    return Measurement(*delta_interval(base, treated, n_boot), int(min(base.size, treated.size)),
+                       samples=(base, treated))
 
 
 def _change(base: Any, treated: Any, n_boot: int) -> Measured:
@@ -202,7 +223,7 @@ def _change(base: Any, treated: Any, n_boot: int) -> Measured:
     change = change_interval(base, treated, n_boot)
     if math.isnan(change[0]):
         return NONE
-    return (*change, int(min(base.size, treated.size)))
+    return Measurement(*change, int(min(base.size, treated.size)))
 
 
 def _filtered(runs: pd.DataFrame, on: bool) -> pd.DataFrame:
@@ -296,16 +317,27 @@ def _correlations(ctx: Context, value: Value) -> Measured:
         if frame.empty:
             return NONE
         row = frame.iloc[0]
-        return row[coefficient], row[f"{coefficient}_lo"], row[f"{coefficient}_hi"], int(row["runs"])
+        return Measurement(row[coefficient], row[f"{coefficient}_lo"], row[f"{coefficient}_hi"], int(row["runs"]))
     means = ctx.runs["run_id"].map(ctx.final(value.at["metric"]))
     stats = correlate(means, ctx.runs["peak_success"], n_boot=ctx.n_boot)
-    return stats[coefficient], stats[f"{coefficient}_lo"], stats[f"{coefficient}_hi"], int(stats["n"])
+    return Measurement(stats[coefficient], stats[f"{coefficient}_lo"], stats[f"{coefficient}_hi"], int(stats["n"]))
 
 
-# Which series declined first, from `analysis.early_warning`'s outcome (a series not declined by the run's end
-# declines, if ever, later): +1 MI, -1 success, 0 neither first; a run missing either series is left out.
-DECLINE_ORDER = {"MI first": 1.0, "MI only": 1.0, "success first": -1.0, "success only": -1.0, "together": 0.0,
-                 "no decline": 0.0}
+# Which series declined first, from `analysis.early_warning`'s outcome, scored only where both declined: "MI only"
+# (success had not fallen by the run's end), "success only", "together" and "no decline" are counted apart, never
+# as either side (a run cut short would otherwise count for MI). A run missing either series is left out.
+OUTCOMES = ("MI first", "success first", "together", "MI only", "success only", "no decline")
+
+
+def decline_order(outcomes: Any) -> Measurement:
+    """The ordering measurement of the per-run outcomes: the share of "MI first" among the runs where both series
+    declined one before the other (n), every outcome's count beside (`analysis.verdicts`' ordering path)."""
+    counts = {outcome: int(sum(1 for o in outcomes if o == outcome)) for outcome in OUTCOMES}
+    scored = counts["MI first"] + counts["success first"]
+    if not any(counts.values()):
+        return NONE
+    share = counts["MI first"] / scored if scored else math.nan
+    return Measurement(share, math.nan, math.nan, scored, counts=counts)
 
 
 @measures("early_warning")
@@ -313,7 +345,7 @@ def _early_warning(ctx: Context, value: Value) -> Measured:
     leads = ctx.leads()
     if value.at["stat"] == "lead":
         return _level(leads["lead_steps"].astype("float64"), ctx.n_boot)
-    return _level(leads["outcome"].map(DECLINE_ORDER).astype("float64"), ctx.n_boot)
+    return decline_order(list(leads["outcome"]))
 
 
 @measures("gradient")
@@ -391,7 +423,7 @@ def _entropy_kl(ctx: Context, value: Value) -> Measured:
         return NONE
     final = ctx.runs.loc[coefficient.index, "run_id"].map(ctx.final(value.at["metric"]))
     stats = correlate(coefficient, final, n_boot=ctx.n_boot)
-    return stats["spearman"], stats["spearman_lo"], stats["spearman_hi"], int(stats["n"])
+    return Measurement(stats["spearman"], stats["spearman_lo"], stats["spearman_hi"], int(stats["n"]))
 
 
 @measures("length")
@@ -554,25 +586,88 @@ UNMEASURABLE["predictor"] = _predictor_unmeasurable
 
 # --- the sections ------------------------------------------------------------------------------------------------
 
+def _scopes(ctx: Context, value: Value) -> list[tuple[str, Context]]:
+    """Where a value is measured: the whole context, or, for a correlation the paper did not pool over tasks, each
+    task's runs on their own (labelled)."""
+    if value.kind != CORRELATION or value.pooled or ctx.runs["task"].nunique() <= 1:
+        return [("", ctx)]
+    return [(f" [{task}]", ctx.only(ctx.runs["task"] == task)) for task in sorted(ctx.runs["task"].dropna().unique())]
+
+
 def comparison(ctx: Context, item: Item) -> pd.DataFrame:
-    """One row per published value of `item` that some run measures (see the module docstring)."""
+    """One row per published value of `item` that some run measures (per task, for a correlation the paper did not
+    pool): published, kind, margin and how it was chosen, measured with the interval the verdict was taken on, the
+    smallest difference that interval could detect, the verdict and its reason (see the module docstring)."""
     import pandas as pd
 
     rows = []
     measure = SECTIONS[item.section]
     for value in item.published:
-        mean, lo, hi, n = measure(ctx, value)
-        if n == 0:
-            continue
-        verdict, reason = judge(value.value, value.kind, (mean, lo, hi), n, value.tolerance)
-        published = (f"{value.value:+g} (sign; figure)" if value.figure_only and value.kind == DIRECTION
-                     else f"{value.value:g}")
-        rows.append({"where": value.where, "quantity": value.quantity, "published": published, "measured": mean,
-                     "95% interval": f"[{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) else "n/a", "runs": n,
-                     "measured - published": mean - value.value if value.kind != DIRECTION else math.nan,
-                     "verdict": verdict, "reason": reason, "_kind": value.kind, "_published": value.value,
-                     "_lo": lo, "_hi": hi})
+        for label, scope in _scopes(ctx, value):
+            measured = measure(scope, value)
+            if measured.n == 0 and not measured.counts:
+                continue
+            verdict, reason, lo, hi = judge(value.value, value.kind, measured, margin=value.band)
+            published = (f"{value.value:+g} (sign; figure)" if value.figure_only and value.kind in (DIRECTION, ORDER)
+                         else value.printed)
+            difference = measured.value - value.value if value.kind in LEVEL_KINDS else math.nan
+            rows.append({"where": value.where + label, "quantity": value.quantity, "published": published,
+                         "kind": value.kind, "margin": value.margin_text(), "measured": measured.value,
+                         "95% interval": f"[{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) else "n/a",
+                         "runs": measured.n, "measured - published": difference,
+                         "detectable": detectable(lo, hi) if value.kind != ORDER else math.nan,
+                         "verdict": verdict, "reason": reason, "_kind": value.kind, "_published": value.value,
+                         "_lo": lo, "_hi": hi})
     return pd.DataFrame(rows, columns=[*COLUMNS, "_kind", "_published", "_lo", "_hi"])
+
+
+LEVEL_KINDS = ("level", CORRELATION)
+
+
+def rehearsal_problems(frames: dict[str, pd.DataFrame], items: list[Item]) -> list[str]:
+    """What the paper rehearsal (tests/analysis/test_rehearsal.py) refuses in `orch report --paper`'s comparison
+    frames (`Report.comparisons`): a measured value that is NaN (a row *not measured*), an item with fewer measured
+    values than its declared ``coverage``, and a path of the judge (`analysis.verdicts.KINDS`) that no row with a
+    finite measurement exercised. One line each."""
+    problems, exercised = [], set()
+    for item in items:
+        frame = frames.get(item.key)
+        if frame is None or frame.empty:
+            problems.append(f"{item.ref} ({item.key}): no published value measured (declared coverage "
+                            f"{item.coverage})")
+            continue
+        finite = frame["measured"].astype(float).notna()
+        for where in frame.loc[~finite, "where"]:
+            problems.append(f"{item.ref} ({item.key}): {where}: the measured value is NaN")
+        if int(finite.sum()) < item.coverage:
+            problems.append(f"{item.ref} ({item.key}): {int(finite.sum())} of {len(item.published)} published values "
+                            f"measured, below the declared coverage {item.coverage}")
+        exercised |= set(frame.loc[finite, "_kind"])
+    problems += [f"the judge's {kind} path: no measured value exercised it" for kind in KINDS if kind not in exercised]
+    return problems
+
+
+def rate_notes(frame: pd.DataFrame, record: dict | None = None) -> list[str]:
+    """Beside a section's verdicts: per judge path it used, the path's error rates measured on known truth at the
+    section's run count (`analysis.verdicts.rate_line`), and the smallest difference its intervals could detect."""
+    record = load_rates() if record is None else record
+    lines = []
+    for kind in KINDS:
+        rows = frame[(frame["_kind"] == kind) & (frame["verdict"] != NOT_MEASURED)]
+        if rows.empty:
+            continue
+        runs = int(rows["runs"].min())
+        line = rate_line(kind, runs, record)
+        if line:
+            lines.append(line)
+        seen = rows["detectable"].dropna()
+        if not seen.empty:
+            most = int(rows["runs"].max())
+            lines.append(f"{kind}: with {runs if most == runs else f'{runs}-{most}'} runs the smallest difference "
+                         "from the "
+                         f"published value these intervals could detect (4 times in 5) is {seen.min():.3g}"
+                         + (f" to {seen.max():.3g}" if seen.max() > seen.min() else "") + ".")
+    return lines
 
 
 def figure(item: Item, frame: pd.DataFrame) -> Any:
@@ -582,7 +677,7 @@ def figure(item: Item, frame: pd.DataFrame) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    levels, directions = frame[frame["_kind"] != DIRECTION], frame[frame["_kind"] == DIRECTION]
+    levels, directions = frame[frame["_kind"].isin(LEVEL_KINDS)], frame[~frame["_kind"].isin(LEVEL_KINDS)]
     if not levels.empty:
         low = float(np.nanmin([levels["_published"].min(), levels["_lo"].min()]))
         high = float(np.nanmax([levels["_published"].max(), levels["_hi"].max()]))
@@ -610,7 +705,7 @@ def figure(item: Item, frame: pd.DataFrame) -> Any:
 
 
 def paper_sections(data: RunData, summary: pd.DataFrame, items: list[Item], *, n_boot: int = 1000,
-                   predictions: pd.DataFrame | None = None) -> list[Any]:
+                   predictions: pd.DataFrame | None = None, frames: dict[str, Any] | None = None) -> list[Any]:
     """One `analysis.sections.Section` per item: banner, claim, settings rule, the comparison table and figure, or
     one line when no finished cell measures it."""
     from analysis.sections import Section
@@ -630,6 +725,8 @@ def paper_sections(data: RunData, summary: pd.DataFrame, items: list[Item], *, n
             section.note(line)
         section.note(f"Claim: {item.claim}. Settings: {item.settings}.")
         frame = comparison(ctx, item)
+        if frames is not None:
+            frames[item.key] = frame
         if frame.empty:
             why = UNMEASURABLE[item.section](ctx, item) if item.section in UNMEASURABLE else None
             section.note(why or f"No finished cell of {', '.join(f'sweeps/{s}.yaml' for s in item.sweeps)} "
@@ -640,6 +737,8 @@ def paper_sections(data: RunData, summary: pd.DataFrame, items: list[Item], *, n
         section.note(", ".join(f"{count} {verdict}" for verdict, count in counts.items())
                      + f" of {len(frame)} published values measured ({len(item.published)} in the paper).")
         section.table(frame[COLUMNS], digits=3)
+        for line in rate_notes(frame):
+            section.note(line)
         if (frame["verdict"] != INCONCLUSIVE).any() or frame["_lo"].notna().any():
             section.figure(figure(item, frame))
         if item.section in DETAILS:

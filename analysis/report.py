@@ -17,7 +17,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from analysis import names
 from analysis.archive import READER as ARCHIVE_READER
@@ -50,6 +50,7 @@ class Report:
     sections: list[Section]
     science: Science | None = None  # the tiny-scale reproduction's verdicts (reason set when not testable)
     gaps: list[str] = field(default_factory=list)  # `orch report --paper`: metrics a map item needs, missing in a run
+    comparisons: dict[str, Any] = field(default_factory=dict)  # `orch report --paper`: item key -> comparison frame
 
     def figures(self) -> list[go.Figure]:
         return [block for section in self.sections for block in section.blocks if not isinstance(block, str)]
@@ -507,11 +508,32 @@ def joined(parts):
                    tracking_uri=parts[0].tracking_uri, reader=parts[0].reader)
 
 
+def paper_archives(entries: list[str]) -> dict[str, list[Path]]:
+    """`orch report --paper --archive ENTRY...`: paper sweep -> its archive folders. An entry is a folder (read as
+    the sweep its archive.json names) or SWEEP=FOLDER (read as that paper sweep's, e.g. another sweep's runs of the
+    same cells); OrchError naming the entry and the valid sweeps otherwise. Nothing is read but archive.json."""
+    from analysis.archive import check_archive
+    from analysis.paper import paper_sweeps
+
+    valid = paper_sweeps()
+    out: dict[str, list[Path]] = {}
+    for entry in entries:
+        name, _, folder = str(entry).rpartition("=") if "=" in str(entry) else ("", "", str(entry))
+        meta = check_archive(Path(folder))
+        sweep = name or str(meta.get("sweep"))
+        if sweep not in valid:
+            raise OrchError(f"{entry}: an archive of sweep {sweep!r}, not a paper sweep; valid: {', '.join(valid)} "
+                            "(SWEEP=DIR reads a folder as that sweep's)")
+        out.setdefault(sweep, []).append(Path(folder))
+    return out
+
+
 def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, rollouts: bool = True,
-                       progress: Progress | None = None) -> Report:
+                       progress: Progress | None = None, archives: dict[str, list[Path]] | None = None) -> Report:
     """`orch report --paper`: every item of the paper map (`analysis.paper`), each from the runs of its sweeps in
-    the tracking store (several sweeps' runs together, e.g. the entropy and KL sweeps); an item none of whose
-    sweeps has run says so in one line."""
+    the tracking store, or in ``archives`` (paper sweep -> archive folders, :func:`paper_archives`) when given
+    (several sweeps' runs together, e.g. the entropy and KL sweeps); an item none of whose sweeps has run says so in
+    one line. ``Report.comparisons`` keeps each item's comparison frame (what the rehearsal checks)."""
 
     from analysis.mlflow_store import RunQuery, load_runs
     from analysis.paper import ITEMS, paper_sweeps
@@ -519,12 +541,18 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
     from analysis.summary import summarize, use_reevaluation
 
     loaded: dict[str, RunData] = {}
+    archived: dict[str, Any] = {}
     uri = ""
     for sweep in paper_sweeps():
-        try:
-            data = load_runs(RunQuery(sweep=sweep), tracking_uri, progress=progress)
-        except OrchError:
-            continue
+        if archives is not None:
+            if sweep not in archives:
+                continue
+            data, archived[sweep] = read_archives(archives[sweep])
+        else:
+            try:
+                data = load_runs(RunQuery(sweep=sweep), tracking_uri, progress=progress)
+            except OrchError:
+                continue
         uri = data.tracking_uri
         if not data.runs.empty:
             loaded[sweep] = data
@@ -532,6 +560,7 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
         raise OrchError("no paper sweep has runs in the tracking store: run one (e.g. `orch sweep sweeps/table4.yaml "
                         "--profile cpu --wait`) first")
     sections, notes, gaps = [], [], []
+    comparisons: dict[str, Any] = {}
     for item in ITEMS:
         parts = [loaded[sweep] for sweep in item.sweeps if sweep in loaded]
         if not parts:
@@ -540,14 +569,22 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
             sections.append(section)
             continue
         data = joined(parts)
-        summary, reevaluated = use_reevaluation(summarize(data), reevaluations(item.sweeps, uri))
-        if reevaluated and reevaluated not in notes:
-            notes.append(reevaluated)
+        summary = summarize(data)
+        if archives is None:
+            summary, reevaluated = use_reevaluation(summary, reevaluations(item.sweeps, uri))
+            if reevaluated and reevaluated not in notes:
+                notes.append(reevaluated)
         predictions = None
-        if rollouts and item.key == "predictor":
+        if item.key == "predictor" and archives is not None:  # the archive keeps the predictor's rows
+            import pandas as pd
+
+            found = [archived[sweep] for sweep in item.sweeps if sweep in archived]
+            predictions = pd.concat(found, ignore_index=True) if found else None
+        elif rollouts and item.key == "predictor":
             _, predictions, predictor_notes = _first_batches(data, summary, progress)
             notes.extend(predictor_notes)
-        item_sections = paper_sections(data, summary, [item], n_boot=n_boot, predictions=predictions)
+        item_sections = paper_sections(data, summary, [item], n_boot=n_boot, predictions=predictions,
+                                       frames=comparisons)
         if item.key == "predictor":
             from analysis.predictor_record import hit_rate_line
 
@@ -564,7 +601,7 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
         gaps.extend(metric_gaps(item, data))
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Report(sweep="the paper (RAGEN-2, arXiv 2604.06268)", tracking_uri=uri, generated=generated, notes=notes,
-                  sections=sections, gaps=gaps)
+                  sections=sections, gaps=gaps, comparisons=comparisons)
 
 
 STYLE = """

@@ -1,40 +1,95 @@
 """The verdict rules: how a measurement over seeds is judged against a claim or a published number. One module
 serves `orch report` (the paper, side by side: `analysis.paper_report`), the findings of `analysis.science`
-(docs/science.md) and any later re-evaluation. The rules were written before any run was looked at.
+(docs/science.md) and any later re-evaluation.
 
-Every interval is a 95% percentile bootstrap over seeds (:data:`N_BOOT` resamples, fixed seed :data:`BOOT_SEED`):
-of a mean over runs, or of a difference of means with each arm resampled on its own. An interval *clears* a
-threshold when it lies entirely above it and *misses* it when it lies entirely below. Fewer than :data:`MIN_SEEDS`
-runs in an arm make a judgement *inconclusive*.
+Every bootstrap interval is a 95% percentile bootstrap over seeds (:data:`N_BOOT` resamples, fixed seed
+:data:`BOOT_SEED`): of a mean over runs, or of a difference of means with each arm resampled on its own. An interval
+*clears* a threshold when it lies entirely above it and *misses* it when it lies entirely below. Fewer than
+:data:`MIN_SEEDS` runs make a judgement *inconclusive*.
 
-A published number has no interval (the paper prints one value per cell, from one run). It is judged by kind:
+A published number has no interval (the paper prints one value per cell, from one run). :func:`judge` has one path
+per kind of claim (:data:`KINDS`); the paper map (`analysis.paper`) declares each value's kind and its *margin*:
+at least half the last digit the paper prints for it (:func:`rounding`, from the printed digits), wider where the
+paper itself gives a spread or, for a claim of no effect, the smallest effect of interest orch declares. Where the
+runs give per-run values (``Measurement.samples``) the judge's interval is Student's t (scipy: ``ttest_1samp``,
+Welch's ``ttest_ind``), which keeps its coverage at 3-5 seeds where a percentile bootstrap is too narrow; otherwise
+the measurement's own bootstrap interval.
 
-* a **level** (a success rate, an MI value, a correlation): *reproduced* when the published value, widened by
-  half its last printed digit (:data:`PRINT_TOLERANCE`; a claim printed in words, e.g. "about unchanged", states
-  its own width), overlaps the measured interval; *not reproduced* when it lies entirely outside it;
-  *inconclusive* with fewer than :data:`MIN_SEEDS` runs. A wide interval reproduces easily: its width is printed
-  beside the verdict, and a level is only comparable at the paper's scale (a rehearsal on the tiny model says so in
-  its banner).
-* a **direction** (a filter gain, a change over training, a step-time cut): the sign is the claim. *Reproduced*
-  when the measured interval clears 0 on the published side (or, for a published 0.0 -- "no effect" --, when it
-  spans 0); *not reproduced* when it clears 0 on the other side (or, for a published 0.0, when it excludes 0);
-  *inconclusive* when it spans 0 or has too few runs. The magnitude is shown, not judged.
+* **level** (a success rate, an MI value): an equivalence judgement. *Reproduced* when the interval lies within
+  published ± margin; *not reproduced* when it lies wholly outside that band; *inconclusive* otherwise -- a wide
+  interval is inconclusive whatever it contains.
+* **effect** with a size (a filter gain, a step-time cut): *reproduced* when the interval overlaps published ±
+  margin *and* excludes 0; *not reproduced* when it excludes the band; *inconclusive* otherwise.
+* **no effect**: two one-sided tests (TOST, scipy's t-tests with ``alternative=``, alpha :data:`ALPHA`) against
+  ±margin, the smallest effect of interest: *reproduced* only when both reject (the effect lies inside ±margin);
+  *not reproduced* when the 95% interval lies wholly outside ±margin; *inconclusive* when it reaches past it.
+  Without per-run values: the 95% interval inside ±margin.
+* **direction** (a claim the paper shows in a figure without a number: its sign): *reproduced* when the interval
+  clears 0 on the published side, *not reproduced* when it clears 0 on the other, *inconclusive* otherwise.
+* **ordering** (which series fell first): scored only on runs where both series declined; the share where MI fell
+  first, with its Wilson interval: *reproduced* above 1/2, *not reproduced* below, *inconclusive* when it spans 1/2.
+  Runs where only one series or neither declined are counted apart and shown, never scored.
+* **correlation**: as a level, on the coefficient's interval, per task unless the paper pooled tasks (the map says
+  which).
+
+A NaN or missing measurement is *not measured*, never a verdict. How often each path errs on known truth is
+measured by ``benchmarks/bench_judge.py`` and recorded in ``analysis/judge_rates.yaml`` (:func:`rate_line`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 MIN_SEEDS = 3
 CI = 0.95
+ALPHA = 0.05  # the two one-sided tests' level (their 90% interval inside the margin)
 N_BOOT = 2000
 BOOT_SEED = 0
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
-LEVEL, DIRECTION = "level", "direction"
-PRINT_TOLERANCE = 0.05  # half of the last digit the paper prints (one decimal)
+NOT_MEASURED = "not measured"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURED)
+LEVEL, EFFECT, NO_EFFECT, DIRECTION, ORDER, CORRELATION = (
+    "level", "effect", "no effect", "direction", "ordering", "correlation")
+KINDS = (LEVEL, EFFECT, NO_EFFECT, DIRECTION, ORDER, CORRELATION)
+RATE_TARGET = 0.05  # the calibration's target: each error rate of each path at >= 5 seeds
+RATES_FILE = Path(__file__).resolve().parent / "judge_rates.yaml"  # written by benchmarks/bench_judge.py --record
+
+
+def printed_digits(printed: str) -> int:
+    """Decimal places of a number as the paper prints it ("12.9" -> 1, "0.20" -> 2, "128" -> 0)."""
+    text = printed.strip().lstrip("+-\u2212")
+    return len(text.split(".", 1)[1]) if "." in text else 0
+
+
+def rounding(printed: str) -> float:
+    """Half the last digit the paper prints: the rounding tolerance of a printed value."""
+    return 0.5 * 10.0 ** -printed_digits(printed)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A measured value over runs: (value, lo, hi) -- lo, hi a 95% interval --, the runs it rests on and, where the
+    measurement has them, the per-run values it was taken from (``samples``: one array, or the base and treated
+    arms) and, for an ordering, the runs per outcome (``counts``)."""
+
+    value: float
+    lo: float
+    hi: float
+    n: int
+    samples: tuple = ()
+    counts: dict = field(default_factory=dict)
+
+
+class Judgement(NamedTuple):
+    verdict: str
+    reason: str
+    lo: float  # the interval the verdict was taken on
+    hi: float
 
 
 def percentiles(values: np.ndarray) -> tuple[float, float]:
@@ -104,30 +159,161 @@ def interval_text(value: float, lo: float, hi: float, digits: int = 2) -> str:
 
 
 
-def judge(published: float, kind: str, measured: tuple[float, float, float], n: int,
-          tolerance: float = PRINT_TOLERANCE) -> tuple[str, str]:
-    """(verdict, reason) of a published number against a measured (value, lo, hi) over `n` runs (see the module
-    docstring). `kind`: :data:`LEVEL` or :data:`DIRECTION`."""
-    value, lo, hi = measured
-    if kind not in (LEVEL, DIRECTION):
-        raise ValueError(f"kind must be {LEVEL!r} or {DIRECTION!r}, got {kind!r}")
-    if n < MIN_SEEDS or math.isnan(value) or math.isnan(lo) or math.isnan(hi):
-        return INCONCLUSIVE, f"{n} run(s): at least {MIN_SEEDS} are needed for an interval"
-    if kind == LEVEL:
-        if published + tolerance < lo or published - tolerance > hi:
-            return NOT_REPRODUCED, f"published {published:g} lies outside the measured interval [{lo:.3g}, {hi:.3g}]"
-        return REPRODUCED, f"published {published:g} lies inside the measured interval [{lo:.3g}, {hi:.3g}]"
-    where = side(lo, hi, 0.0)
-    if abs(published) < tolerance:  # the paper says: no effect
-        if where == "spans":
-            return REPRODUCED, f"published no effect; the measured interval [{lo:.3g}, {hi:.3g}] spans 0"
-        return NOT_REPRODUCED, f"published no effect; the measured interval [{lo:.3g}, {hi:.3g}] excludes 0"
-    wanted = "clears" if published > 0 else "misses"
+def t_interval(samples: tuple, centre: float = 0.0) -> tuple[float, float]:
+    """Student's t 95% interval of the mean of one array, or Welch's of mean(treated) - mean(base) for two (scipy);
+    NaN with fewer than 2 finite values in an arm, the point itself when every arm is constant."""
+    from scipy.stats import ttest_1samp, ttest_ind
+
+    arms = [np.asarray(arm, dtype=np.float64) for arm in samples]
+    arms = [arm[np.isfinite(arm)] for arm in arms]
+    if not arms or min(arm.size for arm in arms) < 2:
+        return math.nan, math.nan
+    if all(np.ptp(arm) == 0 for arm in arms):
+        point = float(arms[0][0]) if len(arms) == 1 else float(arms[1][0] - arms[0][0])
+        return point, point
+    if len(arms) == 1:
+        ci = ttest_1samp(arms[0], centre).confidence_interval(CI)
+    else:
+        ci = ttest_ind(arms[1], arms[0], equal_var=False).confidence_interval(CI)
+    return float(ci.low), float(ci.high)
+
+
+def tost_p(samples: tuple, margin: float) -> float:
+    """The p-value of two one-sided tests that the mean (one array) or the difference of means (base, treated) lies
+    inside (-margin, +margin): the larger of scipy's two one-sided t-tests (Welch's for two arms)."""
+    from scipy.stats import ttest_1samp, ttest_ind
+
+    arms = [np.asarray(arm, dtype=np.float64) for arm in samples]
+    arms = [arm[np.isfinite(arm)] for arm in arms]
+    if not arms or min(arm.size for arm in arms) < 2:
+        return math.nan
+    if all(np.ptp(arm) == 0 for arm in arms):
+        point = arms[0][0] if len(arms) == 1 else arms[1][0] - arms[0][0]
+        return 0.0 if abs(point) < margin else 1.0
+    if len(arms) == 1:
+        above = ttest_1samp(arms[0], -margin, alternative="greater").pvalue
+        below = ttest_1samp(arms[0], margin, alternative="less").pvalue
+    else:
+        base, treated = arms
+        above = ttest_ind(treated + margin, base, equal_var=False, alternative="greater").pvalue
+        below = ttest_ind(treated - margin, base, equal_var=False, alternative="less").pvalue
+    return float(max(above, below))
+
+
+def detectable(lo: float, hi: float) -> float:
+    """The smallest true difference an interval this wide detects 4 times in 5 (a two-sided test at 5%): (1.96 +
+    0.84) standard errors, the standard error read off the 95% interval's width. NaN without an interval."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return math.nan
+    return (1.959964 + 0.841621) * (hi - lo) / (2 * 1.959964)
+
+
+def _bracket(lo: float, hi: float) -> str:
+    return f"[{lo:.3g}, {hi:.3g}]"
+
+
+def judge(published: float, kind: str, measured, n: int | None = None, margin: float = 0.0) -> Judgement:
+    """The verdict of a published number against a measurement (a :class:`Measurement`, or (value, lo, hi) with
+    ``n`` runs), by the path of its ``kind`` (the module docstring), with its declared ``margin``."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
+    m = measured if isinstance(measured, Measurement) else Measurement(*measured, n if n is not None else 0)
+    if kind == EFFECT and abs(published) <= margin:
+        raise ValueError(f"an effect of {published:g} within its margin {margin:g} is a claim of no effect")
+    if not math.isfinite(m.value) or m.n == 0:
+        return Judgement(NOT_MEASURED, "the runs give no finite value", math.nan, math.nan)
+    if kind == ORDER:
+        return _judge_order(m)
+    lo, hi = m.lo, m.hi
+    if m.samples and kind != CORRELATION:
+        lo, hi = t_interval(m.samples, published if kind == LEVEL else 0.0)
+    if m.n < MIN_SEEDS or not (math.isfinite(lo) and math.isfinite(hi)):
+        return Judgement(INCONCLUSIVE, f"{m.n} run(s): at least {MIN_SEEDS} are needed for an interval", lo, hi)
+    band_lo, band_hi = published - margin, published + margin
+    band = f"published {published:g} \u00b1 {margin:g}"
+    if kind in (LEVEL, CORRELATION):
+        if band_lo <= lo and hi <= band_hi:
+            return Judgement(REPRODUCED, f"the measured interval {_bracket(lo, hi)} lies within {band}", lo, hi)
+        if hi < band_lo or lo > band_hi:
+            return Judgement(NOT_REPRODUCED, f"the measured interval {_bracket(lo, hi)} lies wholly outside {band}",
+                             lo, hi)
+        return Judgement(INCONCLUSIVE, f"the measured interval {_bracket(lo, hi)} reaches past {band}", lo, hi)
+    if kind == EFFECT:
+        if hi < band_lo or lo > band_hi:
+            return Judgement(NOT_REPRODUCED, f"the measured interval {_bracket(lo, hi)} excludes {band}", lo, hi)
+        if side(lo, hi, 0.0) == ("clears" if published > 0 else "misses"):
+            return Judgement(REPRODUCED, f"the measured interval {_bracket(lo, hi)} overlaps {band} and excludes 0",
+                             lo, hi)
+        return Judgement(INCONCLUSIVE, f"the measured interval {_bracket(lo, hi)} overlaps {band} but spans 0",
+                         lo, hi)
+    if kind == NO_EFFECT:
+        inside = f"\u00b1{margin:g} (the smallest effect of interest)"
+        if hi < -margin or lo > margin:
+            return Judgement(NOT_REPRODUCED, f"the measured interval {_bracket(lo, hi)} lies outside {inside}", lo, hi)
+        if m.samples:
+            p = tost_p(m.samples, margin)
+            if p < ALPHA:
+                return Judgement(REPRODUCED, f"two one-sided t-tests place the effect inside {inside}: p = {p:.3g}",
+                                 lo, hi)
+            return Judgement(INCONCLUSIVE, f"two one-sided t-tests cannot place the effect inside {inside}: p = "
+                             f"{p:.3g}; interval {_bracket(lo, hi)}", lo, hi)
+        if -margin <= lo and hi <= margin:
+            return Judgement(REPRODUCED, f"the measured interval {_bracket(lo, hi)} lies inside {inside}", lo, hi)
+        return Judgement(INCONCLUSIVE, f"the measured interval {_bracket(lo, hi)} reaches past {inside}", lo, hi)
+    where = side(lo, hi, 0.0)  # DIRECTION: the sign is the claim
     if where == "spans":
-        return INCONCLUSIVE, f"the measured interval [{lo:.3g}, {hi:.3g}] spans 0"
-    if where == wanted:
-        return REPRODUCED, f"the measured interval [{lo:.3g}, {hi:.3g}] has the published sign ({published:+g})"
-    return NOT_REPRODUCED, f"the measured interval [{lo:.3g}, {hi:.3g}] has the opposite sign to {published:+g}"
+        return Judgement(INCONCLUSIVE, f"the measured interval {_bracket(lo, hi)} spans 0", lo, hi)
+    if where == ("clears" if published > 0 else "misses"):
+        return Judgement(REPRODUCED, f"the measured interval {_bracket(lo, hi)} has the published sign "
+                         f"({published:+g})", lo, hi)
+    return Judgement(NOT_REPRODUCED, f"the measured interval {_bracket(lo, hi)} has the opposite sign to "
+                     f"{published:+g}", lo, hi)
+
+
+def _judge_order(m: Measurement) -> Judgement:
+    """Ordering: ``m.value`` the share of runs where MI declined first among the ``m.n`` where both declined first
+    one or the other; the Wilson interval of that share against 1/2."""
+    first = int(round(m.value * m.n))
+    lo, hi = wilson(first, m.n)
+    apart = ", ".join(f"{outcome} {count}" for outcome, count in m.counts.items()
+                      if outcome not in ("MI first", "success first") and count)
+    text = (f"MI first in {first} of {m.n} runs where both declined (95% {lo:.0%}-{hi:.0%})"
+            + (f"; not scored: {apart}" if apart else ""))
+    if m.n < MIN_SEEDS:
+        return Judgement(INCONCLUSIVE, f"{text}: at least {MIN_SEEDS} runs where both declined are needed", lo, hi)
+    if lo > 0.5:
+        return Judgement(REPRODUCED, f"{text}: above one half", lo, hi)
+    if hi < 0.5:
+        return Judgement(NOT_REPRODUCED, f"{text}: below one half", lo, hi)
+    return Judgement(INCONCLUSIVE, f"{text}: spans one half", lo, hi)
+
+
+def load_rates(path: Path = RATES_FILE) -> dict:
+    """The judge's recorded error rates (``benchmarks/bench_judge.py --record``); {} when none is recorded."""
+    import yaml
+
+    if not path.is_file():
+        return {}
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def rate_line(kind: str, n: int, record: dict | None = None) -> str | None:
+    """The measured error rates of the judge's ``kind`` path at the recorded seed count nearest below ``n`` (the
+    smallest recorded when ``n`` is below them all), and whether they meet :data:`RATE_TARGET`; None when the
+    path has no record."""
+    record = load_rates() if record is None else record
+    path = (record.get("paths") or {}).get(kind)
+    if not path:
+        return None
+    seeds = sorted(int(s) for s in path["rates"])
+    at = max([s for s in seeds if s <= n] or seeds[:1])
+    rates = path["rates"][at]
+    worst = max(rates.values())
+    text = (f"The judge's {kind} path on known truth ({path['case']}; benchmarks/bench_judge.py) at {at} runs: "
+            + "; ".join(f"P({label}) {rate:.0%}" for label, rate in rates.items()))
+    if worst > RATE_TARGET:
+        text += f" -- above the {RATE_TARGET:.0%} target: read its verdicts with that rate"
+    return text + "."
 
 
 def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -56,7 +56,9 @@ def test_published_values_are_the_papers_and_live_only_in_the_map() -> None:
     assert "1.29" in PAPER_REFERENCES and "1.16" in PAPER_REFERENCES and "0.33" in PAPER_REFERENCES
     table4 = paper.BY_KEY["table4"].published
     assert len(table4) == 2 * sum(b is not None for base, _, _, _ in paper.TABLE4.values() for b in base)
-    assert all(value.kind == verdicts.DIRECTION for value in table4 if value.at["stat"] == "delta")
+    assert all(value.kind == (verdicts.NO_EFFECT if value.value == 0 else verdicts.LEVEL if "two reports" in
+                              value.quantity else verdicts.EFFECT)
+               for value in table4 if value.at["stat"] == "delta")  # a gain with its size; "+0.0" no effect
     # a claim the paper only draws carries its sign, never a made-up magnitude
     for item in paper.ITEMS:
         for value in item.published:
@@ -132,25 +134,35 @@ def test_orch_paper_bad_profile_is_one_line_exit_2(tmp_path, monkeypatch) -> Non
 
 # --- the verdict rules -------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("published", "kind", "measured", "n", "verdict"), [
-    (12.9, "level", (11.0, 9.0, 13.0), 3, verdicts.REPRODUCED),
-    (12.9, "level", (20.0, 18.0, 22.0), 3, verdicts.NOT_REPRODUCED),
-    (12.9, "level", (12.0, 10.0, 12.86), 3, verdicts.REPRODUCED),  # within half the last printed digit
-    (12.9, "level", (11.0, 9.0, 13.0), 2, verdicts.INCONCLUSIVE),  # too few seeds
-    (16.0, "direction", (3.0, 0.5, 6.0), 3, verdicts.REPRODUCED),  # the sign is the claim, not the size
-    (16.0, "direction", (-3.0, -6.0, -0.5), 3, verdicts.NOT_REPRODUCED),
-    (16.0, "direction", (1.0, -1.0, 3.0), 3, verdicts.INCONCLUSIVE),
-    (-0.4, "direction", (-2.0, -3.0, -1.0), 3, verdicts.REPRODUCED),
-    (0.0, "direction", (0.5, -1.0, 2.0), 3, verdicts.REPRODUCED),  # "no effect" and the interval spans 0
-    (0.0, "direction", (2.0, 1.0, 3.0), 3, verdicts.NOT_REPRODUCED),
+@pytest.mark.parametrize(("published", "kind", "measured", "n", "margin", "verdict"), [
+    (12.9, "level", (12.9, 12.86, 12.94), 3, 0.05, verdicts.REPRODUCED),  # the interval within the band
+    (12.9, "level", (11.0, 9.0, 13.0), 3, 0.05, verdicts.INCONCLUSIVE),  # a wide interval, whatever it contains
+    (12.9, "level", (20.0, 18.0, 22.0), 3, 0.05, verdicts.NOT_REPRODUCED),
+    (12.9, "level", (12.0, 10.0, 12.86), 3, 0.05, verdicts.INCONCLUSIVE),  # reaches the band, not within it
+    (12.9, "level", (12.9, 12.86, 12.94), 2, 0.05, verdicts.INCONCLUSIVE),  # too few seeds
+    (16.0, "effect", (14.0, 10.0, 18.0), 3, 0.05, verdicts.REPRODUCED),  # overlaps the band and excludes 0
+    (16.0, "effect", (3.0, 0.5, 6.0), 3, 0.05, verdicts.NOT_REPRODUCED),  # right sign, wrong size
+    (16.0, "effect", (6.0, -1.0, 17.0), 3, 0.05, verdicts.INCONCLUSIVE),  # overlaps the band but spans 0
+    (-41.4, "effect", (-1.0, -2.0, -0.5), 3, 7.65, verdicts.NOT_REPRODUCED),  # a -1 % cut is not -41 %
+    (0.0, "no effect", (0.5, -1.0, 2.0), 3, 1.0, verdicts.INCONCLUSIVE),  # spans 0, reaches past the margin
+    (0.0, "no effect", (0.1, -0.5, 0.6), 3, 1.0, verdicts.REPRODUCED),
+    (0.0, "no effect", (2.0, 1.5, 3.0), 3, 1.0, verdicts.NOT_REPRODUCED),
+    (16.0, "direction", (3.0, 0.5, 6.0), 3, 0.0, verdicts.REPRODUCED),  # a figure's sign: the sign is the claim
+    (16.0, "direction", (-3.0, -6.0, -0.5), 3, 0.0, verdicts.NOT_REPRODUCED),
+    (16.0, "direction", (1.0, -1.0, 3.0), 3, 0.0, verdicts.INCONCLUSIVE),
+    (0.15, "correlation", (-0.021, -0.167, 0.122), 20, 0.005, verdicts.NOT_REPRODUCED),  # issue 56's Pearson r
+    (0.39, "correlation", (-0.02, -0.59, 0.55), 10, 0.005, verdicts.INCONCLUSIVE),  # a wide interval
+    (12.9, "level", (math.nan, math.nan, math.nan), 3, 0.05, verdicts.NOT_MEASURED),  # NaN is never a verdict
 ])
-def test_judge_follows_the_written_rules(published, kind, measured, n, verdict) -> None:
-    assert verdicts.judge(published, kind, measured, n)[0] == verdict
+def test_judge_follows_the_written_rules(published, kind, measured, n, margin, verdict) -> None:
+    assert verdicts.judge(published, kind, measured, n, margin=margin).verdict == verdict
 
 
-def test_judge_refuses_an_unknown_kind() -> None:
-    with pytest.raises(ValueError, match="kind must be 'level' or 'direction'"):
+def test_judge_refuses_an_unknown_kind_and_an_effect_inside_its_margin() -> None:
+    with pytest.raises(ValueError, match="kind must be one of"):
         verdicts.judge(1.0, "trend", (1.0, 0.0, 2.0), 3)
+    with pytest.raises(ValueError, match="claim of no effect"):
+        verdicts.judge(0.0, "effect", (1.0, 0.0, 2.0), 3, margin=0.05)
 
 
 # --- the report, side by side ------------------------------------------------------------------------------------
@@ -311,11 +323,13 @@ def test_table5_is_judged_as_the_relative_step_time_and_memory_change_of_the_fil
                                        names.PEAK_MEMORY: [memory - 1, memory], names.VAL_SUCCESS: [0.2, 0.3]}))
     data, summary = _constructed(cells)
     at = {"task": "sokoban", "prompts": 8, "samples": 8}
-    values = (Value("T5, 8x8", "time", -40.0, {**at, "stat": "time_change"}, verdicts.DIRECTION),
-              Value("T5, 8x8", "memory", 0.0, {**at, "stat": "memory_change"}, verdicts.LEVEL, tolerance=10.0),
-              Value("T5, 32x2", "time", -40.0, {**at, "samples": 2, "stat": "time_change"}, verdicts.DIRECTION),
-              Value("T5, 32x2", "memory", 0.0, {**at, "samples": 2, "stat": "memory_change"}, verdicts.LEVEL,
-                    tolerance=10.0))
+    values = (Value("T5, 8x8", "time", -40.0, {**at, "stat": "time_change"}, verdicts.EFFECT, margin=7.65, why="w"),
+              Value("T5, 8x8", "memory", 0.0, {**at, "stat": "memory_change"}, verdicts.NO_EFFECT, margin=10.0,
+                    why="w"),
+              Value("T5, 32x2", "time", -40.0, {**at, "samples": 2, "stat": "time_change"}, verdicts.EFFECT,
+                    margin=7.65, why="w"),
+              Value("T5, 32x2", "memory", 0.0, {**at, "samples": 2, "stat": "memory_change"}, verdicts.NO_EFFECT,
+                    margin=10.0, why="w"))
     item = paper.Item("t5", "Table 5", "constructed", "constructed", ("table5",), (), "table5", "", values)
     frame = comparison(build_context(data, summary, 200), item)
     assert list(frame["measured"]) == [pytest.approx(-40.0), pytest.approx(0.0), pytest.approx(20.0),
@@ -356,7 +370,8 @@ def test_check_names_an_item_without_a_published_value(monkeypatch) -> None:
 def test_the_early_warning_is_measured_by_the_decline_rule_on_runs_without_the_filter() -> None:
     """analysis.early_warning's onsets (recipes.stats.collapse.decline_onset under the legacy rule: 30% below the running peak twice in a row) on constructed runs: MI falls at
     step 3 and success at step 5 (lead 2, MI first); success falls alone (-1); nothing falls (0); a filtered run
-    whose MI falls alone is not one of the item's runs. The order's mean is 0 over 3 runs, the lead 2 over 1."""
+    whose MI falls alone is not one of the item's runs. The order is scored on the one run where both fell (MI
+    first: 1 of 1), "success only" and "no decline" counted apart; the lead is 2 over 1 run."""
     from analysis.paper_report import build_context, comparison
 
     names = paper.names
@@ -369,8 +384,9 @@ def test_the_early_warning_is_measured_by_the_decline_rule_on_runs_without_the_f
              (on, {names.MI_ZSCORE_EMA: [2.0, 1.0, 1.0, 1.0, 1.0, 1.0], names.VAL_SUCCESS: flat_success})]
     data, summary = _constructed(cells)
     frame = comparison(build_context(data, summary, 200), paper.BY_KEY["early_warning"])
-    assert list(frame["measured"]) == [0.0, 2.0] and list(frame["runs"]) == [3, 1]
-    assert list(frame["verdict"]) == [verdicts.INCONCLUSIVE, verdicts.INCONCLUSIVE]  # spans 0; one run
+    assert list(frame["measured"]) == [1.0, 2.0] and list(frame["runs"]) == [1, 1]
+    assert list(frame["verdict"]) == [verdicts.INCONCLUSIVE, verdicts.INCONCLUSIVE]  # one run
+    assert "success only 1" in frame["reason"][0] and "no decline 1" in frame["reason"][0]
 
 
 def test_length_change_reads_a_short_runs_halves() -> None:

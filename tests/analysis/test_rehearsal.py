@@ -71,6 +71,14 @@ def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monk
         measured = re.search(r"of (\d+) published values measured", section)
         assert measured and int(measured.group(1)) >= 1, f"{item.ref} ({item.key}): {section[:800]}"
 
+    # every measured value finite, every section at its declared coverage, every path of the judge exercised
+    # (analysis.paper_report.rehearsal_problems, tested fast in tests/analysis/test_judge_calibration.py)
+    from analysis.paper_report import rehearsal_problems
+    from analysis.report import build_paper_report
+
+    built = build_paper_report(f"sqlite:///{tmp_path / 'mlflow.db'}", n_boot=200)
+    assert rehearsal_problems(built.comparisons, list(ITEMS)) == []
+
     with sqlite3.connect(tmp_path / "mlflow.db") as db:  # one cell of Table 6 loses its MI estimate
         (run,) = db.execute("SELECT r.run_uuid FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
                             "JOIN params p ON p.run_uuid = r.run_uuid WHERE e.name = 'table6' AND "

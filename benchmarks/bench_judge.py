@@ -1,0 +1,185 @@
+"""The paper verdicts' judge on known truth (issue 56 item 2; `analysis.verdicts.judge`): draw measured runs at
+orch's seed counts (3, 5, 10) with noise taken from the archives, the truth equal to the published value and at 1x
+and 2x the margin away, run every path of the judge and count how often it errs.
+
+    python benchmarks/bench_judge.py                  # print the rates
+    python benchmarks/bench_judge.py --record         # and write analysis/judge_rates.yaml of this checkout
+
+Per path, one case from the paper map (`analysis.paper`), its margin as declared there:
+
+* level: Table 4's PPO Sokoban baseline, 12.9 +- 0.05 (the rounding), runs drawn around the truth with the
+  seed-to-seed sd of peak success in the long run (docs/results/repro_long);
+* effect: Table 5's 32x4 step-time cut, -41.4 +- 7.65 % (half the spread of the three cuts), two arms of runs whose
+  step time varies seed to seed as the long run's does (the judge's t interval on the two arms' difference, in %
+  of the base's mean); also the truth 0 (no effect at all);
+* no effect: a Table 4 "+0.0" delta, smallest effect of interest 1 point, two arms with the long run's sd;
+* direction: a figure's "+" claim, truth one sd of success above 0 (published), 0 (1x) and one sd below (2x);
+* ordering: the share of runs where MI fell first, truth 0.9 (published), 0.5 (1x) and 0.1 (2x), the seed count
+  being the runs where both series declined;
+* correlation: the RV-vs-retrieval Pearson r, 0.15 +- 0.005, each run a series of (RV, proxy) pairs as long as the
+  long run's, the interval a bootstrap over runs (`analysis.correlations.correlate`).
+
+Rates: P(reproduced | truth 1x / 2x the margin away) and P(not reproduced | truth = published) (and, for the
+effect, P(reproduced | no effect)). Each (path, seeds, truth) draws from its own generator, so any subset
+recomputes to the same figures (tests/analysis/test_judge_calibration.py checks a subset against the file). About a
+minute on one core with the default trials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout this bench was run from
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from analysis import paper  # noqa: E402
+from analysis.verdicts import (  # noqa: E402
+    CORRELATION,
+    DIRECTION,
+    EFFECT,
+    LEVEL,
+    NO_EFFECT,
+    NOT_REPRODUCED,
+    ORDER,
+    RATES_FILE,
+    REPRODUCED,
+    Measurement,
+    judge,
+)
+
+TARGET = ROOT / "analysis" / RATES_FILE.name  # --record writes here, not beside the installed module
+SEEDS = (3, 5, 10)
+TRIALS = 200
+SEED = 56
+PATHS = (LEVEL, EFFECT, NO_EFFECT, DIRECTION, ORDER, CORRELATION)
+
+
+@cache
+def noise() -> dict[str, float]:
+    """From the long run's archives: the pooled seed-to-seed sd of peak success (points) and of the mean step time
+    (relative to the cell's mean) within cells (task x filter), and the median number of steps per run with RV."""
+    from analysis.archive import read_archives
+    from analysis.summary import summarize
+
+    data, _ = read_archives(sorted(p for p in (ROOT / "docs" / "results" / "repro_long").iterdir() if p.is_dir()))
+    runs = summarize(data)
+    cells = runs.groupby(["task", "filtered"])
+    success = float(np.sqrt(cells["peak_success"].var(ddof=1).mean()))
+    step = float(np.sqrt((cells["step_time"].std(ddof=1) / cells["step_time"].mean()).pow(2).mean()))
+    from analysis import names
+
+    steps = float(data.history(names.RV_STD_MEAN).groupby("run_id").size().median())
+    return {"success_sd": round(success, 3), "step_time_rel_sd": round(step, 4), "steps_per_run": int(steps)}
+
+
+def _value(key: str, **at) -> paper.Value:
+    item = paper.BY_KEY[key]
+    return next(v for v in item.published if all(v.at.get(k) == x for k, x in at.items()))
+
+
+def cases() -> dict[str, dict]:
+    """Per path: the map value it is calibrated on, its margin and the truths (label -> true value)."""
+    sd = noise()
+    level = _value("table4", variant="PPO Qwen2.5-3B", task="sokoban", stat="base")
+    effect = _value("table5", samples=4, stat="time_change")
+    null = _value("table4", variant="PPO Qwen2.5-3B", task="countdown", stat="delta")
+    corr = _value("rv_proxies", metric=paper.names.RETRIEVAL_ACC, coefficient="pearson")
+    out = {}
+    for kind, value in ((LEVEL, level), (EFFECT, effect), (NO_EFFECT, null), (CORRELATION, corr)):
+        m = value.band
+        truths = {"published": value.value, "1x": value.value + m, "2x": value.value + 2 * m}
+        if kind == EFFECT:
+            truths = {"published": value.value, "1x": value.value + m, "2x": value.value + 2 * m, "no effect": 0.0}
+        out[kind] = {"case": f"{value.where}: {value.printed} \u00b1 {m:g}", "published": value.value, "margin": m,
+                     "truths": truths}
+    out[DIRECTION] = {"case": f"a '+' claim, truth +{sd['success_sd']:g} / 0 / -{sd['success_sd']:g} points",
+                      "published": 1.0, "margin": 0.0,
+                      "truths": {"published": sd["success_sd"], "1x": 0.0, "2x": -sd["success_sd"]}}
+    out[ORDER] = {"case": "MI first in 90% (published) / 50% / 10% of the runs where both declined",
+                  "published": 1.0, "margin": 0.0, "truths": {"published": 0.9, "1x": 0.5, "2x": 0.1}}
+    return out
+
+
+def trial(kind: str, case: dict, truth: float, n: int, rng: np.random.Generator) -> str:
+    """One draw of `n` runs (per arm) around `truth`, judged by the path `kind`: the verdict."""
+    sd = noise()
+    published, margin = case["published"], case["margin"]
+    if kind == LEVEL:
+        x = rng.normal(truth, sd["success_sd"], n)
+        measured = Measurement(float(x.mean()), np.nan, np.nan, n, samples=(x,))
+    elif kind in (NO_EFFECT, DIRECTION):
+        base = rng.normal(50.0, sd["success_sd"], n)
+        treated = rng.normal(50.0 + truth, sd["success_sd"], n)
+        measured = Measurement(float(treated.mean() - base.mean()), np.nan, np.nan, n, samples=(base, treated))
+    elif kind == EFFECT:  # step times in % of the base's mean: the t interval of the difference of the two arms
+        base = rng.normal(100.0, 100.0 * sd["step_time_rel_sd"], n)
+        treated = rng.normal(100.0 + truth, 100.0 * sd["step_time_rel_sd"], n)
+        measured = Measurement(float(treated.mean() - base.mean()), np.nan, np.nan, n, samples=(base, treated))
+    elif kind == ORDER:
+        first = int(rng.binomial(n, truth))
+        measured = Measurement(first / n, np.nan, np.nan, n, counts={"MI first": first, "success first": n - first})
+    else:  # CORRELATION: n runs of pairs with correlation `truth`, the bootstrap over runs
+        from analysis.correlations import correlate
+
+        steps = sd["steps_per_run"]
+        cov = [[1.0, truth], [truth, 1.0]]
+        pairs = rng.multivariate_normal([0.0, 0.0], cov, size=n * steps)
+        stats = correlate(pairs[:, 0], pairs[:, 1], groups=np.repeat(np.arange(n), steps), n_boot=200,
+                          seed=int(rng.integers(1 << 30)))
+        measured = Measurement(stats["pearson"], stats["pearson_lo"], stats["pearson_hi"], n)
+    return judge(published, kind, measured, margin=margin).verdict
+
+
+def rates(kind: str, n: int, trials: int = TRIALS, seed: int = SEED) -> dict[str, float]:
+    """The path's error rates at `n` runs: P(reproduced | truth 1x, 2x away) (and | no effect), P(not reproduced |
+    truth = published); every truth from its own generator."""
+    case = cases()[kind]
+    out = {}
+    for index, (label, truth) in enumerate(case["truths"].items()):
+        rng = np.random.default_rng([seed, PATHS.index(kind), n, index])
+        verdicts = [trial(kind, case, truth, n, rng) for _ in range(trials)]
+        if label == "published":
+            out["not reproduced | truth = published"] = verdicts.count(NOT_REPRODUCED) / trials
+        else:
+            key = "no effect" if label == "no effect" else f"truth {label} the margin away"
+            out[f"reproduced | {key}"] = verdicts.count(REPRODUCED) / trials
+    return {key: round(value, 4) for key, value in out.items()}
+
+
+def record(trials: int = TRIALS, seed: int = SEED, paths: tuple[str, ...] = PATHS) -> dict:
+    found = cases()
+    return {"source": "python benchmarks/bench_judge.py --record", "trials": trials, "seed": seed,
+            "noise": noise(), "target": 0.05,
+            "paths": {kind: {"case": found[kind]["case"],
+                             "rates": {n: rates(kind, n, trials, seed) for n in SEEDS}} for kind in paths}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=TRIALS)
+    parser.add_argument("--record", action="store_true", help=f"write {TARGET.relative_to(ROOT)}")
+    args = parser.parse_args()
+    import yaml
+
+    found = record(args.trials)
+    print(f"noise from docs/results/repro_long: {found['noise']}")
+    for kind, entry in found["paths"].items():
+        print(f"\n{kind}: {entry['case']}")
+        for n, rates_at in entry["rates"].items():
+            flag = "" if n < 5 or max(rates_at.values()) <= 0.05 else "   <- above the 5% target"
+            print(f"  {n:2d} runs  " + "  ".join(f"P({k}) {v:.1%}" for k, v in rates_at.items()) + flag)
+    if args.record:
+        text = yaml.safe_dump(found, sort_keys=False, allow_unicode=True)
+        TARGET.write_text("# The judge's error rates on known truth: benchmarks/bench_judge.py --record\n" + text,
+                          encoding="utf-8")
+        print(f"\nwrote {TARGET.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
