@@ -115,7 +115,7 @@ def test_the_commands_and_their_bad_input(demo_store, archived, tmp_path):
         (["report", "demo", "--archive", str(tmp_path / "absent"), "--out", str(out)], "no such archive folder"),
         (["report", "demo", "--archive", str(broken), "--out", str(out)], "not an orch archive: missing metrics.parquet"),
         (["report", "other", "--archive", str(folder), "--out", str(out)], "an archive of sweep 'demo', not 'other'"),
-        (["report", "--paper", "--archive", str(folder), "--out", str(out)], "not with --paper"),
+        (["report", "--paper", "--archive", str(folder), "--out", str(out)], "not a paper sweep; valid: table4"),
     ):
         result = orch(*argv)
         assert result.exit_code == 2, (argv, result.output)
