@@ -376,8 +376,39 @@ def make_record(cells: list[Cell], sources: list[str], shipped: CollapseRule | N
         "legacy": {"rule": LEGACY_RULE.model_dump(), "all": rates_record(rates(LEGACY_RULE, cells))},
         "by_task": {task: rates_record(rates(shipped, [c for c in cells if c.task == task]))
                     for task in sorted({c.task for c in cells})},
+        "controls": controls_record(cells, shipped),
         "sources": sources,
     }
+
+
+CONTROL_SWEEP = "controls_graded"  # the archived sweep whose total plants and strength-0 runs are the controls
+
+
+def controls_record(cells: list[Cell], rule: CollapseRule) -> dict[str, dict]:
+    """Per task, the MI instrument's controls (`analysis.controls`) re-derived from archived runs under ``rule``:
+    the total plants (strength 1) of :data:`CONTROL_SWEEP` detected within the window, and its strength-0 runs
+    (nothing planted; those that collapsed by success or format set apart, as in :func:`rates`) that fired."""
+    entries = {}
+    for task in sorted({c.task for c in cells if c.sweep == CONTROL_SWEEP}):
+        runs = [c for c in cells if c.sweep == CONTROL_SWEEP and c.task == task and c.strength in (0.0, 1.0)]
+        record = rates(rule, runs)
+        planted = [c for c in runs if c.planted]
+        if not planted:
+            continue
+        negative = [c for c in runs if not c.planted]
+        kept = [c for c in negative if not collapsed(c)]
+        plant = planted[0]
+        entries[task] = {
+            "detected": record.detected, "planted": record.strong,
+            "false_alarms": sum(replay(rule, c) is not None for c in kept), "negative": len(kept),
+            "setting": (f"the shipped alert rule replayed over archived runs of sweeps/{CONTROL_SWEEP}.yaml: "
+                        f"{len(planted)} with every row blinded from step {plant.plant_step}, {len(negative)} with "
+                        f"nothing planted ({len(negative) - sum(not collapsed(c) for c in negative)} of them set "
+                        f"apart: success or format collapsed), {int(plant.steps[-1])} steps, detection within "
+                        f"{DETECTION_WINDOW} steps of the plant"),
+            "source": f"docs/results/{CONTROL_SWEEP}, python benchmarks/bench_alert_rules.py --record",
+        }
+    return entries
 
 
 def load_record(path: Path = RECORD) -> dict:

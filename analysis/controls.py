@@ -1,7 +1,9 @@
-"""Whether the MI instrument has been shown to move on a task: the recorded results of its controls
-(`analysis/controls.yaml`, written by `benchmarks/bench_controls.py --record`), judged by
-`analysis.verdicts.control_verdict`. `orch report` prints one line per task of a sweep, so a flat MI curve is read as
-"no collapse" only where a planted collapse was seen."""
+"""Whether the MI instrument has been shown to move on a task: its controls re-derived from archived runs under the
+shipped alert rule (the ``controls`` section of the alert's rates file, `recipes/stats/alert_rates.yaml`, written by
+`benchmarks/bench_alert_rules.py --record`: the total plants and the strength-0 runs of the archived graded
+plants), judged by `analysis.verdicts.control_verdict`. `orch report` prints one line per task of a sweep, so a flat
+MI curve is read as "no collapse" only where a planted collapse was seen. (Until issue 56 these came from
+`analysis/controls.yaml`: the legacy rule on 6-step runs that were not kept.)"""
 
 from __future__ import annotations
 
@@ -9,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from analysis.verdicts import SHOWN, control_verdict
+from recipes.stats.collapse import RATES, recorded_rates
 
-RECORD = Path(__file__).with_name("controls.yaml")
+RECORD = RATES
 
 
 def load_record(path: Path = RECORD) -> dict[str, dict[str, Any]]:
     """Task -> its control results ({} when nothing is recorded)."""
-    import yaml
-
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    return recorded_rates(path).get("controls") or {}
 
 
 def control_lines(tasks, record: dict[str, dict[str, Any]] | None = None) -> list[str]:
@@ -27,9 +28,9 @@ def control_lines(tasks, record: dict[str, dict[str, Any]] | None = None) -> lis
     for task in sorted({str(task) for task in tasks}):
         entry = record.get(task)
         if entry is None:
-            lines.append(f"MI instrument on {task}: not shown to move -- no control has run on this task (python "
-                         f"benchmarks/bench_controls.py --task {task} --record); a flat MI curve here is not yet "
-                         "evidence that nothing collapsed")
+            lines.append(f"MI instrument on {task}: not shown to move -- no archived control on this task (graded "
+                         f"plants: sweeps/controls_graded.yaml, then python benchmarks/bench_alert_rules.py --record); "
+                         "a flat MI curve here is not yet evidence that nothing collapsed")
             continue
         verdict, reason = control_verdict(entry["detected"], entry["planted"], entry["false_alarms"],
                                           entry["negative"])

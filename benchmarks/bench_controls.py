@@ -9,7 +9,7 @@ every reply from one fixed chat from step 3 on (`control.blind_from_step=3`). As
 resume one shared run of steps 1-2; `--straight` runs each arm uninterrupted instead (what a branch stands for: the
 figures must be the same; the verl backend always runs straight).
 
-    python benchmarks/bench_controls.py [--seeds 10] [--first-seed 0] [--steps 5] [--task frozenlake] [--record]
+    python benchmarks/bench_controls.py [--seeds 10] [--first-seed 0] [--steps 5] [--task frozenlake]
     python benchmarks/bench_controls.py --backend verl --seeds 1     # the same runs through veRL's own trainer
     python benchmarks/bench_controls.py --entropy [--seeds 5]    # the entropy-collapse control instead
     python benchmarks/bench_controls.py --graded [--seeds 6]     # the graded plant (blind_strength 0.5) instead
@@ -22,8 +22,9 @@ half). With `--graded`, per seed the retrieval excess over chance and MI-ZScore 
 negative, graded (half the rows blinded) and planted arms, the graded arm's share of the negative arm's and its
 position between the planted (0) and the negative (1), when the early warning fired on the graded arm, and in how
 many seeds the test's graded checks held (`graded_checks`). Each arm takes about 20-50 s on
-2 cores, with other work beside it. `--record` writes the task's rates into `analysis/controls.yaml`, where `orch report` reads whether the MI
-proxies have been shown to move on the task (`analysis.controls`).
+2 cores, with other work beside it. `--record` is gone: the controls `orch report` prints (`analysis.controls`) are re-derived from the archived
+graded plants under the shipped alert rule (`benchmarks/bench_alert_rules.py --record`); this bench's 6-step runs are
+not kept.
 """
 
 from __future__ import annotations
@@ -91,14 +92,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None,
                         help=f"steps per arm (default: the test's, {T.STEPS}; the entropy arm's {T.ENTROPY_STEPS})")
     parser.add_argument("--task", default="frozenlake")
-    parser.add_argument("--record", action="store_true", help="write the rates into analysis/controls.yaml")
     parser.add_argument("--entropy", action="store_true", help="run the entropy-collapse control instead")
     parser.add_argument("--graded", action="store_true", help="run the graded plant (and its two references) instead")
     parser.add_argument("--straight", action="store_true", help="each arm uninterrupted (no shared prefix)")
     parser.add_argument("--backend", choices=["torch", "verl"], default="torch")
     args = parser.parse_args()
-    if args.record and (args.backend != "torch" or args.entropy or args.graded):
-        parser.error("--record keeps the torch backend's alert rates (analysis/controls.yaml has one entry per task)")
     if args.entropy:
         args.steps = args.steps or T.ENTROPY_STEPS
         return entropy_main(args)
@@ -126,8 +124,6 @@ def main() -> None:
         counts[planted] = (hits, len(group))
         low, high = wilson(hits, len(group))
         print(f"{what}: {hits}/{len(group)} = {hits / len(group):.0%} (Wilson 95%: {low:.0%}-{high:.0%})")
-    if args.record:
-        record(args, counts)
 
 
 def graded_main(args: argparse.Namespace) -> None:
@@ -170,28 +166,6 @@ def entropy_main(args: argparse.Namespace) -> None:
                   f"{'held' if row['held'] else 'NOT held'}  ({row['seconds']:.0f} s)", flush=True)
     low, high = wilson(held, args.seeds)
     print(f"entropy fell, MI did not: {held}/{args.seeds} (Wilson 95%: {low:.0%}-{high:.0%})")
-
-
-def record(args: argparse.Namespace, counts: dict[bool, tuple[int, int]]) -> None:
-    """Write this task's rates into analysis/controls.yaml (the other tasks' entries stay)."""
-    import datetime
-
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "analysis" / "controls.yaml"
-    text = path.read_text()
-    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-    entries = yaml.safe_load(text) or {}
-    entries[args.task] = {
-        "detected": counts[True][0], "planted": counts[True][1], "false_alarms": counts[False][0],
-        "negative": counts[False][1],
-        "setting": (f"tiny model after its warm start, {args.steps} steps of 8 prompts x 2 samples, MI at every "
-                    f"step on 16 samples, learning rate 1e-6, collapse planted from step {T.BLIND_FROM}"),
-        "source": (f"python benchmarks/bench_controls.py --task {args.task} --seeds {args.seeds} --first-seed "
-                   f"{args.first_seed}, {datetime.date.today().isoformat()}"),
-    }
-    path.write_text(header + yaml.safe_dump(entries, sort_keys=True, width=200))
-    print(f"recorded in {path}")
 
 
 if __name__ == "__main__":
