@@ -66,14 +66,12 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from recipes.run.progress import report
-from recipes.runtime.time_limit import TimeLimit
 from recipes.verl.agent_loop import blind_marks, train_config
-from recipes.verl.trainer import (
-    OrchPPOTrainer,
+from recipes.verl.orch_base import (
+    OrchTrainerBase,
     Stop,
-    _scalar,
     filtered_step,
-    logged_metrics,
+    scalar,
     scaled_advantages,
     turn_scores,
 )
@@ -178,36 +176,20 @@ class _Sink:
 
 
 @register_trainer(TRAINER_NAME)
-class OrchV1Trainer(PPOTrainerSync):
-    """veRL's V1 sync trainer with orch's filter, diagnostics, metrics and stop control (module docstring).
+class OrchV1Trainer(OrchTrainerBase, PPOTrainerSync):
+    """veRL's V1 sync trainer with orch's filter, diagnostics, metrics and stop control (module docstring); orch's
+    state, stops, checkpoints, cross-scoring and metrics are `recipes.verl.orch_base.OrchTrainerBase`'s, shared with
+    the legacy trainer.
 
     Registered with veRL's `@register_trainer` as "orch_sync"; `trainer.v1.trainer_mode` itself stays "sync", because
     veRL's base class branches on that literal (trainer_base.py:153, 731, 902, 912, 1004, 1499)."""
 
-    def __init__(self, config: Any, orch: dict[str, Any]) -> None:
-        super().__init__(config)
-        from recipes.diagnostics.registry import build_hooks
-        from recipes.run.tracking import RunTracker
+    TRAINER = "v1"  # `verl.trainer`, written into orch's state file
 
+    def __init__(self, config: Any, orch: dict[str, Any]) -> None:
+        super().__init__(config, orch=orch)
         self.replay_buffer.trainer = self  # the custom sampler veRL built (trainer_base.py:131)
-        self.cfg = train_config(self.config)
-        self.orch = orch
-        self.time_limit = TimeLimit(self.cfg.infra.time_limit, time.time() - orch.get("started_at", time.time()))
-        self.tracker = RunTracker(orch["tracking_uri"], self.cfg.infra.mlflow.experiment_name, run_id=orch["run_id"])
-        self.hooks = build_hooks(self.cfg.hooks, self.cfg)
-        self.empty_steps = 0
-        self.validation: dict[str, float] = {}
-        self.best: dict[str, float] = {}
-        self.step_metrics: dict[str, float] = {}
-        self.step_tags: dict[str, str] = {}
-        self.pending_stop: Stop | None = None
-        self.step_end: dict[str, Any] = {}  # the state at the end of the last step (`resume_point`)
-        self.loader_state: Any = None  # the dataloader state a rewound checkpoint saves instead of the current one
-        self.validation_pending = False  # a stop cut this step's validation short: the resume runs it first
         self._training = False  # veRL's loop has begun (its validation before training is over)
-        self.skip_update = False
-        self.advantage_scale = 1.0
-        self._step_started = 0.0
         self._val_seen: list[tuple[Any, dict]] = []
         self._validated = False
 
@@ -225,21 +207,10 @@ class OrchV1Trainer(PPOTrainerSync):
 
     def on_init_end(self) -> None:
         super().on_init_end()  # the loaded weights to the replicas
-        OrchPPOTrainer.restore_state(self)  # resumed (veRL's _load_checkpoint, trainer_base.py:850): orch's state
+        self.restore_state()  # resumed (veRL's _load_checkpoint, trainer_base.py:850): orch's state
 
     def fit(self, agent_loop_manager: Any) -> dict[str, Any]:  # noqa: D102  (veRL's loop; returns how it ended)
-        from recipes.run.progress import ProgressFile, reporting
-
-        folder = Path(self.config.trainer.default_local_dir).parent
-        if self.orch.get("started_file"):
-            Path(self.orch["started_file"]).touch()
-        try:
-            with reporting(ProgressFile(folder, self.cfg.trainer.total_steps)):
-                super().fit(agent_loop_manager)
-        except Stop as stop:
-            return {"status": stop.status, "reason": stop.reason, "steps_done": int(self.global_steps)}
-        return {"status": "finished", "reason": f"completed {self.cfg.trainer.total_steps} steps",
-                "steps_done": int(self.global_steps) - 1}
+        return self.run_fit(lambda: super(OrchV1Trainer, self).fit(agent_loop_manager))
 
     def _wrap_logger(self) -> None:
         if not isinstance(self.logger, _Sink):
@@ -260,8 +231,8 @@ class OrchV1Trainer(PPOTrainerSync):
         super().on_step_begin()
 
     def resume_point(self) -> dict[str, Any]:
-        """The legacy path's (`OrchPPOTrainer.resume_point`), on veRL's V1 dataloader at the step's beginning."""
-        return {**OrchPPOTrainer.resume_point(self), "step": int(self.global_steps) - 1}
+        """`OrchTrainerBase.resume_point`, taken on veRL's V1 dataloader at the step's beginning."""
+        return {**super().resume_point(), "step": int(self.global_steps) - 1}
 
     def after_rollout(self, batch: KVBatchMeta) -> KVBatchMeta:
         """orch's step on the whole rollout, before any update: rewards per turn, statistics, hooks, the filter.
@@ -296,13 +267,6 @@ class OrchV1Trainer(PPOTrainerSync):
             self._encoder = ChatEncoder(self.tokenizer)
         return self._encoder
 
-    def _stop_inside_step(self, phase: str) -> None:
-        """A stop requested (the stop file) inside a step, before its update, drops the step as on the legacy path
-        (`OrchPPOTrainer._stop_inside_step`): orch's state back at the previous step's end, that step checkpointed
-        if it was not (with the dataloader's position of then: `OrchCheckpointCallback`), `Stop("preempted")`.
-        Checked after the rollout (the sampler), after the diagnostics and before the update."""
-        OrchPPOTrainer._stop_inside_step(self, phase)
-
     def _update_critic(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         self._stop_inside_step("log-prob, reference and value passes")  # the critic updates first: the last exit
         if self.skip_update:
@@ -327,11 +291,7 @@ class OrchV1Trainer(PPOTrainerSync):
         """The step's work is done (checkpointed by veRL when due), its metrics not yet logged: a requested stop
         (the stop file), the time limit, or a decided one checkpoint it; `_log` ends the run once it is logged."""
         super().on_step_end()  # the new weights to the rollout replicas
-        OrchPPOTrainer.stop_at_step_end(self)
-
-    _checkpointed_step = OrchPPOTrainer._checkpointed_step
-    TRAINER = "v1"
-    write_state = OrchPPOTrainer.write_state  # the legacy path's file, same fields
+        self.stop_at_step_end()
 
     # -- validation ------------------------------------------------------------------------------------------------
 
@@ -382,41 +342,24 @@ class OrchV1Trainer(PPOTrainerSync):
         else:  # saved by veRL or `on_step_end` before the validation: mark it there
             self.write_state(Path(self.config.trainer.default_local_dir) / f"global_step_{step}")
 
-    best_dir = OrchPPOTrainer.best_dir
-
-    def keep_if_best(self) -> None:
-        OrchPPOTrainer.keep_if_best(self)  # the legacy path's rule; the step's checkpoint is saved first if needed
-
-    # -- cross-scoring (the MI diagnostics), through the actor workers: the legacy path's code --------------------
+    # -- cross-scoring (the MI diagnostics), through the actor workers: `OrchTrainerBase.cross_score` ---------------
 
     def cross_score(self, prompts: list[list[int]], samples: list[list[int]]) -> Any:
         if self.cfg.diagnostics.method != "prefix":
             raise NotImplementedError("diagnostics.method=naive is not on the V1 path yet")
-        return OrchPPOTrainer.cross_score(self, prompts, samples)
+        return super().cross_score(prompts, samples)
 
     # -- metrics ---------------------------------------------------------------------------------------------------
 
     def _log(self, data: dict[str, Any], step: int) -> None:
         """Every metric veRL logs into the cell's MLflow run, orch's values over veRL's, orch's `val/*` for veRL's
         validation metrics; the legacy path's rules for re-run steps and its one line per step."""
-        metrics = {key: _scalar(value) for key, value in data.items() if not key.startswith(VERL_VAL_PREFIXES)}
+        metrics = {key: scalar(value) for key, value in data.items() if not key.startswith(VERL_VAL_PREFIXES)}
         in_step = "training/global_step" in data  # veRL's step log; the validation before training has none
         if self._validated:
             metrics.update(self.validation)
             self._validated = False
-        metrics = logged_metrics(self, metrics, in_step)
-        if not in_step or not 0 < step <= self.orch["logged_until"]:
-            self.tracker.log_metrics(metrics, step=step)
-        if self.step_tags:
-            self.tracker.set_tags(self.step_tags)
-            self.step_tags = {}
-        if in_step:
-            report(step=step, done=step, phase="logging", success=metrics.get("rollout/success_rate"))
-            log.info("step %d/%d: success %.3f, kept %.2f, %.1fs", step, self.cfg.trainer.total_steps,
-                     metrics.get("rollout/success_rate", float("nan")), metrics.get("rollout/kept_ratio", 1.0),
-                     metrics["timing_s/step"])
-            if self.pending_stop is not None:
-                raise self.pending_stop
+        self.log_step(metrics, step, in_step)
 
 
 class WorkerPolicyV1:
@@ -434,8 +377,9 @@ class WorkerPolicyV1:
 
 
 def gradient_norms(trainer: OrchV1Trainer, batch: KVBatchMeta, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
-    """`PolicyAccess.gradient_norms` on the V1 path, the legacy path's split (`OrchPPOTrainer.gradient_norms`): the
-    unfiltered `batch` scored as V1's step scores its update batch (`scored`), then per row set the actor workers'
+    """`PolicyAccess.gradient_norms` on the V1 path, the legacy path's split
+    (`recipes.verl.trainer.OrchPPOTrainer.gradient_norms`): the unfiltered `batch` scored as V1's step scores its
+    update batch (`scored`), then per row set the actor workers'
     `orch_gradient_norms` (recipes.verl.workers) on those rows of TransferQueue, every row normalised by the whole
     batch. Nothing is applied. A row set is padded to the actor's data-parallel size with veRL's no-op rows (response
     mask 0), scored with the batch."""
@@ -547,8 +491,9 @@ def mark_blinded(prompts: TensorDict, cfg: Any) -> None:
 def dynamic_sampling(trainer: OrchV1Trainer, batch: KVBatchMeta,
                      extras: list[dict[str, Any]]) -> tuple[KVBatchMeta, list[dict[str, Any]]]:
     """DAPO's dynamic sampling as the registry declares it and the legacy path runs it
-    (`OrchPPOTrainer._dynamic_sampling`): zero-variance groups replaced, in order, by the groups with variance of up
-    to `algorithm.max_extra_gen_batches` extra generation batches of orch's seeds (`extra_batch`); what is left
+    (`recipes.verl.trainer.OrchPPOTrainer._dynamic_sampling`): zero-variance groups replaced, in order, by the
+    groups with variance of up to `algorithm.max_extra_gen_batches` extra generation batches of orch's seeds
+    (`extra_batch`); what is left
     zero-variance stays. Not V1's own refill (`algorithm.filter_groups`: evict k, refill 2k from veRL's
     dataloader, replay_buffer.py:104-114, 469-486), which draws other prompts. Returns the batch (kept groups first,
     then the replacements; the rest cleared from TransferQueue) and its rows' extra fields."""

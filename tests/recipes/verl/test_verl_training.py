@@ -77,7 +77,7 @@ def test_grpo_countdown_filters_the_update_and_logs_the_diagnostics_into_the_orc
     # the best checkpoint (issue 28 item 2): the step of the peak validation success, re-evaluated as an evaluation
     # cell of `orch eval --sweep S --best` evaluates it (run_evaluation under the cell's own config)
     from recipes.trained.evaluate import run_evaluation
-    from recipes.verl.trainer import kept_best
+    from recipes.verl.orch_base import kept_best
 
     checkpoints = Path(run.data.tags["orch.checkpoint_dir"])
     best = kept_best(checkpoints / "best")

@@ -44,7 +44,7 @@ def test_a_stop_inside_a_v1_step_drops_it_and_checkpoints_the_previous_step(phas
     """As on the legacy path: the sampler's hand-over (after the rollout, before any log-prob) and the update
     overrides raise `Stop("preempted")` naming the phase, with orch's state back at the previous step's end and
     that step checkpointed with the dataloader's position of then."""
-    from recipes.verl.trainer import Stop
+    from recipes.verl.orch_base import Stop
 
     stop_file, saves, hook = tmp_path / "STOP", [], CountingHook()
     trainer = v1_trainer(tmp_path, use_critic="value" in phase)
@@ -92,7 +92,7 @@ def test_a_stop_during_a_v1_validation_keeps_nothing_of_it_and_the_resume_runs_i
     ends once the step is logged. The resume reads the mark and has veRL validate before training, at that step. A
     stop during veRL's validation before training ends the run at once."""
     from recipes.runtime.checkpoint import VERL_STATE_FILE
-    from recipes.verl.trainer import Stop
+    from recipes.verl.orch_base import Stop
 
     saves: list[int] = []
     trainer = v1_trainer(tmp_path, global_steps=4, validation={"val/success": 0.5}, _val_seen=[("cut", {})])
