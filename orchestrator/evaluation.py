@@ -2,7 +2,10 @@
 latest) checkpoint on more validation episodes, as the cells of a sweep of their own, `S.eval`.
 
 An evaluation cell is its training cell's config plus `evaluation.*` (`recipes.config.schema.EvalSection`: the source
-checkpoint folder, which checkpoint, episodes, samples, temperature, pass@k, seed), so it has an identity of its
+checkpoint folder, which checkpoint, episodes, samples, temperature, pass@k, seed): the config the store keeps for the
+training cell (what its job ran), not its settings resolved again against today's `conf/`, so an edit of `conf/`
+since changes no evaluation (a cell of a store written before configs were stored is resolved against `conf/` and
+refused if that changed its identity). It has an identity of its
 own (the digest includes the evaluation section; a training cell's leaves it out) and goes through the same store,
 executors, `orch status`, `orch resume` and `orch cancel` as any cell. Its MLflow runs go to experiment `S.eval`:
 the report and tables of `S` never count them as training runs, and `orch report` reads them as the re-evaluated
@@ -26,7 +29,7 @@ from orchestrator.spec import load_sweep
 from orchestrator.states import DONE
 from orchestrator.store import Store
 from orchlib.errors import OrchError
-from recipes.config.resolve import ConfigResolver
+from recipes.config.resolve import ConfigResolver, ResolvedConfig, load_config, resolve_stored
 from recipes.trained.evaluate import EVAL_SUFFIX, eval_sweep_name, kept_checkpoint
 
 
@@ -80,15 +83,19 @@ def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: Con
                         f"checkpoint (in {sweep.run_dir}/checkpoints/<cell>); the trainers keep a best one when they "
                         "validate (trainer.val_every > 0)")
     resolver = resolver or ConfigResolver()
+    stored = store.stored_configs([row.id for row in kept])
     cells: list[PlannedCell] = []
     for row in kept:
-        settings = {**json.loads(row.settings_json), "evaluation.source": str(sources[row.digest]),
-                    **request.settings()}
-        resolved = resolver.resolve(settings)
-        trained = resolved.config.training_digest()
-        if trained != row.digest:
-            raise OrchError(f"sweep {name}: cell {row.digest} now resolves to {trained} (conf/ changed since "
-                            "it was planned); evaluate it with `orch eval SOURCE` instead")
+        evaluation = {"evaluation.source": str(sources[row.digest]), **request.settings()}
+        if row.id in stored:
+            resolved = _from_stored(name, row, *stored[row.id], evaluation)
+        else:  # a store from before configs were stored: resolved against conf/, refused if that moved it
+            resolved = resolver.resolve({**json.loads(row.settings_json), **evaluation})
+            trained = resolved.config.training_digest()
+            if trained != row.digest:
+                raise OrchError(f"sweep {name}: cell {row.digest} now resolves to {trained} (conf/ changed since "
+                                "it was planned, and the store keeps no config for it); evaluate it with `orch eval "
+                                "SOURCE` instead")
         cells.append(PlannedCell(index=len(cells), digest=resolved.digest, axis=row.axis, settings=resolved.settings,
                                  overrides=resolved.overrides,
                                  resources=Resources.model_validate_json(row.resources_json), resolved=resolved))
@@ -101,3 +108,21 @@ def plan_evaluation(store: Store, name: str, request: EvalRequest, resolver: Con
         plan.notes.append(f"{len(rows) - len(done)} cell(s) of {name} have not finished: run this again once they "
                           "have (only the missing evaluations are submitted)")
     return plan
+
+
+def _from_stored(name: str, row: Any, shared: str, own: str, evaluation: dict[str, Any]) -> ResolvedConfig:
+    """The evaluation cell of training cell `row` from the config the store keeps for it (what its job ran) plus the
+    `evaluation` keys; its settings and overrides are the cell's plus those keys (what a person reads). `OrchError`
+    when the stored config no longer loads (a schema change) or no longer hashes to the cell."""
+    try:
+        trained = load_config(shared, own)
+        resolved = resolve_stored(shared, own, evaluation)
+    except OrchError as err:
+        raise OrchError(f"sweep {name}: cell {row.digest}: its stored config does not fit this orch's config schema: "
+                        f"{err}; evaluate it with `orch eval SOURCE` instead") from None
+    if trained.digest() != row.digest or resolved.config.training_digest() != row.digest:
+        raise OrchError(f"sweep {name}: cell {row.digest}: its stored config hashes to {trained.digest()} under this "
+                        "orch (an identity rule changed); evaluate it with `orch eval SOURCE` instead")
+    settings = {**json.loads(row.settings_json), **resolved.settings}
+    return ResolvedConfig(resolved.config, resolved.digest, settings,
+                          [*json.loads(row.overrides_json), *resolved.overrides])

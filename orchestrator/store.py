@@ -457,6 +457,18 @@ class Store:
                 cell_json=config.cell_json if config else None,
             )
 
+    def stored_configs(self, cell_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """The planned config of each of `cell_ids` that has one: cell id -> (its `configs` text, its `cell_json`);
+        a cell of a store written before configs were stored has none."""
+        if not cell_ids or not self._has_table(CellConfigRow.__tablename__):
+            return {}
+        with Session(self.engine) as session:
+            rows = session.execute(
+                select(CellConfigRow.cell_id, ConfigRow.config_json, CellConfigRow.cell_json)
+                .join(ConfigRow, ConfigRow.id == CellConfigRow.config_id)
+                .where(CellConfigRow.cell_id.in_(list(cell_ids))))
+            return {cell_id: (shared, own) for cell_id, shared, own in rows}
+
     def job_started(self, cell_id: int, executor: str, job_id: str | None, host: str, pid: int,
                     stdout_path: str | None = None, stderr_path: str | None = None,
                     attempt_id: int | None = None) -> int | None:

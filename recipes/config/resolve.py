@@ -146,6 +146,16 @@ def load_config(shared: str, own: str = "{}", hosting: Mapping[str, Any] | None 
     return config.with_hosting(hosting) if hosting else config
 
 
+def resolve_stored(shared: str, own: str, settings: Mapping[str, Any]) -> ResolvedConfig:
+    """A stored config (`load_config`) with the dotted keys of `settings` set on its tree (typed as the tree has
+    them, as `apply_settings` does for a cell), validated and hashed: a config derived from a planned one whatever
+    `conf/` holds now (`orch eval --sweep`: a training cell's stored config plus `evaluation.*`). Raises `OrchError`
+    naming the key."""
+    tree, normalized = apply_settings(load_config(shared, own).to_tree(), dict(settings), {})
+    config = TrainConfig.from_tree(tree)
+    return ResolvedConfig(config, config.digest(), normalized, hydra_overrides(normalized, ()))
+
+
 class ConfigResolver:
     """Resolve, validate and hash cell settings against `conf/`, with caches shared by all cells of a sweep."""
 

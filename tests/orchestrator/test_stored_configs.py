@@ -317,3 +317,47 @@ def test_an_old_stores_cell_keeps_the_legacy_trainer_when_the_default_changes(wo
     assert "  trainer: v1 " in train_yaml.read_text()
     context = old_store(workdir, tracking).job_context(2)
     assert context.config_json is None and compose_cell_config(context).infra.verl.trainer == "legacy"
+
+
+def test_eval_sweep_evaluates_the_stored_configs_not_todays_conf(planned, tmp_path, monkeypatch) -> None:
+    """Issue 60: `orch eval --sweep S --best` resolved each finished cell's settings again against today's conf/ and
+    refused a cell conf/ had moved since. It evaluates the config the store keeps for the cell, whatever conf/ holds:
+    the evaluation cell is that config plus `evaluation.*`, and unchanged conf/ gives the same evaluation identities
+    as before."""
+    from orchestrator import evaluation
+    from orchestrator.evaluation import EvalRequest, plan_evaluation
+
+    plan, store = planned
+    sweep = store.require_sweep("kept")
+    with sqlite3.connect(".orch/orch.db") as db:  # both cells ran to their end (each kept a best checkpoint: below)
+        db.execute("UPDATE cells SET state = 'finished'")
+    monkeypatch.setattr(evaluation, "_has_checkpoint", lambda source, which: True)
+    request = EvalRequest(episodes=8)
+    before = {cell.resolved.config.training_digest(): cell.digest
+              for cell in plan_evaluation(store, "kept", request).cells}
+    from recipes.config.resolve import ConfigResolver
+
+    resolver = ConfigResolver()  # what the evaluation cells were before: conf/ resolved again
+    for row in store.cell_rows(sweep.id):
+        settings = {**json.loads(row.settings_json), **request.settings(),
+                    "evaluation.source": f"{sweep.run_dir}/checkpoints/{row.digest}"}
+        assert resolver.resolve(settings).digest == before[row.digest]  # the same identities as then
+
+    conf = tmp_path / "conf-edited-after"
+    shutil.copytree(compose.CONF_DIR, conf)
+    path = conf / "trainer" / "test.yaml"
+    path.write_text(path.read_text().replace("val_size: 2", "val_size: 3"))  # a default changed after planning
+    monkeypatch.setattr(compose, "CONF_DIR", conf)
+    with monkeypatch.context() as patch:
+        no_hydra(patch)  # the stored configs: conf/ is not composed at all
+        cells = plan_evaluation(store, "kept", request).cells
+    assert {cell.resolved.config.training_digest(): cell.digest for cell in cells} == before
+    for cell in cells:
+        assert cell.resolved.config.trainer.val_size == 2  # the stored config's, not today's 3
+        assert cell.resolved.config.evaluation.episodes == 8 and cell.settings["evaluation.episodes"] == 8
+        assert "evaluation.episodes=8" in cell.overrides and "task=" + cell.settings["task"] in cell.overrides
+    with sqlite3.connect(".orch/orch.db") as db:  # a store from before stored configs: resolved, refused if moved
+        db.execute("DELETE FROM cell_configs")
+    with pytest.raises(OrchError, match=r"now resolves to .* \(conf/ changed since it was planned, and the store "
+                                        r"keeps no config for it\)"):
+        plan_evaluation(store, "kept", request)
