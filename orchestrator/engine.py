@@ -240,23 +240,29 @@ def resume(store: Store, name: str, executor: str | None = None, retry_failed: b
 @dataclass
 class ReplanReport:
     """What `orch resume --replan` found: the cells resolved again against `conf/`, and the identities that
-    changed: (old digest, its state, new digest, what became of it)."""
+    changed: (old digest, its state, new digest, what became of it); `what` says, per old digest, which keys of its
+    config changed; `blocked`, the queued or running cells whose identity changed (refused: they run their planned
+    config); `plan`, the cells that would run afterwards (the unchanged ones with their new configs, the new
+    identities), for the fit check."""
 
     sweep: str
     resolved: int = 0
     unchanged: int = 0
     changed: list[tuple[str, str, str, str]] = field(default_factory=list)
+    what: dict[str, str] = field(default_factory=dict)
+    blocked: list[str] = field(default_factory=list)
+    plan: Plan | None = field(default=None, repr=False)
+    sweep_id: int = field(default=0, repr=False)
+    same: dict[int, dict] = field(default_factory=dict, repr=False)
+    replaced: list = field(default_factory=list, repr=False)  # `orchestrator.store.Replacement`s
 
 
-def replan(store: Store, name: str) -> ReplanReport:
-    """Resolve every cell of sweep `name` that may still run (not finished, stopped or pruned) again from its stored
-    settings against the current `conf/`, and store what it resolves to: a cell whose identity is unchanged keeps its
-    row and takes the new config (a cell of an older store gets its first); a cell whose identity changed is
-    replaced by a pending cell of the new identity (unless the sweep has that digest already), its attempts leaving
-    the store (its MLflow run and checkpoints stay, under the old digest). Lost jobs are reconciled first. Refused,
-    with one line and nothing
-    written, for a study's sweep (its trials name their cells), for settings that no longer resolve, and for a
-    queued or running cell whose identity changed (it runs its planned config: let it end, or cancel it, first)."""
+def plan_replan(store: Store, name: str, reconciled: bool = True) -> ReplanReport:
+    """What `replan` would do, nothing written to the store: every cell of sweep `name` that may still run (not
+    finished, stopped or pruned) resolved again from its stored settings against the current `conf/`. `reconciled`:
+    mark lost the cells whose job vanished first (a write; `orch resume --replan --dry-run` does not, so such a cell
+    shows as still active). Refused, with one line, for a study's sweep and for settings that no longer resolve; a
+    queued or running cell whose identity changed is listed in `blocked`."""
     from orchestrator.store import Replacement
     from recipes.config.resolve import ConfigResolver
 
@@ -264,12 +270,14 @@ def replan(store: Store, name: str) -> ReplanReport:
     if _is_study(sweep):
         raise OrchError(f"sweep {name} is an `orch tune` study: its trials name their cells, which --replan would "
                         f"replace; run `orch tune {sweep.spec_path}` to go on with it")
-    reconcile(store, sweep)  # a cell whose job vanished is not running any more
-    rows = [row for row in store.cell_rows(sweep.id) if row.state not in DONE | {State.PRUNED}]
+    if reconciled:
+        reconcile(store, sweep)  # a cell whose job vanished is not running any more
+    all_rows = store.cell_rows(sweep.id)
+    rows = [row for row in all_rows if row.state not in DONE | {State.PRUNED}]
+    stored = store.stored_configs([row.id for row in rows])
     resolver = ConfigResolver()
-    report = ReplanReport(sweep=name, resolved=len(rows))
-    same: dict[int, dict] = {}
-    replaced: list[Replacement] = []
+    report = ReplanReport(sweep=name, resolved=len(rows), sweep_id=sweep.id)
+    running: list[tuple] = []  # (row, resolved) of every cell that would run afterwards
     for row in rows:
         try:
             resolved = resolver.resolve(json.loads(row.settings_json))
@@ -282,20 +290,23 @@ def replan(store: Store, name: str) -> ReplanReport:
                   "resources_json": row.resources_json}
         fields["config_json"], fields["cell_json"] = resolved.stored()
         if resolved.digest == row.digest:
-            same[row.id] = fields
+            report.same[row.id] = fields
+            running.append((row, resolved))
             continue
+        report.what[row.digest] = _what_changed(stored.get(row.id), resolved.config.to_tree())
         if row.state in ACTIVE:
-            raise OrchError(f"cell {row.digest} of sweep {name} is {row.state}: it runs the config it was planned "
-                            f"with, but its settings now resolve to cell {resolved.digest}; let it end, or `orch "
-                            f"cancel {name} --cell {row.digest}`, then replan; nothing replanned")
-        replaced.append(Replacement(row.id, fields))
+            report.blocked.append(f"cell {row.digest} of sweep {name} is {row.state}: it runs the config it was "
+                                  f"planned with, but its settings now resolve to cell {resolved.digest}; let it end, "
+                                  f"or `orch cancel {name} --cell {row.digest}`, then replan; nothing replanned")
+            continue
+        report.replaced.append(Replacement(row.id, fields))
+        running.append((row, resolved))
     resolver.flush()
-    kept = {row.digest: row.state for row in store.cell_rows(sweep.id) if row.id not in {r.cell_id for r in replaced}}
-    store.replan(sweep.id, same, replaced, active=ACTIVE)
-    report.unchanged = len(same)
+    replaced_ids = {item.cell_id for item in report.replaced}
+    kept = {row.digest: row.state for row in all_rows if row.id not in replaced_ids}
     created: set[str] = set()
     by_id = {row.id: row for row in rows}
-    for item in replaced:
+    for item in report.replaced:
         old, new = by_id[item.cell_id], item.fields["digest"]
         if new in kept:
             outcome = f"the sweep has it already ({kept[new]})"
@@ -305,7 +316,74 @@ def replan(store: Store, name: str) -> ReplanReport:
             outcome = "new, pending"
             created.add(new)
         report.changed.append((old.digest, old.state, new, outcome))
+    report.unchanged = len(report.same)
+    report.plan = _stored_plan(sweep, [(row, resolved) for row, resolved in running
+                                       if resolved.digest == row.digest or resolved.digest not in kept])
     return report
+
+
+def replan(store: Store, name: str) -> ReplanReport:
+    """Resolve every cell of sweep `name` that may still run (not finished, stopped or pruned) again from its stored
+    settings against the current `conf/`, and store what it resolves to: a cell whose identity is unchanged keeps its
+    row and takes the new config (a cell of an older store gets its first); a cell whose identity changed is
+    replaced by a pending cell of the new identity (unless the sweep has that digest already), its attempts leaving
+    the store (its MLflow run and checkpoints stay, under the old digest). Lost jobs are reconciled first. Refused,
+    with one line and nothing
+    written, for a study's sweep (its trials name their cells), for settings that no longer resolve, and for a
+    queued or running cell whose identity changed (it runs its planned config: let it end, or cancel it, first)."""
+    report = plan_replan(store, name)
+    if report.blocked:
+        raise OrchError(report.blocked[0] if len(report.blocked) == 1 else
+                        f"{report.blocked[0]} (and {len(report.blocked) - 1} more such cell(s): --dry-run lists them)")
+    store.replan(report.sweep_id, report.same, report.replaced, active=ACTIVE)
+    return report
+
+
+def _what_changed(stored: tuple[str, str] | None, now: dict) -> str:
+    """The keys whose value differs between a cell's stored config and `now` (its `conf/` tree resolved today), in
+    words: `trainer.val_size 2 -> 3`; a few, then how many more."""
+    if stored is None:
+        return "no stored config to compare (planned before configs were stored)"
+    before: dict = {}
+    for text in stored:
+        before.update(json.loads(text))
+    old, new = _leaves(before), _leaves(now)
+    keys = [key for key in sorted(old.keys() | new.keys()) if old.get(key, _UNSET) != new.get(key, _UNSET)]
+    shown = [f"{key} {_value(old.get(key, _UNSET))} -> {_value(new.get(key, _UNSET))}" for key in keys[:6]]
+    more = f", and {len(keys) - 6} more key(s)" if len(keys) > 6 else ""
+    return ", ".join(shown) + more if shown else "no key differs (an identity rule changed)"
+
+
+_UNSET = object()
+
+
+def _leaves(tree: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _value(value: object) -> str:
+    return "unset" if value is _UNSET else json.dumps(value)
+
+
+def _stored_plan(sweep: SweepRow, cells: list[tuple]) -> Plan:
+    """A `Plan` of a stored sweep's cells ((row, resolved config) each) as they would run: what the fit check before
+    a submission reads (`orchestrator.preflight.fit_gate`); the sweep's name and file, not its definition."""
+    from orchestrator.plan import Plan, PlannedCell, varied_keys
+    from orchestrator.resources import Resources
+    from orchestrator.spec import SweepDefinition, SweepSpec
+    from orchestrator.yamlsource import YamlSource
+
+    planned = [PlannedCell(index=row.position, digest=resolved.digest, axis=row.axis, settings=resolved.settings,
+                           overrides=resolved.overrides, resources=Resources.model_validate_json(row.resources_json),
+                           resolved=resolved) for row, resolved in cells]
+    definition = SweepDefinition(spec=SweepSpec(name=sweep.name), source=YamlSource(path=Path(sweep.spec_path), data={}))
+    return Plan(definition=definition, cells=planned, varied=varied_keys(planned))
 
 
 def _is_study(sweep: SweepRow) -> bool:

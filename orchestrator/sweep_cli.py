@@ -386,7 +386,10 @@ def resume_command(
     sweep: SweepArg,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Executor (default: the sweep's last one).")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also resubmit failed cells.")] = False,
-    replan: Annotated[bool, typer.Option("--replan", help="First resolve every cell that may still run against conf/ as it is now, say which identities changed, and replace each changed cell by its new identity (without it, a cell runs the config it was planned with).")] = False,
+    replan: Annotated[bool, typer.Option("--replan", help="First resolve every cell that may still run against conf/ as it is now, say which identities changed, and replace each changed cell by its new identity (without it, a cell runs the config it was planned with). A verl sweep's GPU cells pass orch sweep's fit check first.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="With --replan: list each identity that would change (old -> new cell, which keys changed) and the fit check's findings; write nothing, submit nothing.")] = False,
+    submit_anyway: Annotated[bool, typer.Option("--submit-anyway", help="With --replan: replan and submit even when the fit check (memory, vLLM, veRL's validation, model and data paths) refuses the replanned cells; its findings are printed as warnings.")] = False,
+    model_config: Annotated[Path | None, typer.Option("--model-config", help="With --replan: a config.json for models whose folder is not on this host (the fit check).")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Block until every cell has ended.")] = False,
     store_url: StoreOpt = None,
 ) -> None:
@@ -395,12 +398,30 @@ def resume_command(
     from orchlib.errors import OrchError
 
     try:
-        store = _open_store(store_url)
+        if (dry_run or submit_anyway or model_config) and not replan:
+            raise OrchError("--dry-run, --submit-anyway and --model-config go with --replan")
+        if dry_run and (submit_anyway or wait):
+            raise OrchError("--submit-anyway and --wait go with a resume, not with --dry-run")
+        store = _open_store(store_url, readonly=dry_run)
         from orchestrator.views import print_replan, print_submit
 
         if replan:
+            from orchestrator.engine import plan_replan
             from orchestrator.engine import replan as replan_sweep
 
+            planned = plan_replan(store, sweep, reconciled=False)  # nothing written until the fit check passes
+            if dry_run:
+                from orchestrator.preflight import fit_gate, load_model_config
+
+                print_replan(planned, dry_run=True)
+                _, refusal = fit_gate(planned.plan, load_model_config(model_config))
+                typer.echo(f"fit check: {refusal}" if refusal else "fit check: passed (or no verl GPU cell)")
+                return
+            if cluster is not None:
+                from orchestrator.executors import get_executor
+
+                get_executor(cluster).check_available()
+            _fit_check(planned.plan, model_config, submit_anyway)
             print_replan(replan_sweep(store, sweep))
         print_submit(resume(store, sweep, executor=cluster, retry_failed=retry_failed))
         if wait:

@@ -172,11 +172,23 @@ def print_submit(report: Any) -> None:
         console.print(f"{report.lost} cell(s) found lost (their job vanished without reporting)")
 
 
-def print_replan(report: Any) -> None:
+def print_replan(report: Any, dry_run: bool = False) -> None:
     """`orch resume --replan`: how many cells were resolved again, then one line per identity that changed (whole
-    lines: a person greps them)."""
+    lines: a person greps them); `dry_run`: what would be done, with the keys that changed and the cells refused."""
     console = _console()
     changed = len(report.changed)
+    if dry_run:
+        console.print(f"sweep {report.sweep} (dry run: nothing written): {report.resolved} cell(s) that may still run "
+                      f"resolved again against conf/: {report.unchanged} would keep their identity (config stored "
+                      f"again), {changed + len(report.blocked)} changed identity"
+                      + (" (would be replaced):" if changed or report.blocked else ""), soft_wrap=True)
+        for old, state, new, outcome in report.changed:
+            console.print(f"  cell {old} ({state}) -> cell {new}: {outcome}; changed: {report.what.get(old, '?')}",
+                          soft_wrap=True, markup=False)
+        for line in report.blocked:
+            old = line.split()[1]
+            console.print(f"  refused: {line}; changed: {report.what.get(old, '?')}", soft_wrap=True, markup=False)
+        return
     console.print(f"sweep {report.sweep}: {report.resolved} cell(s) that may still run resolved again against conf/: "
                   f"{report.unchanged} same identity (config stored again), {changed} changed identity"
                   + (" (replaced):" if changed else ""), soft_wrap=True)

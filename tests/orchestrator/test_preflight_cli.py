@@ -281,6 +281,7 @@ def test_paper_check_names_a_paper_sweep_that_does_not_fit(workdir: Path, monkey
     import textwrap
 
     from analysis import paper
+    from analysis.cli import paper_problems
     from analysis.paper_report import SECTIONS
 
     sweeps = workdir / "sweeps"
@@ -289,7 +290,7 @@ def test_paper_check_names_a_paper_sweep_that_does_not_fit(workdir: Path, monkey
     (sweeps / "fits.yaml").write_text(textwrap.dedent(FITS))
     monkeypatch.setattr(paper, "SWEEPS_DIR", sweeps)
     monkeypatch.setattr(paper, "ITEMS", (dataclasses.replace(paper.ITEMS[0], sweeps=("unfit", "fits")),))
-    problems = paper.check(set(SECTIONS))
+    problems = paper_problems(set(SECTIONS))
     unfit = [line for line in problems if "does not fit" in line]
     assert len(unfit) == 1, problems
     assert unfit[0].startswith("sweeps/unfit.yaml (unfit): does not fit its declared hardware: models/Qwen2.5-14B on "
@@ -323,3 +324,47 @@ def test_preflight_composes_the_config_the_job_composes_once_per_distinct_overri
         assert (cache.composed, cache.validated) == (2, 2)
         cache.config(config("algorithm=grpo", "verl.tensor_parallel=2", "filter=top_p"), job)
         assert (cache.composed, cache.validated) == (2, 2)
+
+
+def test_resume_replan_runs_the_fit_check_and_submit_anyway_replans_all_the_same(workdir: Path, sweep_file,
+                                                                                 monkeypatch) -> None:
+    """Issue 60: `orch resume --replan` gave cells their new configs without the fit check `orch sweep` and `orch
+    tune` run. A stored verl sweep whose cells cannot fit (here as planned with --submit-anyway): the replan is refused
+    with exit 2 and one line per class, nothing written or submitted; --submit-anyway replans and resumes with the
+    findings as warnings; --dry-run prints the check's finding and writes nothing."""
+    from orchestrator import engine
+    from orchestrator.engine import cell_fields, save_sweep_row
+    from orchestrator.plan import build_plan
+    from orchestrator.spec import load_sweep
+    from orchestrator.store import Store
+
+    plan = build_plan(load_sweep(sweep_file(UNFIT)))
+    store = Store.open()
+    sweep = save_sweep_row(store, plan.definition, "local", plan.varied)
+    store.add_cells(sweep.id, cell_fields(plan))
+    resumed: list = []
+    monkeypatch.setattr(engine, "resume", lambda store, name, **kwargs: resumed.append(name) or engine.SubmitReport(
+        sweep=name, executor="local", cells=4, submitted=4))
+    before = [(row.digest, row.state, row.updated_at) for row in store.cell_rows(sweep.id)]
+
+    refused = invoke("resume", "unfit", "--replan")
+    assert refused.exit_code == 2, refused.output
+    lines = refused.output.strip().splitlines()
+    assert lines[0].startswith("orch: error: ") and "1 of 1 verl GPU cell class(es) cannot start as planned" in lines[0]
+    assert [line for line in lines if line.startswith("  c")][0].startswith(
+        "  c1 models/Qwen2.5-14B on 1n x 1 GPU (verl, 4 cells): memory: ")
+    assert resumed == [] and [(r.digest, r.state, r.updated_at) for r in store.cell_rows(sweep.id)] == before
+
+    dry = invoke("resume", "unfit", "--replan", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert dry.output.startswith("sweep unfit (dry run: nothing written): 4 cell(s)") and "fit check: " in dry.output
+    assert "cannot start as planned" in dry.output and resumed == []
+    assert [(r.digest, r.state, r.updated_at) for r in store.cell_rows(sweep.id)] == before
+
+    anyway = invoke("resume", "unfit", "--replan", "--submit-anyway")
+    assert anyway.exit_code == 0, anyway.output
+    assert "orch: warning (--submit-anyway): c1 models/Qwen2.5-14B on 1n x 1 GPU" in anyway.output
+    assert "4 same identity (config stored again), 0 changed identity" in anyway.output and resumed == ["unfit"]
+    for args in (["--dry-run"], ["--submit-anyway"]):  # they go with --replan
+        assert invoke("resume", "unfit", *args).exit_code == 2
+    assert invoke("resume", "unfit", "--replan", "--dry-run", "--submit-anyway").exit_code == 2

@@ -361,3 +361,32 @@ def test_eval_sweep_evaluates_the_stored_configs_not_todays_conf(planned, tmp_pa
     with pytest.raises(OrchError, match=r"now resolves to .* \(conf/ changed since it was planned, and the store "
                                         r"keeps no config for it\)"):
         plan_evaluation(store, "kept", request)
+
+
+def test_replan_dry_run_lists_each_changed_identity_and_what_changed_writing_nothing(planned, edited_conf) -> None:
+    """Issue 60: `orch resume --replan --dry-run`: one line per identity that would change (old -> new cell, the keys
+    that changed with their old and new values), a queued cell's as refused, and nothing written to the store."""
+    plan, store = planned
+    sweep = store.require_sweep("kept")
+    first, second = store.cell_rows(sweep.id)
+    store.record_submissions("slurm", [first.id])  # queued: its change would be refused
+
+    def snapshot():
+        with sqlite3.connect(".orch/orch.db") as db:
+            return [db.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+                    for table in ("cells", "attempts", "configs", "cell_configs")]
+
+    before = snapshot()
+    result = CliRunner().invoke(app, ["resume", "kept", "--replan", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == ("sweep kept (dry run: nothing written): 2 cell(s) that may still run resolved again against "
+                        "conf/: 0 would keep their identity (config stored again), 2 changed identity (would be "
+                        "replaced):")
+    (moved,) = [line for line in lines if line.startswith(f"  cell {second.digest} (pending) -> cell ")]
+    assert moved.endswith(": new, pending; changed: trainer.val_size 2 -> 3"), moved
+    (refused,) = [line for line in lines if line.startswith("  refused: ")]
+    assert f"cell {first.digest} of sweep kept is queued" in refused
+    assert refused.endswith("changed: trainer.val_size 2 -> 3")
+    assert lines[-1] == "fit check: passed (or no verl GPU cell)"
+    assert snapshot() == before  # nothing written
