@@ -43,10 +43,22 @@ def fault_line(err: BaseException) -> str | None:
     return None
 
 
-def choices_error(what: str, got: object, valid: list[str] | tuple[str, ...], where: str = "") -> OrchError:
-    """The standard 'unknown X' error: ``[where: ]unknown what 'got'; valid choices: a, b, c``."""
+def choices_error(what: str, got: object, valid: list[str] | tuple[str, ...], where: str = "",
+                  typed: object = None) -> OrchError:
+    """The standard 'unknown X' error: ``[where: ]unknown what 'got'; valid choices: a, b, c``, followed by
+    ``; did you mean 'b'?`` when one valid choice is close to what was typed (`typed`, default `got`; a typo:
+    `total_step` -> `total_steps`)."""
+    import difflib
+
     prefix = f"{where}: " if where else ""
-    return OrchError(f"{prefix}unknown {what} {got!r}; valid choices: {', '.join(sorted(map(str, valid)))}")
+    names = sorted(map(str, valid))
+    typo = str(got if typed is None else typed)
+    near = difflib.get_close_matches(typo, names, n=1, cutoff=CLOSE_MATCH_CUTOFF)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return OrchError(f"{prefix}unknown {what} {got!r}; valid choices: {', '.join(names)}{hint}")
+
+
+CLOSE_MATCH_CUTOFF = 0.7  # difflib's similarity ratio above which a valid choice is offered as the one meant
 
 
 def hide_password(url: str) -> str:

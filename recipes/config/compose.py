@@ -154,7 +154,8 @@ def _set_existing(tree: dict[str, Any], dotted: str, value: Any) -> Any:
         if not isinstance(node, dict):
             raise OrchError(f"config key {dotted}: {where} is a value, not a section")
         if part not in node:
-            raise choices_error(f"config key {part!r} under", where, list(node), where=f"config key {dotted}")
+            raise choices_error(f"config key {part!r} under", where, list(node), where=f"config key {dotted}",
+                                typed=part)
         if depth == len(parts) - 1:
             if isinstance(node[part], dict):
                 keys = ", ".join(sorted(node[part]))
@@ -243,6 +244,6 @@ def _check_key_exists(tree: dict[str, Any], dotted: str, text: str) -> None:
             valid = list(node.keys()) if isinstance(node, dict) else []
             if not valid:
                 raise OrchError(f"override {text!r}: {parent} is a value, not a section; it has no key {part!r}")
-            raise choices_error(f"config key {part!r} under", parent, valid, where=f"override {text!r}")
+            raise choices_error(f"config key {part!r} under", parent, valid, where=f"override {text!r}", typed=part)
         walked.append(part)
         node = node[part]

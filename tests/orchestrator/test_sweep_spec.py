@@ -206,3 +206,25 @@ def test_the_stall_rule_defaults_to_flagging_after_ten_minutes(workdir: Path, sw
     assert (rule.after_s, rule.action) == (600, "flag")
     assert rule.stalled("running", 1000.0, 1601.0) and not rule.stalled("running", 1000.0, 1599.0)
     assert not rule.stalled("queued", 0.0, 1e9) and not rule.stalled("running", None, 1e9)
+
+
+@pytest.mark.parametrize(("text", "line", "key", "meant"), [
+    ("name: s\nbase:\n  trainer: test\n  trainer.total_step: 3\n", 4, "unknown config key 'total_step' under 'trainer'",
+     "total_steps"),
+    ("name: s\nbase: {trainer: test}\nseed: [0]\n", 3, "unknown key 'seed'", "seeds"),
+    ("name: s\nbase: {trainer: test}\ngrid:\n  task: [frozenlak]\n", 4, "unknown task option 'frozenlak'", "frozenlake"),
+    ("name: s\nbase: {trainer: test}\ncluster:\n  stall: {after: 60}\n", 4, "unknown key 'after'", "after_s"),
+])
+def test_a_typo_gets_the_near_choice_after_the_valid_ones(workdir: Path, sweep_file, text: str, line: int, key: str,
+                                                          meant: str) -> None:
+    """A misspelt key or option still lists every valid choice, then names the one close to it."""
+    path = sweep_file(text)
+    message = error_of(path)
+    assert message.startswith(f"{path}:{line}: ") and key in message, message
+    choices = message.split("; valid choices: ", 1)[1]
+    assert meant in choices.split(";")[0].split(", ") and f"; did you mean {meant!r}?" in choices, message
+
+
+def test_a_key_near_no_choice_gets_no_guess(workdir: Path, sweep_file) -> None:
+    message = error_of(sweep_file("name: s\nbase: {trainer: test}\nbogus: 1\n"))
+    assert "unknown key 'bogus'; valid choices: axes" in message and "did you mean" not in message
