@@ -51,6 +51,13 @@ def hf_folder_problems(path: str | Path) -> list[str]:
     return problems
 
 
+def missing_files(line: str) -> bool:
+    """Whether a line of `hf_folder_problems` says files are still missing from a folder whose config.json is there
+    (the tokenizer, the weights, some weight shards): what a user copies in later, not a broken folder."""
+    return line.endswith(")") and any(mark in line for mark in (": no tokenizer (", ": no weights (",
+                                                                   " weight shards missing ("))
+
+
 def _architecture_problems(config: dict[str, Any]) -> list[str]:
     """An unknown model_type or architecture (one this transformers cannot build)."""
     import transformers

@@ -270,14 +270,16 @@ def preflight_cell(cfg: TrainConfig, nodes: int, gpus_per_node: int, gpu_mem_gb:
 def _model_folder(cfg: TrainConfig, report: CellPreflight, cache: PreflightCache) -> Path | None:
     """The folder whose tokenizer and config.json preflight may read: `model.path` when it is a loadable
     checkpoint, the built-in preset's cached folder when there is no path (built on first use), else None. A folder
-    that is not on this host is a need; one that is there but not loadable, a problem."""
-    from recipes.runtime.hf_folder import hf_folder_problems
+    that is not on this host, or whose weights or tokenizer are not there yet (a config.json alone: planning before
+    the checkpoint is copied), is a need, each missing part named; one that is there but not loadable, a problem."""
+    from recipes.runtime.hf_folder import hf_folder_problems, missing_files
 
     if cfg.model.path is None:
         return cache.preset_folder(cfg.model)
     found = hf_folder_problems(cfg.model.path)
     absent = not Path(str(cfg.model.path)).expanduser().is_dir()
-    (report.needs if absent else report.problems).extend(f"model.path: {line}" for line in found)
+    for line in found:
+        (report.needs if absent or missing_files(line) else report.problems).append(f"model.path: {line}")
     return None if found else Path(str(cfg.model.path)).expanduser()
 
 
@@ -293,8 +295,11 @@ def _data_problems(cfg: TrainConfig, report: CellPreflight) -> None:
 
 def _architecture(cfg: TrainConfig, folder: Path | None, model_config: dict[str, Any] | None,
                   report: CellPreflight) -> tuple[Architecture | None, str]:
-    """The architecture memory is estimated for: the folder's config.json, `model_config`, the built-in table."""
+    """The architecture memory is estimated for: the folder's config.json (`model.path`'s, even while its weights or
+    tokenizer are missing), `model_config`, the built-in table."""
     candidates: list[tuple[dict[str, Any] | None, str]] = []
+    if folder is None and cfg.model.path is not None:
+        folder = Path(str(cfg.model.path)).expanduser()
     if folder is not None and (folder / "config.json").is_file():
         with contextlib.suppress(OSError, ValueError):
             candidates.append((json.loads((folder / "config.json").read_text()), "config.json"))

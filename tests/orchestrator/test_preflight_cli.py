@@ -368,3 +368,26 @@ def test_resume_replan_runs_the_fit_check_and_submit_anyway_replans_all_the_same
     for args in (["--dry-run"], ["--submit-anyway"]):  # they go with --replan
         assert invoke("resume", "unfit", *args).exit_code == 2
     assert invoke("resume", "unfit", "--replan", "--dry-run", "--submit-anyway").exit_code == 2
+
+
+def test_a_model_folder_with_only_its_config_json_serves_the_memory_estimate_and_names_what_is_missing(
+        workdir: Path, sweep_file) -> None:
+    """Issue 60, tried as a new user would: a model folder holding only config.json (planning before the weights are
+    copied) got `memory: no config.json for <folder> ... pass --model-config FILE`, though the file is there. Its
+    config.json now serves the memory estimate (a name the built-in table does not know), and the needs say what is
+    missing: the tokenizer and the weights."""
+    from recipes.verl.memory import BUILTIN
+
+    folder = workdir / "models" / "lab-model-small"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(BUILTIN["Qwen2.5-0.5B"].config_json()))
+    path = sweep_file(FITS.replace("base: {", "base: {model: hf, model.path: models/lab-model-small, "))
+    result = invoke("sweep", str(path), "--preflight", "--json")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout.splitlines()[0])
+    assert row["architecture"].startswith("models/lab-model-small (config.json, 0.4") and row["fits"] is True
+    assert row["problems"] == [] and not any("no config.json" in line for line in row["needs"])
+    assert sorted(line.split(": ", 2)[2].split(" (")[0] for line in row["needs"]) == ["no tokenizer", "no weights"]
+    text = invoke("sweep", str(path), "--preflight").output
+    assert "model.path: models/lab-model-small: no tokenizer" in text and "pass --model-config" not in text
+    assert "model.path: models/lab-model-small: no weights" in text

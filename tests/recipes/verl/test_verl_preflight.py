@@ -220,6 +220,9 @@ def test_hf_folder_problems_name_what_is_missing(tmp_path) -> None:
     assert "architecture 'NoSuchForCausalLM' is unknown to transformers" in problems[0]
     assert "no tokenizer" in problems[1]
     assert "1 of 2 weight shards missing (model-00002-of-00002.safetensors)" in problems[2]
+    from recipes.runtime.hf_folder import missing_files
+
+    assert [missing_files(line) for line in problems] == [False, True, True]  # preflight's needs: files to copy in
 
 
 # --- preflight_cell --------------------------------------------------------------------------------------------------
