@@ -9,7 +9,8 @@ Filtering. `train` reads top to bottom, and `train_step` is one step (the entry 
                               its seed); DAPO's dynamic sampling tops up zero-variance groups; the whole batch as
                               token tensors, built once (hooks and the update share it)
                2 hooks        registered step hooks on the unfiltered batch (MI cross-scoring goes here)
-               3 filter       recipes.stats.filtering.filter_groups on episode returns; an empty batch skips the update
+               3 filter       SNR-Aware Filtering on episode returns, the rollout table; an empty batch skips the
+                              update (2-3 and the stops at a step's end: `recipes.step.phases`, as on veRL)
                4 score        the kept rows: old (and reference) log-probs, values, advantages (veRL) x the filter's
                               loss scale -- `score_batch`, which the gradient split of the diagnostics also calls
                5 update       critic then actor, mini-batches of the kept trajectories only
@@ -67,8 +68,8 @@ from recipes.runtime.seeds import blinded_rows, seed_everything, train_prompt_se
 from recipes.runtime.stop import StopRequested, interruptible
 from recipes.runtime.time_limit import TimeLimit
 from recipes.runtime.update_undo import UpdateUndo
-from recipes.stats import filtering
-from recipes.stats.rollout_stats import VAL_SUCCESS, rollout_frame, rollout_metrics, validation_metrics
+from recipes.stats.rollout_stats import VAL_SUCCESS, rollout_metrics, validation_metrics
+from recipes.step import phases
 from recipes.torch_trainer.policy_access import LocalPolicy
 from recipes.torch_trainer.state import Models, Run
 from recipes.torch_trainer.warmstart import model_folder
@@ -165,12 +166,11 @@ def _train(
     status, reason, step = "finished", f"completed {trainer.total_steps} steps", start_step
     with TrainProgress(trainer.total_steps, start_step, enabled=cfg.infra.progress) as progress:
         for step in range(start_step + 1, trainer.total_steps + 1):
-            overrun = clock.would_overrun()
-            if should_stop() or overrun:
+            overrun = clock.would_overrun()  # the stop at a step's end: the time limit, then a requested stop
+            boundary = phases.boundary_stop(step - 1, should_stop(), overrun)
+            if boundary:
                 step -= 1
-                status = "preempted"
-                reason = (f"{overrun}; checkpoint at step {step}" if overrun
-                          else f"stop requested; checkpoint at step {step}")
+                status, reason = "preempted", boundary
                 run.checkpoint(step)
                 break
             report(step=step)
@@ -205,10 +205,7 @@ def _train(
                 break
             if VAL_SUCCESS in outcome.metrics:
                 run.keep_if_best(step)
-            stop_reason = outcome.stop_reason or (
-                f"the filter kept no group for {run.empty_steps} consecutive steps (trainer.max_empty_steps); "
-                "the batch has no reward variance left"
-                if trainer.max_empty_steps and run.empty_steps >= trainer.max_empty_steps else None)
+            stop_reason = outcome.stop_reason or phases.empty_steps_stop(cfg, run.empty_steps)  # a hook's first
             if (trainer.save_every and step % trainer.save_every == 0) or step == trainer.total_steps or stop_reason:
                 started = time.monotonic()
                 run.checkpoint(step)
@@ -303,7 +300,6 @@ def rollout_and_score(run: Run, step: int, metrics: dict[str, float]) -> StepCon
     metrics.update(gen_metrics)
     metrics.update(rollout_metrics(trajectories, sampler.generated, trainer.max_response_tokens))
     group_ids = np.array([t.seed for t in trajectories])
-    returns = np.array([t.episode_return for t in trajectories])
     frames = [t.images for t in trajectories] if any(t.images for t in trajectories) else None
     rollout_batch = build_batch(
         [t.messages for t in trajectories], [[turn.reward for turn in t.turns] for t in trajectories], group_ids,
@@ -317,24 +313,14 @@ def rollout_and_score(run: Run, step: int, metrics: dict[str, float]) -> StepCon
                           group_ids=group_ids, generated=sampler.generated, metrics=metrics,
                           validation=run.validation)
     with timed(metrics, "diagnostics"):
-        for hook in run.hooks.values():
-            metrics.update(hook.on_rollout(context))
+        phases.run_hooks(run.hooks, context)
 
-    # 3 SNR-Aware Filtering (whole groups, by reward variance)
+    # 3 SNR-Aware Filtering (whole groups, by reward variance), the rollout table, the empty step (no update)
     with timed(metrics, "filter"):
-        keep, loss_scale, filter_metrics = filtering.filter_step(returns, group_ids, cfg.filter,
-                                                                 trainer.samples_per_prompt)
-        metrics.update(filter_metrics)
-    if trainer.dump_every and step % trainer.dump_every == 0:
-        run.tracker.log_frame(rollout_frame(trajectories, sampler.generated, keep, step), "rollouts",
-                              f"step_{step:04d}.parquet")
-
-    if not keep.any():
-        run.empty_steps += 1
-        metrics["rollout/empty_steps"] = float(run.empty_steps)
-        log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step, run.empty_steps)
-    else:
-        run.empty_steps = 0
+        keep, loss_scale = phases.filter_rollout(context)
+    phases.dump_rollouts(context, keep, run.tracker)
+    run.empty_steps = phases.count_empty(context, keep, run.empty_steps, log)
+    if keep.any():
         # 4 score the kept rows (log-probs, values, advantages), scaled for the shrunken batch
         batch = score_batch(run, rollout_batch.select(keep).trimmed(), metrics)
         batch.advantages = batch.advantages * loss_scale

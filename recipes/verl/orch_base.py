@@ -107,13 +107,15 @@ class OrchTrainerBase:
         """At a step's end: a stop requested (the stop file) or a step that would end past `trainer.time_limit` (as
         the torch trainer reads it) becomes the pending stop, and a pending stop checkpoints the step if veRL did not.
         Whether it saved the checkpoint."""
+        from recipes.step.phases import boundary_stop
+
         step = int(self.global_steps)
-        if self.pending_stop is None and Path(self.orch["stop_file"]).exists():
-            self.pending_stop = Stop("preempted", f"stop requested; checkpoint at step {step}")
+        requested = self.pending_stop is None and Path(self.orch["stop_file"]).exists()
         self.time_limit.took(time.perf_counter() - self._step_started)
-        overrun = self.time_limit.would_overrun() if self.pending_stop is None else None
-        if overrun:
-            self.pending_stop = Stop("preempted", f"{overrun}; checkpoint at step {step}")
+        if self.pending_stop is None:  # a requested stop before the time limit (the torch loop asks the clock first)
+            reason = boundary_stop(step, requested, None if requested else self.time_limit.would_overrun())
+            if reason:
+                self.pending_stop = Stop("preempted", reason)
         if self.pending_stop is not None and self._checkpointed_step() != step:
             self._save_checkpoint()
             return True
@@ -281,48 +283,39 @@ def filtered_step(trainer: OrchTrainerBase, trajectories: list, generated: dict[
     `skip_update`, `empty_steps` and `pending_stop`. Returns the keep-mask over `trajectories` (all False: an empty
     step, whose rows the caller still passes through veRL's phases without an update)."""
     from recipes.diagnostics.hooks import StepContext
-    from recipes.stats import filtering
-    from recipes.stats.rollout_stats import rollout_frame, rollout_metrics
+    from recipes.stats.rollout_stats import rollout_metrics
+    from recipes.step import phases
 
     step, cfg, out = int(trainer.global_steps), trainer.cfg, trainer.step_metrics
-    group_ids = np.array([t.seed for t in trajectories])
-    returns = np.array([t.episode_return for t in trajectories])
     out.update(rollout_metrics(trajectories, generated, cfg.trainer.max_response_tokens))
 
+    # hooks: the MI diagnostics on the unfiltered batch, then a stop requested meanwhile drops the step
     started = time.perf_counter()
     report(phase="diagnostics")
     context = StepContext(step=step, cfg=cfg, policy=policy, encoder=trainer.encoder, trajectories=trajectories,
-                          group_ids=group_ids, generated=generated, metrics=out, validation=trainer.validation)
-    for hook in trainer.hooks.values():
-        out.update(hook.on_rollout(context))
+                          group_ids=np.array([t.seed for t in trajectories]), generated=generated, metrics=out,
+                          validation=trainer.validation)
+    phases.run_hooks(trainer.hooks, context)
     trainer.step_tags.update(context.tags)
     if context.stop_reason:
         trainer.pending_stop = Stop("stopped", context.stop_reason)
     out["timing_s/diagnostics"] = time.perf_counter() - started
     trainer._stop_inside_step("diagnostics")
 
+    # filter, rollout table, empty step (timed together as timing_s/filter)
     started = time.perf_counter()
     report(phase="filter")
-    keep, loss_scale, filter_metrics = filtering.filter_step(returns, group_ids, cfg.filter,
-                                                             cfg.trainer.samples_per_prompt)
-    out.update(filter_metrics)
-    if cfg.trainer.dump_every and step % cfg.trainer.dump_every == 0:
-        trainer.tracker.log_frame(rollout_frame(trajectories, generated, keep, step), "rollouts",
-                                  f"step_{step:04d}.parquet")
+    keep, loss_scale = phases.filter_rollout(context)
+    phases.dump_rollouts(context, keep, trainer.tracker)
+    trainer.empty_steps = phases.count_empty(context, keep, trainer.empty_steps, log)
     if keep.any():
-        trainer.empty_steps = 0
         trainer.advantage_scale = loss_scale
         out["rollout/loss_scale"] = float(loss_scale)
     else:
-        trainer.empty_steps += 1
         trainer.skip_update = True
-        out["rollout/empty_steps"] = float(trainer.empty_steps)
-        log.warning("step %d: the filter kept no group (%d in a row); skipping the update", step,
-                    trainer.empty_steps)
-        if cfg.trainer.max_empty_steps and trainer.empty_steps >= cfg.trainer.max_empty_steps:  # 0: never
-            trainer.pending_stop = Stop("stopped", (
-                f"the filter kept no group for {trainer.empty_steps} consecutive steps (trainer.max_empty_steps); "
-                "the batch has no reward variance left"))
+        reason = phases.empty_steps_stop(cfg, trainer.empty_steps)
+        if reason:  # over a hook's stop reason (the torch loop keeps the hook's)
+            trainer.pending_stop = Stop("stopped", reason)
     out["timing_s/filter"] = time.perf_counter() - started
     return keep
 

@@ -161,6 +161,7 @@ def trainer_state(trainer: Any, cfg: Any, tmp_path: Any) -> Any:
     trainer.orch = {"stop_file": str(tmp_path / "stop")}
     trainer.hooks, trainer.validation, trainer.empty_steps, trainer.pending_stop = {}, {}, 0, None
     trainer.step_metrics, trainer.step_tags, trainer.skip_update, trainer.advantage_scale = {}, {}, False, 1.0
+    trainer.tracker = None  # the run's MLflow run: only a step that dumps its rollout table writes to it
     trainer.use_critic = cfg.algorithm.name == "ppo"
     trainer.actor_rollout_wg = Workers()
     trainer.tokenizer = SimpleNamespace(eos_token_id=EOS, pad_token_id=EOS)
