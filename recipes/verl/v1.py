@@ -379,8 +379,7 @@ class WorkerPolicyV1:
 def gradient_norms(trainer: OrchV1Trainer, batch: KVBatchMeta, row_sets: list[np.ndarray]) -> list[dict[str, float]]:
     """`PolicyAccess.gradient_norms` on the V1 path, the legacy path's split
     (`recipes.verl.trainer.OrchPPOTrainer.gradient_norms`): the unfiltered `batch` scored as V1's step scores its
-    update batch (`scored`), then per row set the actor workers'
-    `orch_gradient_norms` (recipes.verl.workers) on those rows of TransferQueue, every row normalised by the whole
+    update batch (`scored`), then per row set the actor workers' `orch_gradient_norms` (recipes.verl.workers) on those rows of TransferQueue, every row normalised by the whole
     batch. Nothing is applied. A row set is padded to the actor's data-parallel size with veRL's no-op rows (response
     mask 0), scored with the batch."""
     dp = actor_dp_size(trainer)
@@ -493,8 +492,7 @@ def dynamic_sampling(trainer: OrchV1Trainer, batch: KVBatchMeta,
     """DAPO's dynamic sampling as the registry declares it and the legacy path runs it
     (`recipes.verl.trainer.OrchPPOTrainer._dynamic_sampling`): zero-variance groups replaced, in order, by the
     groups with variance of up to `algorithm.max_extra_gen_batches` extra generation batches of orch's seeds
-    (`extra_batch`); what is left
-    zero-variance stays. Not V1's own refill (`algorithm.filter_groups`: evict k, refill 2k from veRL's
+    (`extra_batch`); what is left zero-variance stays. Not V1's own refill (`algorithm.filter_groups`: evict k, refill 2k from veRL's
     dataloader, replay_buffer.py:104-114, 469-486), which draws other prompts. Returns the batch (kept groups first,
     then the replacements; the rest cleared from TransferQueue) and its rows' extra fields."""
     from recipes.stats import filtering
