@@ -252,8 +252,15 @@ def unfit_lines(cells: list[tuple[Any, Any, str]], cache: Any) -> list[str]:
     GPU cells are looked at) whose memory or start-up (vLLM) checks fail on its declared hardware, through `cache`
     (a fit-only `recipes.verl.preflight.PreflightCache`). Model and data paths are not asked for."""
     gpu = [(cfg, res, backend) for cfg, res, backend in cells if _gpu_verl(backend, cfg)]
-    return [f"{group.title()}: {'; '.join(group.lines(group.fit_problems))}"
-            for group in check_cells(gpu, None, None, None, cache) if group.fit_problems]
+    groups = [group for group in check_cells(gpu, None, None, None, cache) if group.fit_problems]
+    if not groups:
+        return []
+    from recipes.verl.memory_calibration import leave_one_out
+
+    right, total = leave_one_out()  # the verdict's measured record, beside every refusal (docs/verl.md)
+    record = (f"memory model: leave-one-out {right} of {total} on its calibration set, whose 'does not fit' cases "
+              "are inferred, none seen to fail")
+    return [f"{group.title()}: {'; '.join(group.lines(group.fit_problems))} ({record})" for group in groups]
 
 
 def fit_gate(plan: Plan, model_config: dict[str, Any] | None = None) -> tuple[PreflightReport | None, str | None]:
@@ -273,6 +280,10 @@ def fit_gate(plan: Plan, model_config: dict[str, Any] | None = None) -> tuple[Pr
     lines = [f"{plan.definition.path}: {' and '.join(what)}; nothing submitted or written (orch sweep FILE "
              "--preflight: the full report; --submit-anyway: submit all the same)"]
     lines += [f"  c{index} {group.title()}: {'; '.join(group.lines())}" for index, group in failing]
+    if any(group.fit_problems for _, group in failing):  # a memory or vLLM verdict: its measured record beside it
+        from recipes.verl.memory_calibration import fit_record
+
+        lines.append(f"  {fit_record()}")
     if needs:
         lines.append("needs from you (a job stops at its start without it):")
         lines += [f"  {line}" for line in report.need_lines()]

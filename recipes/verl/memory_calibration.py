@@ -24,6 +24,7 @@ its micro-batches cut off); TRL's GRPO measurement (trl#3456), which is TRL's ow
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from recipes.verl.memory import BUILTIN, Architecture, MemoryEstimate, MemorySetup, estimate_memory
@@ -152,9 +153,56 @@ def record_line() -> str:
     ran = [(case.setup.gpu_mem_gb - estimate.peak_gb, estimate.peak_gb / case.setup.gpu_mem_gb)
            for case, estimate in estimates if case.fits]
     tightest = max(share for _, share in ran)
-    return (f"memory verdicts: {right} of {len(CASES)} public runs called right (recipes.verl.memory_calibration); "
-            f"those that ran were predicted {min(h for h, _ in ran):.1f}-{max(h for h, _ in ran):.1f} GiB under their "
-            f"GPU (the tightest at {tightest:.0%} of it): a class within a few % of its GPU is not a safe fit")
+    loo, _ = leave_one_out()
+    inferred = sum(not case.fits for case in CASES)
+    return (f"memory verdicts: {right} of {len(CASES)} public runs called right (recipes.verl.memory_calibration), "
+            f"in sample; leave-one-out {loo} of {len(CASES)}; its {inferred} 'does not fit' cases are inferred, none "
+            f"seen to fail; those that ran were predicted {min(h for h, _ in ran):.1f}-{max(h for h, _ in ran):.1f} "
+            f"GiB under their GPU (the tightest at {tightest:.0%} of it): a class within a few % of its GPU is not a "
+            "safe fit")
+
+
+def margin_range() -> tuple[float, float]:
+    """The range of the model's one unmeasured constant, the margin `recipes.verl.memory.CONTEXT_GB` (added once to
+    every phase's peak), over which every case is still called right: (lowest, highest) in GiB."""
+    from recipes.verl.memory import CONTEXT_GB
+
+    estimates = [(case, case.estimate()) for case in CASES]
+    headroom = min(case.setup.gpu_mem_gb - estimate.peak_gb for case, estimate in estimates if case.fits)
+    over = min(estimate.peak_gb - case.setup.gpu_mem_gb for case, estimate in estimates if not case.fits)
+    return CONTEXT_GB - over, CONTEXT_GB + headroom
+
+
+def leave_one_out() -> tuple[int, int]:
+    """(cases called right by a model calibrated without them, cases). No constant of the model is fitted on these
+    cases (its bytes are measured on CPU with veRL's functions or read from veRL's code), except that its one
+    unmeasured margin must leave the others right: a case counts as right only when it is called right at every
+    margin the other cases allow (:func:`margin_range` without it, within the margin's sign: 0 or more)."""
+    from recipes.verl.memory import CONTEXT_GB
+
+    estimates = [(case, case.estimate()) for case in CASES]
+    right = 0
+    for index, (case, estimate) in enumerate(estimates):
+        others = [pair for other, pair in enumerate(estimates) if other != index]
+        top = min([c.setup.gpu_mem_gb - e.peak_gb for c, e in others if c.fits] or [math.inf])
+        bottom = min([e.peak_gb - c.setup.gpu_mem_gb for c, e in others if not c.fits] or [math.inf])
+        low, high = max(0.0, CONTEXT_GB - bottom), CONTEXT_GB + top  # the margins the other cases allow
+        worst = estimate.peak_gb - CONTEXT_GB + (high if case.fits else low)
+        right += (worst <= case.setup.gpu_mem_gb) == case.fits
+    return right, len(CASES)
+
+
+def fit_record() -> str:
+    """The memory verdict's record for a fit refusal, in one line: in-sample and leave-one-out accuracy on the
+    calibration set, with the inferred cases marked (no "does not fit" case was seen to fail)."""
+    estimates = [(case, case.estimate()) for case in CASES]
+    ran = [(case, estimate) for case, estimate in estimates if case.fits]
+    inferred = [(case, estimate) for case, estimate in estimates if not case.fits]
+    loo, total = leave_one_out()
+    return (f"memory model's record: {sum(e.fits for _, e in ran)} of {len(ran)} public runs that ran called "
+            f"'fits', {sum(not e.fits for _, e in inferred)} of {len(inferred)} 'does not fit' cases called so -- "
+            f"those {len(inferred)} are inferred (below a published minimum GPU count or from a script's note), none "
+            f"seen to fail; leave-one-out {loo} of {total} (recipes.verl.memory_calibration)")
 
 
 if __name__ == "__main__":

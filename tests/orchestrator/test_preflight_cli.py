@@ -185,6 +185,9 @@ def test_a_sweep_that_cannot_fit_is_refused_before_anything_is_written(workdir: 
     classes = [line for line in lines if line.startswith("  c")]
     assert len(classes) == 1  # one line per class: 4 cells, 2 configs, one class
     assert classes[0].startswith("  c1 models/Qwen2.5-14B on 1n x 1 GPU (verl, 4 cells): memory: ")
+    # the memory verdict's record beside it: held-out accuracy on its calibration set, the inferred cases marked
+    [record] = [line for line in lines if "memory model's record" in line]
+    assert "leave-one-out 8 of 9" in record and "3 are inferred" in record and "none seen to fail" in record
     assert "needs from you (a job stops at its start without it):" in lines
     assert any("models/Qwen2.5-14B: no such folder" in line for line in lines)
     assert submitted == [] and not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
@@ -232,6 +235,7 @@ def test_a_study_none_of_whose_corners_fits_is_refused_and_submit_anyway_tunes_i
     line = result.output.strip().splitlines()[-1]  # (above it, at most a first build's progress of the tiny model)
     assert line.startswith(f"orch: error: {path}: no trial of the study can start as planned")
     assert "all 2 corners" in line and "models/Qwen2.5-14B on 1n x 1 GPU" in line and "--submit-anyway" in line
+    assert "leave-one-out 8 of 9" in line and "inferred" in line  # the fit verdict's record where it is read
     assert not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
     started: list = []
     monkeypatch.setattr(tune, "start_detached", lambda *args: started.append(args) or (1, workdir / "tuner.log"))
@@ -296,6 +300,7 @@ def test_paper_check_names_a_paper_sweep_that_does_not_fit(workdir: Path, monkey
     assert unfit[0].startswith("sweeps/unfit.yaml (unfit): does not fit its declared hardware: models/Qwen2.5-14B on "
                                "1n x 1 GPU (verl, 4 cells): memory: ")
     assert "no such folder" not in unfit[0]
+    assert "leave-one-out 8 of 9 on its calibration set" in unfit[0] and "inferred" in unfit[0]
 
 
 def test_preflight_composes_the_config_the_job_composes_once_per_distinct_overrides() -> None:
