@@ -286,11 +286,12 @@ def choose(cells: list[Cell], rules: list[CollapseRule] | None = None) -> tuple[
 
 
 def frontier(cells: list[Cell], rules: list[CollapseRule] | None = None) -> list[tuple[CollapseRule, Rates]]:
-    """The ROC frontier: the rules no other beats on both false alarms and detection (fewest false alarms first;
-    of equal rules the earlier in ``rules``)."""
+    """The ROC frontier: the rules no other beats on both false alarms and detection (fewest false alarms per 100
+    steps watched first, which compares rules whose runs watched differ in length -- a running-peak rule also watches
+    the planted runs' short windows before their plants; of equal rules the earlier in ``rules``)."""
     scored = [(rule, rates(rule, cells)) for rule in (candidate_rules() if rules is None else rules)]
     kept: list[tuple[CollapseRule, Rates]] = []
-    for rule, record in sorted(scored, key=lambda pair: (pair[1].false_alarm_rate, pair[1].per_100_steps,
+    for rule, record in sorted(scored, key=lambda pair: (pair[1].per_100_steps, pair[1].false_alarm_rate,
                                                            -pair[1].detection_rate)):
         if all(record.detection_rate > other.detection_rate for _, other in kept):
             kept.append((rule, record))
@@ -377,8 +378,26 @@ def make_record(cells: list[Cell], sources: list[str], shipped: CollapseRule | N
         "by_task": {task: rates_record(rates(shipped, [c for c in cells if c.task == task]))
                     for task in sorted({c.task for c in cells})},
         "controls": controls_record(cells, shipped),
+        "decline": {"rule": decline_rule().model_dump(), "all": rates_record(rates(decline_rule(), cells))},
         "sources": sources,
     }
+
+
+def decline_rule() -> CollapseRule:
+    """The rule `analysis.early_warning` dates a series' decline with (its ``DEFAULT_RULE``'s drop, patience, points
+    and reference), as an alert on MI-ZScore-EMA alone without a success guard: what `decline_onset` reads of the MI
+    series. Its replayed rates (the record's ``decline``) are how often "MI declined" is said of runs with nothing to
+    detect."""
+    from analysis.early_warning import DEFAULT_RULE
+
+    return DEFAULT_RULE.model_copy(update={"signals": "mi", "success_tolerance": 1.0})
+
+
+def decline_rates(record: dict | None = None) -> Rates | None:
+    """The decline rule's recorded rates over every calibration run (None when not recorded)."""
+    record = load_record() if record is None else record
+    entry = (record.get("decline") or {}).get("all")
+    return rates_from_record(entry) if entry else None
 
 
 CONTROL_SWEEP = "controls_graded"  # the archived sweep whose total plants and strength-0 runs are the controls
@@ -458,8 +477,9 @@ def fired_text(data: RunData, leads) -> str:
     if not len(fired):
         return f"The collapse alert ({names.COLLAPSE_ALERT}) fired in none of the {n} runs."
     at = pd.Series(fired.astype(int)).value_counts().sort_index()
-    where = ", ".join(f"{step} ({count} run{'s' if count > 1 else ''})" for step, count in at.items())
-    text = f"The collapse alert ({names.COLLAPSE_ALERT}) fired in {len(fired)} of {n} runs, at step {where}"
+    where = ", ".join(f"{step} in {count} run{'s' if count > 1 else ''}" for step, count in at.items())
+    text = (f"The collapse alert ({names.COLLAPSE_ALERT}) fired in {len(fired)} of {n} runs (first at step "
+            f"{int(fired.min())}; by step: {where})")
     warned = leads["alert_lead_steps"].dropna()
     if len(warned):
         return text + f", a median {float(warned.median()):.0f} steps before success declined."

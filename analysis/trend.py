@@ -21,6 +21,13 @@ noisy series, trend or none. This module's reading is zero in expectation on a f
   0): a rising series is never read as a fall. A level *held* only when the whole relative interval lies inside
   ``+-HOLD_MARGIN`` of the early level, *changed* when it lies wholly outside, *undetermined* otherwise.
 
+* **what "no trend detected" is worth** -- every reading carries the smallest change the same test would detect
+  with :data:`POWER` (80%) probability at that series length (``Trend.detectable``, printed beside *no trend
+  detected* and *held*). One run: by simulation of the test itself (:func:`detectable_change`) on AR(1) noise with
+  the series' own residual spread and lag-1 autocorrelation, at its own steps, a linear fall planted over the span;
+  an arm of runs: the noncentral-t power of its t interval with the spread of the runs' own changes
+  (:func:`detectable_mean_change`). tests/analysis/test_trend.py checks both on series whose answer is known.
+
 Every interval is a 95% interval (``analysis.verdicts.CI``); bootstraps draw :data:`N_BOOT` replicates with a fixed
 seed (``analysis.verdicts.BOOT_SEED``): reports are reproducible. The largest rate at which a flat series was read
 as having fallen or risen, measured by ``tests/analysis/test_trend.py``, is :data:`FALSE_POSITIVE_RATE`.
@@ -28,9 +35,10 @@ as having fallen or risen, measured by ``tests/analysis/test_trend.py``, is :dat
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,6 +60,10 @@ HOLD_MARGIN = DEFAULT_RULE.drop_fraction / 2
 # measures it again and fails when it changes: the report prints this number.
 FALSE_POSITIVE_RATE = 0.0525
 FELL, ROSE, NO_TREND = "fell", "rose", "no trend detected"
+POWER = 0.80  # the detection probability the smallest detectable change is stated at
+DETECT_SERIES = 100  # simulated series per planted size when finding one run's smallest detectable change
+DETECT_BOOT = 60  # bootstrap replicates of each simulated series' test
+DETECT_POINTS = 30  # a longer series is simulated on this many of its points, evenly spread: an upper bound
 HELD, CHANGED, UNDETERMINED = "held", "changed", "undetermined"
 
 
@@ -185,6 +197,8 @@ class Trend:
     first: float
     last: float
     runs: tuple[str, ...]
+    # the smallest change (units of value) detected with POWER at this length; NaN when not computed
+    detectable: float = field(default=float("nan"), compare=False)
 
     @property
     def verdict(self) -> str:
@@ -202,18 +216,31 @@ class Trend:
             return f"{_percent(self.value)} [{_percent(self.lo)}, {_percent(self.hi)}]"
         return f"{self.value:+.2f} [{self.lo:+.2f}, {self.hi:+.2f}]"
 
+    def detectable_text(self) -> str:
+        """'a change of 95% or more would be detected 80% of the time at this length' (module docstring)."""
+        if math.isnan(self.detectable):
+            return "the smallest detectable change is unknown (too few points or no spread)"
+        size = f"{100 * self.detectable:.0f}%" if self.relative else f"{self.detectable:.2g}"
+        return (f"only a change of {size}{' of the early level' if self.relative else ''} or more would be "
+                f"detected {POWER:.0%} of the time at this length")
+
     def text(self) -> str:
-        """E.g. 'fell -42% [-60%, -20%] over steps 1-100 (5 runs: fell 4, no trend detected 1)'."""
+        """E.g. 'fell -42% [-60%, -20%] over steps 1-100 (5 runs: fell 4, no trend detected 1)'; a reading of no
+        trend adds the smallest change the test would have detected (:meth:`detectable_text`)."""
         text = f"{self.verdict} {self.size()} over steps {self.first:g}-{self.last:g}"
         if len(self.runs) > 1:
             counts = ", ".join(f"{said} {self.runs.count(said)}" for said in (FELL, ROSE, NO_TREND) if said in self.runs)
             text += f" ({len(self.runs)} runs: {counts})"
+        if self.verdict == NO_TREND:
+            text += f" -- {self.detectable_text()}"
         return text
 
 
-def run_trend(steps, values, n_boot: int = N_BOOT, rng: np.random.Generator | None = None) -> Trend | None:
+def run_trend(steps, values, n_boot: int = N_BOOT, rng: np.random.Generator | None = None,
+              detect: bool = False) -> Trend | None:
     """The trend of one run's series (module docstring): ``steps`` and ``values`` (n,), in any order, NaNs dropped;
-    relative to the early level when that is positive. None with fewer than :data:`MIN_POINTS` points."""
+    relative to the early level when that is positive. None with fewer than :data:`MIN_POINTS` points. ``detect``:
+    also the smallest change detectable at this length (:func:`detectable_change`, seconds; else NaN)."""
     from scipy import stats
 
     steps, values = np.asarray(steps, dtype=np.float64), np.asarray(values, dtype=np.float64)
@@ -232,8 +259,97 @@ def run_trend(steps, values, n_boot: int = N_BOOT, rng: np.random.Generator | No
     lo, hi = (change + factor * (end - change) for end in _interval(theil_sen(steps[picks], values[picks]) * span))
     level = float(fit.intercept + fit.slope * steps[0])
     scale = level if level > 0 else 1.0
+    residuals = values - (fit.intercept + fit.slope * steps)
+    spread = float(np.std(residuals, ddof=2)) if steps.size > 2 else float("nan")
+    detectable = (spread * detectable_change(tuple(steps.tolist()), _rho_bucket(lag1(values, residuals)))
+                  if detect else float("nan"))
     return Trend(value=change / scale, lo=lo / scale, hi=hi / scale, relative=level > 0, change=change,
-                 first=float(steps[0]), last=float(steps[-1]), runs=(direction(lo, hi),))
+                 first=float(steps[0]), last=float(steps[-1]), runs=(direction(lo, hi),),
+                 detectable=detectable / scale)
+
+
+def _rho_bucket(rho: float) -> float:
+    """The lag-1 autocorrelation rounded down to 0.1, at most 0.9 (the simulation of :func:`detectable_change` is
+    cached per value)."""
+    return min(math.floor(max(rho, 0.0) * 10 + 1e-9), 9) / 10
+
+
+def _fell(steps: np.ndarray, rows: np.ndarray, rng: np.random.Generator, n_boot: int = DETECT_BOOT) -> np.ndarray:
+    """(R,) whether :func:`run_trend`'s test reads each row of ``rows`` (R, n), at ``steps`` (n,), as *fell*: the same
+    Theil-Sen change, block length, moving-block bootstrap and widening, for many series at once."""
+    n, span = steps.size, float(steps[-1] - steps[0])
+    tiled = np.broadcast_to(steps, rows.shape)
+    slopes = theil_sen(tiled, rows)
+    intercepts = np.median(rows, axis=1) - slopes * np.median(steps)
+    residuals = rows - (intercepts[:, None] + slopes[:, None] * steps)
+    blocks = np.array([block_length(n, lag1(row, res)) for row, res in zip(rows, residuals, strict=True)])
+    fell = np.zeros(len(rows), dtype=bool)
+    for block in np.unique(blocks):
+        which = np.flatnonzero(blocks == block)
+        picks = block_indices(n, int(block), n_boot, rng)  # (n_boot, n), shared by the rows of this block length
+        draws = theil_sen(steps[picks][None].repeat(len(which), 0).reshape(-1, n),
+                          rows[which][:, picks].reshape(-1, n)).reshape(len(which), n_boot) * span
+        changes = slopes[which] * span
+        highs = np.nanpercentile(draws, 100 * (1 + CI) / 2, axis=1)
+        fell[which] = changes + widening(n / block) * (highs - changes) < 0
+    return fell
+
+
+@functools.lru_cache(maxsize=256)
+def detectable_change(steps: tuple[float, ...], rho: float) -> float:
+    """The smallest linear fall over ``steps``, in units of the noise's standard deviation, that :func:`run_trend`
+    reads as *fell* in at least :data:`POWER` of :data:`DETECT_SERIES` simulated series of stationary AR(1) noise
+    with lag-1 autocorrelation ``rho`` (the test is scale-equivariant, so one unit-noise simulation serves every
+    series of that shape). Bisection on the planted size with the same noise draws (seeded); NaN below
+    :data:`MIN_POINTS` points. A fall and a rise of the same size are detected alike (the test is symmetric). A
+    series longer than :data:`DETECT_POINTS` is simulated on that many of its steps, evenly spread (the cost grows
+    as n^2 per bootstrap replicate): more points detect at least as small a change, so the figure is then an upper
+    bound."""
+    points = np.asarray(steps, dtype=np.float64)
+    if points.size > DETECT_POINTS:
+        points = points[np.linspace(0, points.size - 1, DETECT_POINTS).round().astype(int)]
+    n = points.size
+    if n < MIN_POINTS or points[0] == points[-1]:
+        return float("nan")
+    rng = np.random.default_rng(BOOT_SEED)
+    shocks = rng.standard_normal((DETECT_SERIES, n + 50))
+    noise = np.zeros_like(shocks)
+    for t in range(1, shocks.shape[1]):
+        noise[:, t] = rho * noise[:, t - 1] + shocks[:, t]
+    noise = math.sqrt(1 - rho * rho) * noise[:, 50:] if rho > 0 else shocks[:, 50:]
+    ramp = (points - points[0]) / (points[-1] - points[0])
+
+    def power(size: float) -> float:
+        return float(_fell(points, noise - size * ramp, np.random.default_rng(BOOT_SEED)).mean())
+
+    low, high = 0.0, 1.0
+    while power(high) < POWER:
+        low, high = high, 2 * high
+        if high > 1e4:
+            return float("inf")
+    for _ in range(6):  # to 1/64 of the bracket
+        middle = (low + high) / 2
+        low, high = (low, middle) if power(middle) >= POWER else (middle, high)
+    return high
+
+
+def detectable_mean_change(changes: np.ndarray) -> float:
+    """The smallest mean change that an arm's t interval over runs whose changes spread like ``changes`` (k,) would
+    exclude from 0 with :data:`POWER` probability: the noncentral-t power of the two-sided test at the level
+    :data:`analysis.verdicts.CI` (NaN with fewer than 2 runs or no spread)."""
+    from scipy import optimize, stats
+
+    k = changes.size
+    spread = float(np.std(changes, ddof=1)) if k > 1 else float("nan")
+    if not spread > 0:
+        return float("nan")
+    critical = stats.t.ppf((1 + CI) / 2, k - 1)
+
+    def shortfall(shift: float) -> float:  # power at noncentrality ``shift`` (mean change over its standard error)
+        far = float(np.nan_to_num(stats.nct.cdf(-critical, k - 1, shift)))  # the wrong-sign tail: ~0, NaN far out
+        return float(np.nan_to_num(stats.nct.sf(critical, k - 1, shift), nan=1.0)) + far - POWER
+
+    return float(optimize.brentq(shortfall, 0.0, 3 * critical + 10)) * spread / math.sqrt(k)
 
 
 def arm_trend(series: list[Trend]) -> Trend | None:
@@ -250,7 +366,8 @@ def arm_trend(series: list[Trend]) -> Trend | None:
     lo, hi = (mean, mean) if sem == 0 else stats.t.interval(CI, values.size - 1, loc=mean, scale=sem)
     return Trend(value=mean, lo=float(lo), hi=float(hi), relative=relative,
                  change=float(np.mean([run.change for run in series])), first=min(run.first for run in series),
-                 last=max(run.last for run in series), runs=tuple(verdict for run in series for verdict in run.runs))
+                 last=max(run.last for run in series), runs=tuple(verdict for run in series for verdict in run.runs),
+                 detectable=detectable_mean_change(values))
 
 
 def trends(data: RunData, keys: tuple[str, ...], run_ids, n_boot: int = N_BOOT) -> dict[str, Trend]:
@@ -262,8 +379,10 @@ def trends(data: RunData, keys: tuple[str, ...], run_ids, n_boot: int = N_BOOT) 
     for key in keys:
         history = data.history(key)
         rng = np.random.default_rng(BOOT_SEED)
-        series = [run for _, group in history[history["run_id"].isin(wanted)].groupby("run_id", sort=True)
-                  if (run := run_trend(group["step"], group["value"], n_boot, rng)) is not None]
+        groups = [group for _, group in history[history["run_id"].isin(wanted)].groupby("run_id", sort=True)]
+        alone = len(groups) == 1  # one run: its own test, whose detectable change is simulated (arm_trend)
+        series = [run for group in groups
+                  if (run := run_trend(group["step"], group["value"], n_boot, rng, detect=alone)) is not None]
         if series:
             readings[key] = arm_trend(series)
     return readings

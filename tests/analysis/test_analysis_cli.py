@@ -76,5 +76,5 @@ def test_report_command_writes_the_html(demo_store, tmp_path, monkeypatch):
     assert "Will filtering help" not in out.read_text(encoding="utf-8")  # --no-rollouts
     # the terminal says whether the collapse alert fired, where, and its measured rates (the demo's baseline runs
     # fire at step 30)
-    assert "The collapse alert (collapse/alert) fired in" in result.stdout and "at step 30 (" in result.stdout
+    assert "The collapse alert (collapse/alert) fired in" in result.stdout and "(first at step 30; by step: 30 in" in result.stdout
     assert "collapse alert (" in result.stdout and "false alarms" in result.stdout

@@ -221,14 +221,14 @@ def _first_screen(report) -> str:
 def test_first_screen_answers_the_three_questions(sweeps, tmp_path):
     from analysis.report import build_report
 
-    report = build_report("story", sweeps.uri, store_url=f"sqlite:///{tmp_path / 'orch.db'}", n_boot=50)
+    report = build_report("story", sweeps.uri, n_boot=50)
     text = _first_screen(report)
     assert report.sections[0].title.startswith("The answers")
     assert sum(not isinstance(block, str) for block in report.sections[0].blocks) == 3  # one figure each
     assert "sokoban: final success 11.5% without the filter, 51.5% with top_p (+40.0 points" in text
     assert "4 vs 4 seeds): it helped." in text
     assert "MI-ZScore-EMA declined (at or below 70% of its running peak twice in a row) in 4 of 4 runs" in text
-    assert "median lead 8 steps" in text and "fired in 4 of 4 runs (first at step 16)" in text
+    assert "median lead 8 steps" in text and "fired in 4 of 4 runs (first at step 16; by step: 16 in 4 runs)" in text
     assert "Trend over training (post-hoc: trend test, made after the runs" in text
     assert "sokoban, filter none: MI-ZScore-EMA: fell -" in text and "Mean fall" not in text
     assert "sokoban, filter top_p: MI-ZScore-EMA: no trend detected" in text
