@@ -504,3 +504,26 @@ def rules_used(data: RunData) -> list[CollapseRule]:
     if key not in runs.columns:
         return []
     return list({_rule_of(row) for _, row in runs[runs[key].notna()].iterrows()})
+
+
+def decline_rule_line(record: dict | None = None, brief: bool = False) -> str:
+    """The decline rule in words, beside every ordering verdict (issue 56): which rule dates the declines, why it is
+    not the alert's shipped rule, and how often it says "MI declined" of runs with nothing to detect
+    (:func:`decline_rates`: the rule replayed on MI-ZScore-EMA alone over the calibration runs)."""
+    from analysis.early_warning import DEFAULT_RULE
+
+    rule = (f"a series at or below {1 - DEFAULT_RULE.drop_fraction:.0%} of its running peak on "
+            f"{DEFAULT_RULE.patience} logged points in a row")
+    rates = decline_rates(record)
+    if brief:
+        share = (f": on MI it fires in {rates.false_alarms}/{rates.honest} calibration runs with nothing to detect"
+                 if rates else "")
+        return f"declines dated by the legacy rule ({rule}){share}"
+    text = (f"Declines are dated by the collapse alert's legacy rule ({rule}; recipes.stats.collapse.LEGACY_RULE), "
+            "applied to MI and to success on their own: the findings were declared with it, so it stays theirs; the "
+            "alert now ships another rule, chosen offline (issue 46)")
+    if rates:
+        text += (f". On MI-ZScore-EMA it says \"declined\" in {_share(rates.false_alarms, rates.honest)} of the "
+                 "calibration runs with nothing to detect (recipes/stats/alert_rates.yaml, decline): a decline it "
+                 "dates may be noise")
+    return text + "."

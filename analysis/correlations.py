@@ -150,6 +150,12 @@ def diagnostic_correlations(
     return pd.DataFrame(rows, columns=["diagnostic", "family", "target", *STAT_COLUMNS])
 
 
+def rv_proxy_pairs(data: RunData, proxy: str, rv_key: str = names.RV_STD_MEAN) -> pd.DataFrame:
+    """The (run, step) pairs where both reward variance and ``proxy`` were logged: run_id, step, rv, value."""
+    rv = data.history(rv_key).rename(columns={"value": "rv"})
+    return rv.merge(data.history(proxy), on=["run_id", "step"], how="inner")
+
+
 def rv_proxy_correlations(
     data: RunData,
     *,
@@ -166,10 +172,9 @@ def rv_proxy_correlations(
     """
     import pandas as pd
 
-    rv = data.history(rv_key).rename(columns={"value": "rv"})
     rows = []
     for proxy in proxies:
-        paired = rv.merge(data.history(proxy), on=["run_id", "step"], how="inner")
+        paired = rv_proxy_pairs(data, proxy, rv_key)
         if paired.empty:
             continue
         stats = correlate(paired["value"], paired["rv"], groups=paired["run_id"], n_boot=n_boot, ci=ci, seed=seed)

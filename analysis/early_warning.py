@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from analysis import names
+from analysis.verdicts import Measurement
 from recipes.stats.collapse import LEGACY_RULE, CollapseRule, decline_onset
 
 if TYPE_CHECKING:
@@ -30,6 +31,24 @@ if TYPE_CHECKING:
     from analysis.mlflow_store import RunData
 
 DEFAULT_RULE = LEGACY_RULE  # the declared decline rule (module docstring), not the alert's current default
+
+# Which series declined first, from :func:`early_warning`'s outcome, scored only where both declined: "MI only"
+# (success had not fallen by the run's end), "success only", "together" and "no decline" are counted apart, never
+# as either side (a run cut short would otherwise count for MI). A run missing either series is left out.
+OUTCOMES = ("MI first", "success first", "together", "MI only", "success only", "no decline")
+
+
+def decline_order(outcomes) -> Measurement:
+    """The ordering measurement of the per-run outcomes: the share of "MI first" among the runs where both series
+    declined one before the other (n), every outcome's count beside (`analysis.verdicts`' ordering path)."""
+    import math
+
+    counts = {outcome: int(sum(1 for o in outcomes if o == outcome)) for outcome in OUTCOMES}
+    scored = counts["MI first"] + counts["success first"]
+    if not any(counts.values()):
+        return Measurement(math.nan, math.nan, math.nan, 0)
+    share = counts["MI first"] / scored if scored else math.nan
+    return Measurement(share, math.nan, math.nan, scored, counts=counts)
 
 
 def _outcome(mi: int | None, success: int | None, has_data: bool) -> str:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from analysis import names, paper
+from analysis.early_warning import OUTCOMES, decline_order  # noqa: F401  (re-exported: the ordering measurement)
 from analysis.verdicts import (
     CORRELATION,
     DIRECTION,
@@ -34,6 +35,7 @@ from analysis.verdicts import (
     ORDER,
     Measurement,
     change_interval,
+    correlation_interval,
     delta_interval,
     detectable,
     judge,
@@ -309,35 +311,24 @@ def _table7(ctx: Context, value: Value) -> Measured:
 
 @measures("correlations")
 def _correlations(ctx: Context, value: Value) -> Measured:
-    from analysis.correlations import correlate, rv_proxy_correlations
+    from analysis.correlations import correlate, rv_proxy_pairs
 
+    # The pairs go with the measurement: the judge's interval is Fisher's z over runs, or the delete-one-run
+    # jackknife for (run, step) pairs (analysis.verdicts.correlation_interval), not the bootstrap over 3-10 runs.
     coefficient = value.at["coefficient"]
     if value.at.get("against") == "rv":  # RV against a proxy over (run, step)
-        frame = rv_proxy_correlations(ctx.data, proxies=(value.at["metric"],), n_boot=ctx.n_boot)
-        if frame.empty:
+        paired = rv_proxy_pairs(ctx.data, value.at["metric"])
+        if paired.empty:
             return NONE
-        row = frame.iloc[0]
-        return Measurement(row[coefficient], row[f"{coefficient}_lo"], row[f"{coefficient}_hi"], int(row["runs"]))
+        stats = correlate(paired["value"], paired["rv"], n_boot=0)
+        return Measurement(stats[coefficient], math.nan, math.nan, int(paired["run_id"].nunique()),
+                           samples=(paired["value"].to_numpy(float), paired["rv"].to_numpy(float),
+                                    paired["run_id"].to_numpy()), coefficient=coefficient)
     means = ctx.runs["run_id"].map(ctx.final(value.at["metric"]))
-    stats = correlate(means, ctx.runs["peak_success"], n_boot=ctx.n_boot)
-    return Measurement(stats[coefficient], stats[f"{coefficient}_lo"], stats[f"{coefficient}_hi"], int(stats["n"]))
-
-
-# Which series declined first, from `analysis.early_warning`'s outcome, scored only where both declined: "MI only"
-# (success had not fallen by the run's end), "success only", "together" and "no decline" are counted apart, never
-# as either side (a run cut short would otherwise count for MI). A run missing either series is left out.
-OUTCOMES = ("MI first", "success first", "together", "MI only", "success only", "no decline")
-
-
-def decline_order(outcomes: Any) -> Measurement:
-    """The ordering measurement of the per-run outcomes: the share of "MI first" among the runs where both series
-    declined one before the other (n), every outcome's count beside (`analysis.verdicts`' ordering path)."""
-    counts = {outcome: int(sum(1 for o in outcomes if o == outcome)) for outcome in OUTCOMES}
-    scored = counts["MI first"] + counts["success first"]
-    if not any(counts.values()):
-        return NONE
-    share = counts["MI first"] / scored if scored else math.nan
-    return Measurement(share, math.nan, math.nan, scored, counts=counts)
+    stats = correlate(means, ctx.runs["peak_success"], n_boot=0)
+    return Measurement(stats[coefficient], math.nan, math.nan, int(stats["n"]),
+                       samples=(means.to_numpy(float), ctx.runs["peak_success"].to_numpy(float)),
+                       coefficient=coefficient)
 
 
 @measures("early_warning")
@@ -422,8 +413,8 @@ def _entropy_kl(ctx: Context, value: Value) -> Measured:
     if coefficient.nunique() < 2:
         return NONE
     final = ctx.runs.loc[coefficient.index, "run_id"].map(ctx.final(value.at["metric"]))
-    stats = correlate(coefficient, final, n_boot=ctx.n_boot)
-    return Measurement(stats["spearman"], stats["spearman_lo"], stats["spearman_hi"], int(stats["n"]))
+    stats = correlate(coefficient, final, n_boot=0)
+    return Measurement(stats["spearman"], *correlation_interval(coefficient, final, "spearman"), int(stats["n"]))
 
 
 @measures("length")
@@ -510,6 +501,7 @@ def _table5_details(ctx: Context, item: Item, section: Section) -> None:
 
 @details("early_warning")
 def _early_warning_details(ctx: Context, item: Item, section: Section) -> None:
+    from analysis.alert_calibration import decline_rule_line
     from analysis.controls import control_lines
     from analysis.early_warning import DEFAULT_RULE
 
@@ -521,6 +513,7 @@ def _early_warning_details(ctx: Context, item: Item, section: Section) -> None:
                  f"{DEFAULT_RULE.patience} logged points in a row (the collapse alert's legacy rule applied to one "
                  f"series, recipes.stats.collapse.decline_onset), MI as {names.MI_ZSCORE_EMA}, success as "
                  f"{names.VAL_SUCCESS}. Runs without the filter: " + ", ".join(f"{outcome} {count}" for outcome, count in counts.items()) + ".")
+    section.note(decline_rule_line())  # the decline rule's own false-alarm rate, beside the ordering verdict
     tasks = ctx.runs.loc[ctx.runs["run_id"].isin(leads["run_id"]), "task"].dropna().unique()
     for line in control_lines(tasks):  # has MI been seen to move where it is read here? (its measured rates)
         section.note(line)

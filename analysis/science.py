@@ -16,25 +16,30 @@ Definitions (per run):
   these rules were declared); the lead is
   success's onset minus MI-ZScore-EMA's onset, in steps (positive: MI fell first).
 
-The statistics and the verdict vocabulary are :mod:`analysis.verdicts`'s, shared with the paper's side-by-side
-report. Every interval is a 95% percentile bootstrap over seeds (2,000 resamples, fixed seed): of a mean over runs, or of
-a difference of means with each arm resampled on its own. An interval *clears* a threshold when it lies entirely
-above it and *misses* it when it lies entirely below. Fewer than :data:`MIN_SEEDS` runs where a rule needs them
-make that finding inconclusive. Findings are judged per task (and variant): pooling tasks would mix task difficulty
-into every statistic.
+Every verdict is :func:`analysis.verdicts.judge`'s (issue 56: one judge for every claim, shared with the paper's
+side-by-side report), by the path of the claim's kind, and carries in brackets that path's error rate measured on
+known truth (``benchmarks/bench_judge.py``). An interval *clears* a threshold when it lies entirely above it and
+*misses* it when it lies entirely below. Fewer than :data:`MIN_SEEDS` runs where a rule needs them make that finding
+inconclusive. Findings are judged per task (and variant): pooling tasks would mix task difficulty into every
+statistic. (Until issue 56 the intervals were percentile bootstraps over seeds; the thresholds are unchanged.)
 
-1a. Without filtering, the MI proxies fall while entropy does not (baseline runs). Reproduced when the mean falls
-    of MI-ZScore-EMA and of retrieval excess both clear 0.3 and entropy's (``actor/entropy``) mean fall misses
-    0.3; not reproduced when either MI fall misses 0.3 or entropy's fall clears it; inconclusive otherwise.
-1b. Without filtering, MI falls before success (baseline runs where both declined). Reproduced when the mean lead
-    clears 0; not reproduced when it misses 0; inconclusive otherwise, or when fewer than 3 runs saw both decline.
-2.  With filtering, MI and success end higher (each filter setting against the baseline): the deltas of final
-    success and of final MI-ZScore-EMA (filtered minus baseline). Reproduced when both intervals clear 0; not
-    reproduced when either misses 0; inconclusive otherwise (and without MI diagnostics).
+1a. Without filtering, the MI proxies fall while entropy does not (baseline runs): the judge's direction path on
+    each fall less 0.3 (Student's t over the runs): reproduced when the falls of MI-ZScore-EMA and of retrieval
+    excess both clear 0.3 and entropy's (``actor/entropy``) misses 0.3 (a one-sided bound, 0.3 its margin); not
+    reproduced when either MI fall misses 0.3 or entropy's fall clears it; inconclusive otherwise.
+1b. Without filtering, MI falls before success: the judge's ordering path, scored only on the baseline runs where
+    both declined, one first: reproduced when the share with MI first lies above 1/2 (Wilson interval), not
+    reproduced below, inconclusive otherwise or with fewer than 3 such runs; "MI only", "no decline" and the other
+    outcomes counted apart and shown, with the decline rule's false-alarm rate as an alert beside
+    (:func:`analysis.alert_calibration.decline_rule_line`).
+2.  With filtering, MI and success end higher (each filter setting against the baseline): the judge's direction path
+    on the deltas of final success and of final MI-ZScore-EMA (filtered minus baseline; Welch's t). Reproduced when
+    both clear 0; not reproduced when either misses 0; inconclusive otherwise (and without MI diagnostics).
 3.  MI tracks success better than entropy does (all runs of a task, filtered or not; at least 2 x 3 runs):
     Spearman's rho across runs of each run's mean MI-ZScore-EMA, and of its mean entropy, with final success.
-    Reproduced when rho(MI)'s interval clears 0 and the interval of rho(MI) - |rho(entropy)| (runs resampled
-    together) clears 0; not reproduced when either misses 0; inconclusive otherwise.
+    Reproduced when rho(MI)'s interval (Fisher's z, Bonett-Wright) clears 0 and the interval of rho(MI) -
+    |rho(entropy)| (a bootstrap, runs resampled together) clears 0, each by the judge's direction path; not
+    reproduced when either misses 0; inconclusive otherwise.
 4.  The Std(RV)/Mean(RV) predictor (``analysis.predictor``: the mean over baseline seeds of the ratio on each
     run's first dumped rollout batch, its verdict at the default thresholds) against the measured gain (finding
     2's success delta). Reproduced when *likely helps* meets a gain interval that clears 0, or *unlikely to help*
@@ -59,15 +64,22 @@ from analysis.early_warning import DEFAULT_RULE
 from analysis.verdicts import (  # noqa: F401  (re-exported: the verdict vocabulary of the findings)
     BOOT_SEED,
     CI,
+    DIRECTION,
     INCONCLUSIVE,
     MIN_SEEDS,
     N_BOOT,
     NOT_REPRODUCED,
+    ORDER,
     REPRODUCED,
+    Judgement,
+    Measurement,
+    correlation_interval,
     delta_interval,
     interval_text,
+    judge,
     mean_interval,
     percentiles,
+    rate_brief,
     side,
 )
 from recipes.stats.mi import retrieval_excess
@@ -253,6 +265,35 @@ def _scope(task: str, variant: str, setting: str | None = None) -> str:
     return " · ".join(parts)
 
 
+def _direction(sign: float, samples: tuple, shift: float = 0.0) -> tuple[float, Judgement]:
+    """The judge's direction path (`analysis.verdicts.judge`) on per-run values (one array, or base and treated
+    arms) less ``shift``: does the mean (or the difference of means) lie above (``sign`` +1) or below (-1) it?
+    Student's t (Welch's for two arms) over the runs. (the mean or difference, the judgement with its interval
+    shifted back)."""
+    arms = tuple(np.asarray(arm, dtype=np.float64) for arm in samples)
+    arms = tuple(arm[np.isfinite(arm)] for arm in arms)
+    value = float(arms[0].mean() if len(arms) == 1 else arms[1].mean() - arms[0].mean()) if all(
+        arm.size for arm in arms) else math.nan
+    n = int(min(arm.size for arm in arms))
+    shifted = (arms[0] - shift,) if len(arms) == 1 else arms
+    verdict, reason, lo, hi = judge(sign, DIRECTION, Measurement(value - shift, math.nan, math.nan, n,
+                                                                samples=shifted))
+    return value, Judgement(verdict, reason, lo + shift, hi + shift)
+
+
+def _combined(verdicts: list[str]) -> str:
+    """A finding of several claims: not reproduced when any is, reproduced when all are, else inconclusive."""
+    if NOT_REPRODUCED in verdicts:
+        return NOT_REPRODUCED
+    return REPRODUCED if all(v == REPRODUCED for v in verdicts) else INCONCLUSIVE
+
+
+def _rates(kind: str, n: int) -> str:
+    """The judge's measured error rates for a finding's path, in brackets (`analysis.verdicts.rate_brief`)."""
+    brief = rate_brief(kind, n)
+    return f" [{brief}]" if brief else ""
+
+
 def _finding_1a(scope: str, fall: pd.DataFrame, n_boot: int) -> Finding:
     needed = (names.MI_ZSCORE_EMA, names.RETRIEVAL_EXCESS, names.ENTROPY)
     absent = [key if key != names.RETRIEVAL_EXCESS else f"{names.RETRIEVAL_ACC} and {names.RETRIEVAL_CHANCE}"
@@ -262,48 +303,51 @@ def _finding_1a(scope: str, fall: pd.DataFrame, n_boot: int) -> Finding:
     fall = fall[list(needed)].dropna()
     if len(fall) < MIN_SEEDS:
         return Finding("1a", scope, INCONCLUSIVE, f"{len(fall)} baseline runs with every signal (< {MIN_SEEDS})")
-    stats = {key: mean_interval(fall[key], n_boot) for key in needed}
-    mi_sides = [side(*stats[key][1:], DROP) for key in needed[:2]]
-    entropy_side = side(*stats[names.ENTROPY][1:], DROP)
-    if "misses" in mi_sides or entropy_side == "clears":
-        verdict = NOT_REPRODUCED
-    elif mi_sides == ["clears", "clears"] and entropy_side == "misses":
-        verdict = REPRODUCED
-    else:
-        verdict = INCONCLUSIVE
+    # The judge's direction path on each fall less the threshold: the MI proxies' above it, entropy's below it (a
+    # one-sided bound with the threshold as its margin: "does not fall" is never read from an interval spanning it).
+    judged = {key: _direction(-1.0 if key == names.ENTROPY else 1.0, (fall[key].to_numpy(dtype=float),), DROP)[1]
+              for key in needed}
+    verdict = _combined([j.verdict for j in judged.values()])
     labels = {names.MI_ZSCORE_EMA: "MI-ZScore-EMA", names.RETRIEVAL_EXCESS: "retrieval excess",
               names.ENTROPY: "entropy"}
-    text = "; ".join(f"{labels[key]} fall {interval_text(*stats[key])}" for key in needed)
-    return Finding("1a", scope, verdict, f"{text} (threshold {DROP:g}, {len(fall)} baseline runs)")
+    text = "; ".join(f"{labels[key]} fall {interval_text(float(fall[key].mean()), j.lo, j.hi)}"
+                     for key, j in judged.items())
+    return Finding("1a", scope, verdict, f"{text} (threshold {DROP:g}: MI's falls above it, entropy's below; Student's "
+                   f"t over {len(fall)} baseline runs){_rates(DIRECTION, len(fall))}")
 
 
 def _finding_1b(scope: str, leads: pd.DataFrame, n_boot: int) -> Finding:
-    counts = ", ".join(f"{outcome} {count}" for outcome, count in leads["outcome"].value_counts().items())
+    """The judge's ordering path: scored only on the runs where both series declined, one before the other; "MI
+    only", "no decline" and the rest counted apart and shown; the decline rule's false-alarm rate beside."""
+    from analysis.alert_calibration import decline_rule_line
+    from analysis.early_warning import decline_order
+
+    measured = decline_order(list(leads["outcome"]))
+    rule = decline_rule_line(brief=True)
+    if measured.n == 0 and not measured.counts:
+        return Finding("1b", scope, INCONCLUSIVE, f"no baseline run logged both MI and success; {rule}")
+    verdict, reason, _, _ = judge(1.0, ORDER, measured)
     lead = leads["lead_steps"].dropna().to_numpy(dtype=float)
-    if lead.size < MIN_SEEDS:
-        return Finding("1b", scope, INCONCLUSIVE,
-                       f"{lead.size} baseline runs where both MI and success declined (< {MIN_SEEDS}); {counts}")
-    mean, lo, hi = mean_interval(lead, n_boot)
-    verdict = {"clears": REPRODUCED, "misses": NOT_REPRODUCED}.get(side(lo, hi, 0.0), INCONCLUSIVE)
-    return Finding("1b", scope, verdict, f"lead {interval_text(mean, lo, hi, 1)} steps over {lead.size} runs; {counts}")
+    shown = f"; mean lead {interval_text(*mean_interval(lead, n_boot), 1)} steps" if lead.size >= MIN_SEEDS else ""
+    return Finding("1b", scope, verdict, f"{reason}{shown}; {rule}{_rates(ORDER, measured.n)}")
 
 
-def _finding_2(scope: str, effect: pd.Series, mi: tuple[float, float, float] | None, counts: str) -> Finding:
-    success = (effect["delta"], effect["lo"], effect["hi"])
-    text = f"success {interval_text(*success, 1)} points"
+def _finding_2(scope: str, success: tuple, mi: tuple | None, counts: str) -> Finding:
+    """The judge's direction path on the filtered minus baseline difference of final success and of final
+    MI-ZScore-EMA (``success``, ``mi``: the per-run values of the two arms, base first; Welch's t)."""
+    judged = [_direction(1.0, success)]
+    text = f"success {interval_text(judged[0][0], judged[0][1].lo, judged[0][1].hi, 1)} points"
     if mi is not None:
-        text += f"; MI-ZScore-EMA {interval_text(*mi)}"
-    text += f" ({counts})"
-    if min(effect["base_n"], effect["filt_n"]) < MIN_SEEDS:
+        judged.append(_direction(1.0, mi))
+        text += f"; MI-ZScore-EMA {interval_text(judged[1][0], judged[1][1].lo, judged[1][1].hi)}"
+    seeds = int(min(np.isfinite(np.asarray(arm, dtype=float)).sum() for arm in success))
+    text += f" ({counts}; Welch's t)"
+    if seeds < MIN_SEEDS:
         return Finding("2", scope, INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds in an arm; {text}")
-    sides = [side(*success[1:], 0.0)] + ([side(*mi[1:], 0.0)] if mi is not None else [])
-    if "misses" in sides:
-        verdict = NOT_REPRODUCED
-    elif mi is None:
+    verdict = _combined([j.verdict for _, j in judged])
+    if mi is None and verdict != NOT_REPRODUCED:
         verdict, text = INCONCLUSIVE, f"no MI proxies logged; {text}"
-    else:
-        verdict = REPRODUCED if sides == ["clears", "clears"] else INCONCLUSIVE
-    return Finding("2", scope, verdict, text)
+    return Finding("2", scope, verdict, text + _rates(DIRECTION, seeds))
 
 
 def spearman_gap(mi, entropy, success, n_boot: int = N_BOOT) -> tuple[float, float, float]:
@@ -325,15 +369,19 @@ def _finding_3(scope: str, runs: pd.DataFrame, n_boot: int) -> Finding:
     runs = runs[[names.MI_ZSCORE_EMA, names.ENTROPY, "final_success"]].dropna()
     if len(runs) < 2 * MIN_SEEDS:
         return Finding("3", scope, INCONCLUSIVE, f"{len(runs)} runs with MI, entropy and success (< {2 * MIN_SEEDS})")
-    mi = correlate(runs[names.MI_ZSCORE_EMA], runs["final_success"], n_boot=n_boot, ci=CI, seed=BOOT_SEED)
-    entropy = correlate(runs[names.ENTROPY], runs["final_success"], n_boot=n_boot, ci=CI, seed=BOOT_SEED)
+    # rho(MI) and rho(entropy) with Fisher's z (Bonett-Wright), the gap with the bootstrap over runs resampled
+    # together; each judged by the judge's direction path
+    rho = {key: correlate(runs[key], runs["final_success"], n_boot=0)["spearman"] for key in (names.MI_ZSCORE_EMA,
+                                                                                             names.ENTROPY)}
+    ci = {key: correlation_interval(runs[key], runs["final_success"], "spearman") for key in rho}
     gap = spearman_gap(runs[names.MI_ZSCORE_EMA], runs[names.ENTROPY], runs["final_success"], n_boot)
-    sides = [side(mi["spearman_lo"], mi["spearman_hi"], 0.0), side(*gap[1:], 0.0)]
-    verdict = NOT_REPRODUCED if "misses" in sides else REPRODUCED if sides == ["clears", "clears"] else INCONCLUSIVE
-    text = (f"Spearman MI {interval_text(mi['spearman'], mi['spearman_lo'], mi['spearman_hi'])}, entropy "
-            f"{interval_text(entropy['spearman'], entropy['spearman_lo'], entropy['spearman_hi'])}, MI - |entropy| "
-            f"{interval_text(*gap)} over {len(runs)} runs")
-    return Finding("3", scope, verdict, text)
+    mi = judge(1.0, DIRECTION, Measurement(rho[names.MI_ZSCORE_EMA], *ci[names.MI_ZSCORE_EMA], len(runs)))
+    ahead = judge(1.0, DIRECTION, Measurement(*gap, len(runs)))
+    verdict = _combined([mi.verdict, ahead.verdict])
+    text = (f"Spearman MI {interval_text(rho[names.MI_ZSCORE_EMA], mi.lo, mi.hi)}, entropy "
+            f"{interval_text(rho[names.ENTROPY], *ci[names.ENTROPY])} (Fisher's z), MI - |entropy| "
+            f"{interval_text(*gap)} (bootstrap) over {len(runs)} runs")
+    return Finding("3", scope, verdict, text + _rates(DIRECTION, len(runs)))
 
 
 def _finding_4(scope: str, ratios: np.ndarray | None, effect: pd.Series) -> Finding:
@@ -420,11 +468,12 @@ def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | No
             treated = group[group["filter"] == effect["filter"]]
             mi = None
             if names.MI_ZSCORE_EMA in finals.columns:
-                mi = delta_interval(finals[names.MI_ZSCORE_EMA].reindex(base["run_id"]),
-                                    finals[names.MI_ZSCORE_EMA].reindex(treated["run_id"]), n_boot)
-                mi = None if math.isnan(mi[0]) else mi
+                mi = tuple(finals[names.MI_ZSCORE_EMA].reindex(arm["run_id"]).to_numpy(dtype=float)
+                           for arm in (base, treated))
+                mi = mi if all(np.isfinite(arm).any() for arm in mi) else None
+            success = tuple(arm["final_success"].to_numpy(dtype=float) for arm in (base, treated))
             counts = f"{effect['base_n']} vs {effect['filt_n']} seeds"
-            findings.append(_finding_2(_scope(task, variant, effect["filter"]), effect, mi, counts))
+            findings.append(_finding_2(_scope(task, variant, effect["filter"]), success, mi, counts))
         joined = group.set_index("run_id")[["final_success"]].join(means, how="left")
         findings.append(_finding_3(scope, joined, n_boot))
         ratios = None

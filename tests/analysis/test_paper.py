@@ -294,8 +294,8 @@ def test_entropy_and_kl_are_two_dose_response_curves_each_against_its_own_coeffi
     measure = SECTIONS["entropy_kl"]
     for coefficient, rho in (("algorithm.entropy_coeff", 1.0), ("algorithm.kl_coef", -1.0)):
         value = Value("constructed", "rho", 0.0, {"coefficient": coefficient, "metric": names.ENTROPY})
-        measured, _, _, runs = measure(ctx, value)
-        assert (measured, runs) == (pytest.approx(rho), 5), coefficient
+        measured = measure(ctx, value)
+        assert (measured.value, measured.n) == (pytest.approx(rho), 5), coefficient
     final = ctx.runs["run_id"].map(ctx.final(names.ENTROPY))
     for coefficient in ("algorithm.entropy_coeff", "algorithm.kl_coef"):  # what pooling the raw columns gave
         pooled = correlate(ctx.runs[f"config.{coefficient}"].astype(float), final, n_boot=10)["spearman"]

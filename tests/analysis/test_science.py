@@ -147,14 +147,18 @@ def _verdicts(sweeps: Sweeps, name: str, with_batches: bool = True) -> dict[str,
 def test_the_papers_story_is_reproduced(sweeps):
     verdicts = _verdicts(sweeps, "story")
     assert [verdicts[key] for key in ("1a", "1b", "2", "3", "4")] == [REPRODUCED] * 5, verdicts
-    assert "lead +8.0 [+8.0, +8.0] steps over 4 runs" in verdicts["1b evidence"]
+    # the judge's ordering path (issue 56): scored on the runs where both declined, the decline rule's rate beside
+    assert "MI first in 4 of 4 runs where both declined" in verdicts["1b evidence"]
+    assert "mean lead +8.0 [+8.0, +8.0] steps" in verdicts["1b evidence"]
+    assert "calibration runs with nothing to detect" in verdicts["1b evidence"]
+    assert "the judge's direction path errs in up to" in verdicts["1a evidence"]  # its measured rate, where read
     assert "ratio 1.29 over 4 baseline runs: likely helps" in verdicts["4 evidence"]
 
 
 def test_the_opposite_story_is_not_reproduced(sweeps):
     verdicts = _verdicts(sweeps, "against")
     assert verdicts["1a"] == NOT_REPRODUCED  # MI held, entropy fell
-    assert verdicts["1b"] == INCONCLUSIVE and "0 baseline runs where both MI and success declined" in verdicts["1b evidence"]
+    assert verdicts["1b"] == INCONCLUSIVE and "at least 3 runs where both declined are needed" in verdicts["1b evidence"]
     assert verdicts["2"] == NOT_REPRODUCED and "success -20.0" in verdicts["2 evidence"]
     assert verdicts["4"] == NOT_REPRODUCED  # "likely helps", yet the filter hurt
 
