@@ -135,3 +135,18 @@ def test_rehearsal_problems_name_nan_coverage_and_unexercised_paths() -> None:
     whole = pd.DataFrame({"where": list(verdicts.KINDS), "measured": [1.0] * len(verdicts.KINDS),
                           "_kind": list(verdicts.KINDS)})
     assert rehearsal_problems({"x": whole}, [item]) == []
+
+
+def test_the_paper_report_prints_the_effect_paths_miss_beside_its_verdicts() -> None:
+    """Issue 56 item 2: where a path cannot reach the 5% target, the report says so beside that path's verdicts (the
+    HTML section's notes: `rate_notes`); the effect path's false reproduction at 5 runs is the 2x case."""
+    from analysis.paper_report import rate_notes
+
+    frame = pd.DataFrame({"_kind": [verdicts.EFFECT, verdicts.LEVEL], "verdict": [verdicts.REPRODUCED] * 2,
+                          "runs": [5, 5], "detectable": [10.0, 2.0]})
+    lines = rate_notes(frame)
+    effect = next(line for line in lines if "effect path" in line)
+    assert "P(reproduced | truth 2x the margin away) is above the 5% target" in effect
+    assert "no error" in effect  # the band's edge named as such
+    level = next(line for line in lines if "level path" in line)
+    assert "above" not in level
