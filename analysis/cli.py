@@ -294,9 +294,14 @@ def report(
                 built = build_paper_report(tracking_uri, n_boot=bootstrap, rollouts=rollouts, progress=progress,
                                            archives=paper_archives)
             else:
+                cells = study = None
+                if not archive:  # what the orch store knows of the sweep: its cells, and `orch tune`'s study
+                    from orchestrator.api import sweep_cells, sweep_study
+
+                    cells, study = sweep_cells(sweep, store), sweep_study(sweep, store)
                 built = build_report(
-                    sweep, tracking_uri, store_url=store, n_boot=bootstrap, rollouts=rollouts, progress=progress,
-                    archives=archive or (),
+                    sweep, tracking_uri, cells=cells, study=study, n_boot=bootstrap, rollouts=rollouts,
+                    progress=progress, archives=archive or (),
                 )
         written = write_report(built, out, fmt)
     except OrchError as err:
@@ -349,22 +354,23 @@ def paper_command(
     import json
 
     from analysis import paper
+    from orchestrator.paper_check import state_counts, sweep_gpu_hours
     from orchlib.errors import OrchError
 
     try:
-        rows = paper.status(store)
+        rows = paper.status(state_counts(paper.paper_sweeps(), store))
         hours: dict[str, float | None] = {}
         for row in rows:
             row["data"] = sorted({need for sweep in row["sweeps"] for need in paper.data_needs(sweep)})
             for sweep in row["sweeps"]:
                 if sweep not in hours and paper.sweep_path(sweep).exists():
-                    hours[sweep] = paper.sweep_gpu_hours(sweep)
+                    hours[sweep] = sweep_gpu_hours(paper.sweep_path(sweep))
             row["gpu_hours"] = {sweep: None if hours.get(sweep) is None else round(hours[sweep])
                                 for sweep in row["sweeps"]}
         if check:
             from analysis.paper_report import SECTIONS
 
-            problems = paper.check(set(SECTIONS), profile)
+            problems = paper_problems(set(SECTIONS), profile)
         else:
             problems = []
     except OrchError as err:
@@ -391,6 +397,17 @@ def paper_command(
             typer.echo(f"paper --check: {len(problems)} problem(s) in {len(rows)} items", err=bool(problems))
     if problems:
         raise typer.Exit(1)
+
+
+def paper_problems(sections: set[str], profile: str | None = None) -> list[str]:
+    """`orch paper --check`'s lines: the paper map's sweep files planned under `profile` on the orchestrator's side
+    (`orchestrator.paper_check`: nothing is written; an unknown profile raises `OrchError`), handed to the map's
+    check (`analysis.paper.check`)."""
+    from analysis import paper
+    from orchestrator.paper_check import plan_sweeps, unfit_by_sweep
+
+    planned = plan_sweeps({sweep: paper.sweep_path(sweep) for sweep in paper.paper_sweeps()}, profile)
+    return paper.check(sections, planned, unfit_by_sweep(planned))
 
 
 @app.command("archive", short_help="Keep a sweep's results as a small folder.")

@@ -16,9 +16,8 @@ item that has no sweep file, needs a metric no cell of its sweeps logs, has no p
 
 from __future__ import annotations
 
-import functools
 import math
-from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from typing import Any
 from analysis import names
 from analysis.verdicts import CORRELATION, DIRECTION, EFFECT, LEVEL, NO_EFFECT, ORDER, rounding
 from envs.base import DataSource
-from orchlib.errors import OrchError
 
 SWEEPS_DIR = Path(__file__).resolve().parents[1] / "sweeps"
 
@@ -466,35 +464,25 @@ def sweep_path(sweep: str) -> Path:
     return SWEEPS_DIR / f"{sweep}.yaml"
 
 
-def check(sections: set[str], profile: str | None = None) -> list[str]:
+def check(sections: set[str], planned: Mapping[str, Sequence[Any] | str],
+          unfit: Mapping[str, Sequence[str]]) -> list[str]:
     """One line per problem of the map: an item with no sweep file, a metric that some cell of its sweep does not
     log (every cell must: a table cannot mix runs with and without the diagnostics), no published value or no
     report section, a cell class of a paper sweep that does not fit its declared GPUs (`orch sweep --preflight`'s
-    memory and vLLM checks, one line per class). Plans every sweep file under `profile` (nothing is written). `sections`: the report's section
-    keys (`analysis.paper_report.SECTIONS`)."""
-    from orchestrator.api import planned_configs
-
-    planned: dict[str, list[Any] | str] = {}
-    if profile is not None:  # an unknown profile is bad input (OrchError naming the valid ones), not a problem
-        first = paper_sweeps()[0]
-        planned[first] = planned_configs(sweep_path(first), profile)
+    memory and vLLM checks, one line per class). `sections`: the report's section keys
+    (`analysis.paper_report.SECTIONS`). The orchestrator's side plans the sweep files (nothing is written) and the
+    CLI hands the result in: `planned`, paper sweep -> its planned cells (records with `.settings` and `.config`,
+    `orchestrator.api.PlannedConfig`) or the one line saying why it cannot be planned
+    (`orchestrator.paper_check.plan_sweeps`); `unfit`, paper sweep -> one line per cell class that does not fit
+    (`orchestrator.paper_check.unfit_by_sweep`)."""
     exempt, _ = MI_EXEMPT
-
-    def configs_of(sweep: str) -> list[Any] | str:
-        """The sweep's planned cells, or the one line saying why it cannot be planned."""
-        if sweep not in planned:
-            try:
-                planned[sweep] = planned_configs(sweep_path(sweep), profile)
-            except OrchError as err:
-                planned[sweep] = str(err)
-        return planned[sweep]
 
     def unlogged(where: str, sweep: str, metrics: tuple[str, ...]) -> list[str]:
         """One line per metric that some cell of `sweep` does not log (the MI-exempt cells are not asked for MI)."""
         path = sweep_path(sweep)
         if not path.exists():
             return [f"{where}: no sweep file {path.relative_to(SWEEPS_DIR.parent)}"]
-        configs = configs_of(sweep)
+        configs = planned[sweep]
         if isinstance(configs, str):
             return [f"{where}: {configs}"]
         out = []
@@ -522,14 +510,9 @@ def check(sections: set[str], profile: str | None = None) -> list[str]:
     for sweep in paper_sweeps():
         problems += unlogged(f"sweeps/{sweep}.yaml ({sweep})", sweep, EVERY_CELL)
     # and every verl GPU cell fits the GPUs its sweep file declares (preflight's memory and vLLM checks)
-    from orchestrator.api import fit_cache, unfit_classes
-
-    with fit_cache() as cache:
-        for sweep in paper_sweeps():
-            configs = configs_of(sweep) if sweep_path(sweep).exists() else ""
-            if isinstance(configs, list):
-                problems += [f"sweeps/{sweep}.yaml ({sweep}): does not fit its declared hardware: {line}"
-                             for line in unfit_classes(configs, cache)]
+    for sweep in paper_sweeps():
+        problems += [f"sweeps/{sweep}.yaml ({sweep}): does not fit its declared hardware: {line}"
+                     for line in unfit.get(sweep, ())]
     return problems
 
 
@@ -543,52 +526,17 @@ def _how_to_log(metric: str) -> str:
     return "set trainer.val_every > 0" if metric.startswith("val/") else "the trainers log it at every step"
 
 
-def status(store_url: str | None = None) -> list[dict[str, Any]]:
-    """Per item: its sweeps and, for each, the counts of its cells' states in the orch store (None when the store
-    does not know the sweep)."""
-    from orchestrator.api import sweep_cells
-
-    known: dict[str, dict[str, int] | None] = {}
+def status(states: Mapping[str, Mapping[str, int] | None]) -> list[dict[str, Any]]:
+    """Per item: its sweeps and, for each, the counts of its cells' states in the orch store (`states`: paper sweep
+    -> state -> count, None when the store does not know the sweep; `orchestrator.paper_check.state_counts`, read by
+    the CLI)."""
     rows = []
     for item in ITEMS:
-        sweeps = {}
-        for sweep in item.sweeps:
-            if sweep not in known:
-                cells = sweep_cells(sweep, store_url)
-                known[sweep] = None if cells is None else dict(Counter(cell.state for cell in cells))
-            sweeps[sweep] = known[sweep]
+        sweeps = {sweep: None if states.get(sweep) is None else dict(states[sweep]) for sweep in item.sweeps}
         rows.append({"key": item.key, "ref": item.ref, "title": item.title, "claim": item.claim,
                      "sweeps": sweeps, "metrics": list(item.metrics), "section": item.section,
                      "settings": item.settings, "published": len(item.published)})
     return rows
-
-
-def sweep_gpu_hours(sweep: str) -> float | None:
-    """`_sweep_gpu_hours` of the file as it is now (cached by its modification time: planning a sweep takes
-    seconds)."""
-    path = sweep_path(sweep)
-    return _sweep_gpu_hours(sweep, path.stat().st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _sweep_gpu_hours(sweep: str, _mtime: int) -> float | None:
-    """The estimated GPU-hours of a paper sweep as written (its GPU cells, `recipes.verl.cost.estimate_cost` on each
-    cell's resources and its model's parameters from the built-in architectures), or None when a model is not in
-    the table; `orch sweep FILE --preflight` gives the full estimate with memory and calibration."""
-    from orchestrator.api import planned_configs
-    from recipes.verl.cost import estimate_cost
-    from recipes.verl.memory import builtin_architecture
-
-    total = 0.0
-    for cell in planned_configs(sweep_path(sweep)):
-        cfg, res = cell.config, cell.resources
-        if cfg.trainer.device == "cpu" or res is None or res.gpus_per_node == 0:
-            continue
-        arch = builtin_architecture(str(cfg.model.path)) if cfg.model.path else None
-        if arch is None:
-            return None
-        total += estimate_cost(cfg, arch.parameters(), res.nodes * res.gpus_per_node).gpu_hours
-    return total
 
 
 def sweep_tasks(sweep: str) -> list[str]:

@@ -339,17 +339,12 @@ def _science(result: Science) -> Section:
     return section
 
 
-def _study(sweep: str, store_url: str | None) -> Section | None:
-    """`orch tune`'s study of the sweep, if any: Optuna's own plotly figures (optimisation history, parameter
-    importances, parallel coordinates, slice), the trials, and the best trial as a ready `--set` line."""
+def _study(study: Any) -> Section:
+    """`orch tune`'s study of the sweep (an `optuna.Study`): Optuna's own plotly figures (optimisation history,
+    parameter importances, parallel coordinates, slice), the trials, and the best trial as a ready `--set` line."""
     import optuna.visualization as vis
     import pandas as pd
 
-    from orchestrator.api import sweep_study
-
-    study = sweep_study(sweep, store_url)
-    if study is None:
-        return None
     section = Section("Study (orch tune)")
     trials = study.get_trials(deepcopy=False)
     states = pd.Series([trial.state.name.lower() for trial in trials]).value_counts()
@@ -380,16 +375,18 @@ def build_report(
     sweep: str,
     tracking_uri: str | None = None,
     *,
-    store_url: str | None = None,
+    cells: Sequence[Any] | None = None,
+    study: Any = None,
     n_boot: int = 1000,
     rollouts: bool = True,
     progress: Progress | None = None,
     archives: Sequence[Path] = (),
 ) -> Report:
-    """Load the sweep's runs (and its cells from the orch store at ``store_url``, default ``$ORCH_STORE`` or
-    ``.orch/orch.db``, when that store knows the sweep) and build every section (see the module docstring).
-    ``archives``: read the runs from these archive folders (:mod:`analysis.archive`) instead; the tracking store,
-    the orch store and any re-evaluation are then not read."""
+    """Load the sweep's runs and build every section (see the module docstring). What the orch store knows of the
+    sweep, the CLI reads (`orchestrator.api`) and hands in: ``cells``, its cells (`sweep_cells`; None when there is no
+    store or it does not know the sweep) and ``study``, the Optuna study `orch tune` ran for it (`sweep_study`, or
+    None). ``archives``: read the runs from these archive folders (:mod:`analysis.archive`) instead; the tracking
+    store, the orch store's cells and study and any re-evaluation are then not used."""
     from analysis.mlflow_store import RunQuery, load_runs
     from analysis.science import filter_effect, science
     from analysis.summary import metric_summary, summarize, use_reevaluation
@@ -405,7 +402,7 @@ def build_report(
     store, reevaluated = None, None
     if not archives:
         summary, reevaluated = use_reevaluation(summary, reevaluations([sweep], tracking_uri))
-        store = store_cells(sweep, store_url)
+        store = store_cells(cells)
     finals = metric_summary(data, [names.MI_EST, names.ENTROPY], "final").reset_index()
     notes = cell_notes(summary, store) + ([reevaluated] if reevaluated else [])
     tables_section, t4 = _paper_tables(summary, finals, notes)
@@ -423,7 +420,7 @@ def build_report(
     found = science(data, summary, predictions)
     if not found.reason:
         sections.insert(0, _science(found))
-    study_section = None if archives else _study(sweep, store_url)
+    study_section = None if archives or study is None else _study(study)
     if study_section is not None:
         sections.append(study_section)
     from analysis.paper import items_of_sweep

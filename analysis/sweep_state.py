@@ -1,8 +1,9 @@
 """What the orch state store (orchestrator.store) says about a sweep's cells, for the report's overview.
 
 MLflow holds results; the store holds intent and state -- including cells that never got an MLflow run and the
-reason a cell failed. :func:`store_cells` returns one row per cell, or None when there is no store here or it
-does not know the sweep (the report then relies on MLflow alone):
+reason a cell failed. The CLI reads the cells (`orchestrator.api.sweep_cells`: None when there is no store here or
+it does not know the sweep, and the report then relies on MLflow alone) and hands them in; :func:`store_cells`
+makes them one row per cell:
 
     digest, state (pending | queued | running | requeued | finished | stopped | failed | cancelled | lost),
     done (finished or stopped), attempts, steps_done, reason (first line), mlflow_run_id,
@@ -11,7 +12,8 @@ does not know the sweep (the report then relies on MLflow alone):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -19,14 +21,11 @@ if TYPE_CHECKING:
 COLUMNS = ("digest", "state", "done", "attempts", "steps_done", "reason", "mlflow_run_id", "setting")
 
 
-def store_cells(sweep: str, store_url: str | None = None) -> pd.DataFrame | None:
-    """The sweep's cells in the orch store at ``store_url`` (default: ``$ORCH_STORE`` or ``.orch/orch.db``), through
-    the orchestrator's published :func:`orchestrator.api.sweep_cells`."""
+def store_cells(cells: Sequence[Any] | None) -> pd.DataFrame | None:
+    """The sweep's cells as the orch store records them (records with the attributes of
+    `orchestrator.api.CellState`, as `orchestrator.api.sweep_cells` returns them), one row per cell; None for None."""
     import pandas as pd
 
-    from orchestrator.api import sweep_cells
-
-    cells = sweep_cells(sweep, store_url)
     if cells is None:
         return None
     records = [

@@ -1,8 +1,8 @@
-"""What the orchestrator publishes to the layers beside it (`analysis`): the state of a sweep's cells, and the
-Optuna study of a sweep run by `orch tune`.
+"""What the orchestrator hands the CLI modules for `analysis`: the state of a sweep's cells, the Optuna study of a
+sweep run by `orch tune`, a sweep file's planned cells and the cell classes that do not fit.
 
-This is the one edge from `analysis` into the orchestrator (a one-way edge: the orchestrator never imports
-`analysis`). It returns plain records, so the caller needs neither the store nor the state machine.
+`analysis` never imports the orchestrator (nor the orchestrator `analysis`): the CLI (`orch report`, `orch paper`)
+reads these and hands them in. They are plain records, so the reader needs neither the store nor the state machine.
 """
 
 from __future__ import annotations

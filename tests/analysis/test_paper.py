@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis import paper, verdicts
+from analysis.cli import paper_problems
 from analysis.paper_report import SECTIONS, comparison, paper_sections, table4_row
 from orchestrator.cli import app
 
@@ -76,7 +77,7 @@ def test_published_values_are_the_papers_and_live_only_in_the_map() -> None:
 
 
 def test_every_paper_sweep_turns_the_diagnostics_on_for_every_cell() -> None:
-    assert paper.check(set(SECTIONS)) == []
+    assert paper_problems(set(SECTIONS)) == []
 
 
 def test_check_names_a_sweep_without_diagnostics_a_missing_sweep_and_a_missing_section(tmp_path, monkeypatch) -> None:
@@ -86,7 +87,7 @@ def test_check_names_a_sweep_without_diagnostics_a_missing_sweep_and_a_missing_s
     topp.write_text(topp.read_text().replace("  hooks: [collapse]\n", ""))
     (sweeps / "gradient.yaml").unlink()
     monkeypatch.setattr(paper, "SWEEPS_DIR", sweeps)
-    problems = paper.check(set(SECTIONS) - {"slip"}, profile="cpu")
+    problems = paper_problems(set(SECTIONS) - {"slip"}, profile="cpu")
     # every paper sweep logs the MI diagnostics, as every RAGEN run does, whatever its own items need
     assert "sweeps/topp.yaml (topp): 8 of 8 cells of sweeps/topp.yaml do not log collapse/trajectory/mi_zscore_ema " \
            "(set hooks: [collapse] with diagnostics.mi_every > 0)" in problems, problems
@@ -95,7 +96,7 @@ def test_check_names_a_sweep_without_diagnostics_a_missing_sweep_and_a_missing_s
     # a sweep an MI item needs, without the hook: every one of its cells is named
     table6 = sweeps / "table6.yaml"
     table6.write_text(table6.read_text().replace("  hooks: [collapse]", "  hooks: []"))
-    problems = paper.check(set(SECTIONS), profile="cpu")
+    problems = paper_problems(set(SECTIONS), profile="cpu")
     assert "Table 6 (table6): 4 of 4 cells of sweeps/table6.yaml do not log collapse/trajectory/mi_est (set hooks: " \
            "[collapse] with diagnostics.mi_every > 0)" in problems, problems
 
@@ -364,7 +365,7 @@ def test_check_names_an_item_without_a_published_value(monkeypatch) -> None:
     bare = paper.BY_KEY["slip"]
     monkeypatch.setattr(paper, "ITEMS", (paper.Item(bare.key, bare.ref, bare.title, bare.claim, bare.sweeps,
                                                     bare.metrics, bare.section, bare.settings),))
-    assert paper.check(set(SECTIONS)) == [
+    assert paper_problems(set(SECTIONS)) == [
         "Figure: FrozenLake slip rate (slip): no published value (a printed number, or the claim's sign)"]
 
 

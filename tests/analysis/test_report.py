@@ -17,8 +17,7 @@ CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser",
 
 @pytest.fixture(scope="module")
 def demo_report(demo_store, tmp_path_factory):
-    no_store = f"sqlite:///{tmp_path_factory.mktemp('no_store') / 'orch.db'}"  # MLflow alone
-    return build_report("demo", demo_store.uri, store_url=no_store, n_boot=100)
+    return build_report("demo", demo_store.uri, n_boot=100)  # no orch store's cells: MLflow alone
 
 
 def test_report_sections_and_missing_cells(demo_report):
@@ -69,7 +68,7 @@ def test_a_sweep_that_only_has_one_kind_of_run_still_reports(demo_store):
 
 def test_unknown_sweep_and_static_export_errors(demo_store, demo_report, tmp_path, monkeypatch):
     with pytest.raises(OrchError, match="unknown sweep 'absent'"):
-        build_report("absent", demo_store.uri, store_url=f"sqlite:///{tmp_path / 'orch.db'}")
+        build_report("absent", demo_store.uri)
     with pytest.raises(OrchError, match="unknown --format 'svg'"):
         write_report(demo_report, tmp_path / "r.html", "svg")
     monkeypatch.setattr(report_module, "kaleido_available", lambda: False)  # the dev install has it (pyproject.toml)

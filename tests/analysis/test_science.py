@@ -243,7 +243,7 @@ def test_first_screen_answers_the_three_questions(sweeps, tmp_path):
 def test_first_screen_says_why_when_the_diagnostics_were_off(sweeps, tmp_path):
     from analysis.report import build_report
 
-    report = build_report("few", sweeps.uri, store_url=f"sqlite:///{tmp_path / 'orch.db'}", n_boot=50)
+    report = build_report("few", sweeps.uri, n_boot=50)
     text = _first_screen(report)
     assert "Cannot tell: the MI diagnostics were off: no run had the collapse hook (run with hooks=[collapse])" in text
     assert "Cannot say: no baseline run dumped a rollout batch" in text
@@ -260,7 +260,7 @@ def test_a_sweep_without_seeds_or_filters_still_reports(sweeps, tmp_path):
     for task in ("sokoban", "frozenlake"):
         for run in client.search_runs([client.get_experiment_by_name(f"plain-{task}").experiment_id]):
             client.set_tag(run.info.run_id, "sweep", "plain")
-    report = build_report("plain", sweeps.uri, store_url=f"sqlite:///{tmp_path / 'orch.db'}", n_boot=50)
+    report = build_report("plain", sweeps.uri, n_boot=50)
     text = _first_screen(report)
     assert "Cannot say: every run with results ran without the filter" in text
     assert "Cannot tell: the MI diagnostics were off" in text

@@ -8,6 +8,7 @@ import pytest
 
 from analysis.report import build_report
 from analysis.sweep_state import store_cells, store_notes
+from orchestrator.api import sweep_cells
 from orchestrator.states import State
 from orchestrator.store import Store
 
@@ -43,7 +44,7 @@ def demo_orch_store(demo_store, tmp_path):
 
 
 def test_store_cells_and_notes(demo_orch_store, tmp_path):
-    cells = store_cells("demo", demo_orch_store)
+    cells = store_cells(sweep_cells("demo", demo_orch_store))
     assert len(cells) == 19
     assert cells["state"].value_counts().to_dict() == {"finished": 16, "failed": 1, "queued": 1, "pending": 1}
     notes = store_notes(cells)
@@ -52,12 +53,13 @@ def test_store_cells_and_notes(demo_orch_store, tmp_path):
         "cell frozenlake (task=frozenlake): queued — submitted",
         "cell countdown- (task=countdown): pending (no MLflow run)",
     ]
-    assert store_cells("other", demo_orch_store) is None
-    assert store_cells("demo", f"sqlite:///{tmp_path / 'absent.db'}") is None
+    assert store_cells(sweep_cells("other", demo_orch_store)) is None
+    assert store_cells(sweep_cells("demo", f"sqlite:///{tmp_path / 'absent.db'}")) is None
 
 
 def test_report_takes_states_and_reasons_from_the_store(demo_store, demo_orch_store):
-    report = build_report("demo", demo_store.uri, store_url=demo_orch_store, n_boot=50, rollouts=False)
+    report = build_report("demo", demo_store.uri, cells=sweep_cells("demo", demo_orch_store), n_boot=50,
+                          rollouts=False)
     assert len(report.notes) == 3  # from the store; the MLflow runs of those cells are not described twice
     assert any("CUDA out of memory" in note for note in report.notes)
     assert any("no MLflow run" in note for note in report.notes)
