@@ -482,7 +482,9 @@ def fired_text(data: RunData, leads) -> str:
             f"{int(fired.min())}; by step: {where})")
     warned = leads["alert_lead_steps"].dropna()
     if len(warned):
-        return text + f", a median {float(warned.median()):.0f} steps before success declined."
+        median = float(warned.median())
+        when = "before" if median >= 0 else "after"  # the lead is success's decline step minus the alert's
+        return text + f", a median {abs(median):.0f} steps {when} success declined ({len(warned)} runs where both)."
     return text + "."
 
 

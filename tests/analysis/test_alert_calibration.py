@@ -215,3 +215,15 @@ def test_record_writes_into_the_checkout_it_ran_from_and_not_before_it_can_fail(
     written = yaml.safe_load((tmp_path / "recipes" / "stats" / "alert_rates.yaml").read_text())
     assert written["sources"] == ["docs/results/repro_long (20 runs)"]
     assert ac.RECORD.read_bytes() == before  # the installed module's copy is untouched
+
+
+def test_fired_text_says_whether_where_and_on_which_side_of_successs_decline() -> None:
+    data = _run_data(CollapseRule())
+    leads = pd.DataFrame({"run_id": ["r1", "r2", "r3"], "alert_step": [20.0, 20.0, None],
+                          "alert_lead_steps": [-10.0, -10.0, None]})
+    text = ac.fired_text(data, leads)
+    assert text.startswith("The collapse alert (collapse/alert) fired in 2 of 3 runs (first at step 20; by step: "
+                           "20 in 2 runs)")
+    assert "a median 10 steps after success declined (2 runs where both)" in text  # a negative lead: after
+    none = leads.assign(alert_step=None, alert_lead_steps=None)
+    assert ac.fired_text(data, none) == "The collapse alert (collapse/alert) fired in none of the 3 runs."
