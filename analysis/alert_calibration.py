@@ -378,7 +378,10 @@ def make_record(cells: list[Cell], sources: list[str], shipped: CollapseRule | N
         "by_task": {task: rates_record(rates(shipped, [c for c in cells if c.task == task]))
                     for task in sorted({c.task for c in cells})},
         "controls": controls_record(cells, shipped),
-        "decline": {"rule": decline_rule().model_dump(), "all": rates_record(rates(decline_rule(), cells))},
+        # the decline rule dates whole runs: its rate over the honest runs (a plant's one computation before it
+        # would dilute a per-run rate)
+        "decline": {"rule": decline_rule().model_dump(),
+                    "all": rates_record(rates(decline_rule(), [c for c in cells if not c.planted]))},
         "sources": sources,
     }
 
