@@ -2,14 +2,14 @@
 
     orchlib (foundation: errors, registry)  <-  envs  <-  recipes  <-  orchestrator, analysis  <-  the CLI modules
 
-A module may import from its own layer or a lower one; `orchestrator` never imports `analysis`, and `analysis`
-reaches the orchestrator only through its one published module (`orchestrator.api`: the state of a sweep's
-cells). The CLI modules (`*.cli`, `*_cli`) sit on top. Every import counts, those inside functions and under
-`TYPE_CHECKING` included (read from the AST, not by running anything). And no module imports itself back: the
-import graph between files, and between packages, has no cycle.
+A module may import from its own layer or a lower one, never from another package of its own layer:
+`orchestrator` and `analysis` never import each other (the CLI modules read the store through the orchestrator and
+hand analysis plain records). The CLI modules (`*.cli`, `*_cli`) sit on top. Every import counts, those inside
+functions and under `TYPE_CHECKING` included (read from the AST, not by running anything). And no module imports
+itself back: the import graph between files, and between packages, has no cycle. No exception is allowed.
 
 Inside `recipes/` the same holds between its rooms (`ROOMS`, in order; `recipes/__init__.py` says what each holds),
-with the exceptions `ROOM_EXCEPTIONS` lists and says why.
+without exception: a check that belongs to a backend is registered by the backend's room (a registry's late edge).
 
 A module named in a string is imported all the same, only later: a registry's `lazy={"name": "module:attr"}`, an
 entry point in pyproject.toml (veRL's `verl.plugins`, vLLM's `vllm.general_plugins`), a class path handed to
@@ -29,19 +29,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"orchlib": 0, "envs": 1, "recipes": 2, "orchestrator": 3, "analysis": 3}
 TOP = 4  # the CLI modules
-PUBLISHED = {"analysis": {"orchestrator.api"}}  # one-way edges between packages of the same layer
 PACKAGES_RE = re.compile(r"^(?:orchlib|envs|recipes|orchestrator|analysis)(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?$")
 
 # The rooms of recipes/, lowest first: a module imports from its own room and the rooms before it.
 ROOMS = ["runtime", "policy", "stats", "diagnostics", "config", "run", "step", "torch_trainer", "verl", "trained"]
-ROOM_EXCEPTIONS = {
-    # config validation refuses verl.rollout=vllm on cpu without the vLLM build P6 was checked against; the guard and
-    # its version live beside P6 (every touch of veRL/vLLM internals in one module), which imports nothing from orch.
-    ("recipes.config.schema", "recipes.verl.patches"): "the vLLM CPU build's version guard",
-}
 # Registries naming entries above them (imported on first lookup): registry module -> the modules it may name.
 LATE_EDGES = {
-    "recipes.config.backends": {"recipes.torch_trainer.backend", "recipes.verl.backend"},
+    "recipes.config.backends": {"recipes.torch_trainer.backend", "recipes.verl.backend", "recipes.verl.patches"},
 }
 
 
@@ -174,7 +168,7 @@ def room(module: str) -> int | None:
 def against_rooms(module: str, target: str) -> bool:
     """Whether `module` importing `target` goes against the order of the rooms of recipes/."""
     source_room, target_room = room(module), room(target)
-    if source_room is None or target_room is None or (module, target) in ROOM_EXCEPTIONS:
+    if source_room is None or target_room is None:
         return False
     return target_room > source_room
 
@@ -185,9 +179,7 @@ def upward(module: str, target: str) -> bool:
     if layer(target) > layer(module):
         return True
     source_package, target_package = module.split(".")[0], target.split(".")[0]
-    if source_package != target_package and layer(target) == layer(module):
-        return target not in PUBLISHED.get(source_package, set())
-    return False
+    return source_package != target_package and layer(target) == layer(module)
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -257,12 +249,6 @@ def test_recipes_rooms_import_only_from_rooms_before_them() -> None:
     assert violations == []
 
 
-def test_each_room_exception_is_still_needed_and_cannot_close_a_cycle() -> None:
-    for (module, target), why in ROOM_EXCEPTIONS.items():
-        assert target in GRAPH[module], f"{module} no longer imports {target} ({why}): drop the exception"
-        assert module not in reachable(target, GRAPH), f"{target} ({why}) must never import {module} back"
-
-
 def test_every_module_named_in_a_string_exists() -> None:
     """After a move, a string naming the old place fails here, not at run time on a GPU node."""
     missing = []
@@ -320,7 +306,8 @@ def test_the_checker_sees_upward_imports_inside_functions(tmp_path: Path) -> Non
     names = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     assert [resolve(name) for name in names] == ["orchestrator.store"]
     assert upward("recipes.config.schema", "orchestrator.store") and upward("analysis.report", "orchestrator.store")
-    assert not upward("analysis.report", "orchestrator.api") and not upward("orchestrator.cli", "analysis.cli")
+    assert upward("analysis.report", "orchestrator.api") and upward("orchestrator.paper_check", "analysis.paper")
+    assert not upward("analysis.cli", "orchestrator.paper_check") and not upward("orchestrator.cli", "analysis.cli")
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
 
 
@@ -329,7 +316,7 @@ def test_the_checker_sees_a_planted_violation_of_the_rooms_and_of_a_string_edge(
     trainer in a string, a string naming a module that does not exist, are all caught."""
     assert against_rooms("recipes.stats.filtering", "recipes.config.schema")
     assert not against_rooms("recipes.config.schema", "recipes.stats.filtering")
-    assert not against_rooms("recipes.config.schema", "recipes.verl.patches")  # the listed exception
+    assert against_rooms("recipes.config.schema", "recipes.verl.patches")  # once an exception: none is allowed
     assert against_rooms("recipes.config.schema", "recipes.verl.config_map")
     assert against_rooms("recipes.runtime.stop", "recipes.policy.chat") and not against_rooms("recipes.train_cli",
                                                                                             "recipes.verl.backend")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchlib.errors import OrchError
 from orchlib.registry import Registry
@@ -26,6 +26,17 @@ BACKENDS: Registry[Backend] = Registry("trainer backend", where="config key back
                                       lazy={"torch": "recipes.torch_trainer.backend:run", "verl": "recipes.verl.backend:run"})
 # Decorator: register `run(cfg: TrainConfig, should_stop: Callable[[], bool] | None = None) -> TrainResult`.
 register_backend = BACKENDS.register
+# Backend name -> its host check `check(cfg: TrainConfig) -> None`: what only the host that trains that backend's run
+# can check (OrchError naming the config key), run by `TrainConfig.check_host` before anything is written; imported on
+# first use, so the config room never imports a backend's room. A backend without one has nothing to add.
+HOST_CHECKS: Registry[Callable[..., None]] = Registry("backend host check", where="config key backend",
+                                                      lazy={"verl": "recipes.verl.patches:check_host"})
+
+
+def check_backend_host(cfg: Any) -> None:
+    """The host check `cfg.backend` registered (`HOST_CHECKS`), if any (`cfg`: the `TrainConfig` being checked)."""
+    if cfg.backend in HOST_CHECKS:
+        HOST_CHECKS.get(cfg.backend)(cfg)
 
 
 def backend_names() -> list[str]:

@@ -447,14 +447,9 @@ class TrainConfig(Section):
             unknown = unknown_targets(self.model.lora.target_modules,
                                       folder_linear_names(Path(self.model.path).expanduser()))
             _require(not unknown, "model.lora.target_modules", _unknown_targets_message(unknown, self.model.path))
-        if self.backend == "verl" and self.trainer.device == "cpu" and self.rollout_engine() == "vllm":
-            from orchlib.errors import OrchError
-            from recipes.verl.patches import check_vllm_cpu
+        from recipes.config.backends import check_backend_host
 
-            try:
-                check_vllm_cpu()
-            except OrchError as err:
-                raise OrchError(f"config key verl.rollout: {err}") from None
+        check_backend_host(self)  # the backend's own (verl: vLLM's CPU build for verl.rollout=vllm on cpu)
         return self
 
     # -- the conf/ layout ---------------------------------------------------------------------------------------

