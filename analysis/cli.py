@@ -311,6 +311,12 @@ def report(
     for gap in built.gaps:
         typer.echo(f"gap: {gap}", err=True)
     typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figure files" if len(written) > 1 else ""))
+    if whole_paper and built.comparisons:  # the verdicts in brief, each path's measured error rates beside
+        from analysis.paper_report import verdict_lines
+
+        typer.echo("paper verdicts (published beside measured, with reasons: the report):")
+        for line in verdict_lines(built.comparisons):
+            typer.echo(f"  {line}")
     found = built.science
     for line in found.alert if found is not None else []:  # the alert: fired where, and its measured rates
         typer.echo(line if line.startswith("The collapse alert") else f"  {line}")

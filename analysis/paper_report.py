@@ -663,6 +663,21 @@ def rate_notes(frame: pd.DataFrame, record: dict | None = None) -> list[str]:
     return lines
 
 
+def verdict_lines(comparisons: dict[str, pd.DataFrame], record: dict | None = None) -> list[str]:
+    """For the terminal `orch report --paper`: per item with measured values, its verdict counts, each followed by
+    the measured error rates of the judge's paths it used (:func:`rate_notes`) -- the HTML's verdicts in brief, with
+    their rates where they are read."""
+    record = load_rates() if record is None else record
+    lines = []
+    for key, frame in comparisons.items():
+        if frame is None or frame.empty:
+            continue
+        counts = frame["verdict"].value_counts()
+        lines.append(f"{key}: " + ", ".join(f"{count} {verdict}" for verdict, count in counts.items()))
+        lines += [f"  {line}" for line in rate_notes(frame, record)]
+    return lines
+
+
 def figure(item: Item, frame: pd.DataFrame) -> Any:
     """Levels: measured (with its interval) against published, the diagonal where they agree. Directions: the
     measured difference with its interval per value, the published sign as a marker at +1 / 0 / -1 scaled to the

@@ -150,3 +150,7 @@ def test_the_paper_report_prints_the_effect_paths_miss_beside_its_verdicts() -> 
     assert "no error" in effect  # the band's edge named as such
     level = next(line for line in lines if "level path" in line)
     assert "above" not in level
+    from analysis.paper_report import verdict_lines
+
+    lines = verdict_lines({"table5": frame, "empty": pd.DataFrame()})  # the terminal's `orch report --paper`
+    assert lines[0] == "table5: 2 reproduced" and any("is above the 5% target" in line for line in lines)
