@@ -497,9 +497,13 @@ def alert_summary(data: RunData) -> list[str]:
     from analysis.early_warning import early_warning
 
     leads = early_warning(data)
-    if leads.empty:
-        return []
-    return [fired_text(data, leads), *alert_lines(rules_used(data) or [CollapseRule()])]
+    watched = leads[leads["mi_peak_step"].notna()]  # the alert reads MI: a run without it was never watched
+    if watched.empty:
+        if leads.empty:
+            return []
+        return [f"The collapse alert ({names.COLLAPSE_ALERT}) did not run: none of the {len(leads)} runs logged "
+                f"{names.MI_ZSCORE_EMA} (the collapse hook, hooks=[collapse])."]
+    return [fired_text(data, watched), *alert_lines(rules_used(data) or [CollapseRule()])]
 
 
 def rules_used(data: RunData) -> list[CollapseRule]:

@@ -227,3 +227,16 @@ def test_fired_text_says_whether_where_and_on_which_side_of_successs_decline() -
     assert "a median 10 steps after success declined (2 runs where both)" in text  # a negative lead: after
     none = leads.assign(alert_step=None, alert_lead_steps=None)
     assert ac.fired_text(data, none) == "The collapse alert (collapse/alert) fired in none of the 3 runs."
+
+
+def test_alert_summary_says_the_alert_did_not_run_without_mi() -> None:
+    """Runs without the collapse hook log success but no MI: the alert never watched them, so the terminal report
+    must not say it "fired in none" of them (a predictor-grid sweep runs without the hook)."""
+    data = _run_data(CollapseRule())
+    watched = ac.alert_summary(data)
+    assert watched[0].startswith("The collapse alert (collapse/alert) fired in")
+    no_mi = data.metrics[data.metrics["key"] != names.MI_ZSCORE_EMA]
+    success = no_mi[no_mi["key"] == ac.ROLLOUT_SUCCESS].assign(key=names.VAL_SUCCESS)
+    blind = RunData(runs=data.runs, metrics=pd.concat([no_mi, success]), tracking_uri="none", reader="archive")
+    assert ac.alert_summary(blind) == ["The collapse alert (collapse/alert) did not run: none of the 1 runs logged "
+                                       f"{names.MI_ZSCORE_EMA} (the collapse hook, hooks=[collapse])."]
