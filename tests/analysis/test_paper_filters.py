@@ -33,9 +33,9 @@ def test_the_top_p_arm_is_rho_0_9_not_webshops_0_95_cells() -> None:
     measure = SECTIONS["filters"]
     top_p_vs_top_k = Value("Figure: filter strategies", "webshop", 1, {"task": "webshop", "better": "top_p",
                                                                        "worse": "top_k"})
-    measured, _, _, _ = measure(ctx, top_p_vs_top_k)
-    assert measured == pytest.approx(20.0)  # points: 50% - 30% (with the 0.95 cells pooled in: 70% - 30%)
+    measured = measure(ctx, top_p_vs_top_k)
+    assert measured.value == pytest.approx(20.0)  # points: 50% - 30% (with the 0.95 cells pooled in: 70% - 30%)
     top_k_vs_none = Value("Figure: filter strategies", "webshop", 1, {"task": "webshop", "better": "top_k",
                                                                       "worse": "none"})
-    assert measure(ctx, top_k_vs_none)[0] == pytest.approx(20.0)
+    assert measure(ctx, top_k_vs_none).value == pytest.approx(20.0)
     assert paper.FILTER_ARMS == {"top_p": 0.9, "top_k": 0.25, "none": 1.0}
