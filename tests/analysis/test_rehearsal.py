@@ -1,9 +1,14 @@
 """The rehearsal of the whole paper (issue: "The paper, cell for cell"): every paper sweep runs under the `rehearsal`
-profile (sweeps/profiles.yaml: the tiny model with a small warm start, 2 steps, one seed, a subset of cells) on the
+profile (sweeps/profiles.yaml: the tiny model with a small warm start, 2 steps -- 8 on FrozenLake, for the early
+warning --, one seed, a subset of cells) on the
 real local executor, then `orch report --paper --strict` must find, in every finished cell, a finite value of every
 metric its map items need, and render every item with at least one published value beside a measured one.
 Removing one metric from one cell must make the check fail, naming the item and the metric. The numbers mean nothing
-(a tiny model, 2 steps); what is tested is that a paper sweep comes back as the paper's report."""
+(a tiny model, 2 steps); what is tested is that a paper sweep comes back as the paper's report.
+
+ORCH_REHEARSAL_KEEP=DIR keeps the rehearsal's runs: each paper sweep's `orch archive` goes to DIR/<sweep> (or to the
+path with {sweep} filled in), before the test alters its store; what it asserts is unchanged. The committed
+archives in docs/results/<sweep>/rehearsal-2026-12-02 were written so (docs/paper.md)."""
 
 from __future__ import annotations
 
@@ -54,6 +59,15 @@ def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monk
         assert ran.returncode == 0, f"{sweep}: {ran.stdout[-1500:]}{ran.stderr[-1500:]}"
         assert ran.stdout.strip().splitlines()[-1].startswith(f"sweep {sweep}: finished "), ran.stdout[-800:]
         assert "failed" not in ran.stdout.strip().splitlines()[-1], ran.stdout[-800:]
+
+    keep = os.environ.get("ORCH_REHEARSAL_KEEP")
+    if keep:  # keep the runs: one `orch archive` per paper sweep, written before anything below changes the store
+        for sweep in paper_sweeps():  # ORCH_REHEARSAL_KEEP=DIR -> DIR/<sweep>; a path with {sweep} is filled in
+            out = Path(keep.format(sweep=sweep) if "{sweep}" in keep else Path(keep) / sweep).resolve()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            kept = orch("archive", sweep, "--out", str(out), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                        cwd=tmp_path)
+            assert kept.returncode == 0, f"{sweep}: {kept.stdout[-1500:]}{kept.stderr[-1500:]}"
 
     report = orch("report", "--paper", "--strict", "--out", "paper.html", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-3000:]
