@@ -17,7 +17,7 @@ import typer
 if TYPE_CHECKING:
     import pandas as pd
 
-    from analysis.mlflow_store import Progress, RunData
+    from analysis.stores.mlflow_store import Progress, RunData
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -59,7 +59,7 @@ def _progress_bar() -> Iterator[Progress | None]:
 
 def runs_frame(data: RunData, agg: str, wide: bool) -> pd.DataFrame:
     """One row per run: identity, status, setting, and the ``agg`` of each loaded metric (a column per metric)."""
-    from analysis.summary import settings
+    from analysis.stats.summary import settings
 
     frame = data.runs[["run_id", "run_name", "experiment", "status", "start_time", "end_time"]]
     setting = settings(data.runs)[["run_id", "task", "algorithm", "model", "filter", "seed"]]
@@ -173,7 +173,7 @@ def runs(
         if out is not None:
             _check_output(out)
         _check_tracking(tracking_uri)
-        from analysis.mlflow_store import RunQuery, load_runs
+        from analysis.stores.mlflow_store import RunQuery, load_runs
 
         wanted = tuple(m.strip() for m in metrics.split(",") if m.strip()) if metrics else ()
         query = RunQuery(
@@ -211,7 +211,7 @@ def rollouts(
         if out is not None:
             _check_output(out)
         _check_tracking(tracking_uri)
-        from analysis.rollout_artifacts import run_batches, trajectory_records
+        from analysis.stores.rollout_artifacts import run_batches, trajectory_records
         from recipes.run.tracking import default_tracking_uri
 
         frame = run_batches(default_tracking_uri(tracking_uri), run_id, step)
@@ -262,7 +262,7 @@ def report(
     from orchlib.errors import OrchError
 
     try:
-        from analysis.report import FORMATS, build_report, kaleido_available, write_report
+        from analysis.reports.report import FORMATS, build_report, kaleido_available, write_report
 
         if (sweep is None) == (not whole_paper):
             raise OrchError("orch report: give a sweep name or --paper (not both)")
@@ -275,11 +275,11 @@ def report(
         _check_output(out)
         paper_archives = None
         if archive and whole_paper:  # each folder read as its own paper sweep's, or SWEEP=DIR
-            from analysis.report import paper_archives as group_archives
+            from analysis.reports.report import paper_archives as group_archives
 
             paper_archives = group_archives([str(folder) for folder in archive])
         elif archive:
-            from analysis.archive import check_archive
+            from analysis.stores.archive import check_archive
 
             for folder in archive:
                 check_archive(folder)
@@ -289,7 +289,7 @@ def report(
             raise OrchError(f"--format {fmt} needs the kaleido package (pip install kaleido); use --format html")
         with _progress_bar() as progress:
             if whole_paper:
-                from analysis.report import build_paper_report
+                from analysis.reports.report import build_paper_report
 
                 built = build_paper_report(tracking_uri, n_boot=bootstrap, rollouts=rollouts, progress=progress,
                                            archives=paper_archives)
@@ -312,7 +312,7 @@ def report(
         typer.echo(f"gap: {gap}", err=True)
     typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figure files" if len(written) > 1 else ""))
     if whole_paper and built.comparisons:  # the verdicts in brief, each path's measured error rates beside
-        from analysis.paper_report import verdict_lines
+        from analysis.reports.paper_report import verdict_lines
 
         typer.echo("paper verdicts (published beside measured, with reasons: the report):")
         for line in verdict_lines(built.comparisons):
@@ -327,10 +327,10 @@ def report(
         for finding in found.findings:
             typer.echo(f"  {finding.line()}")
         if any(finding.key == "4" for finding in found.findings):  # beside the predictor's verdict: its record
-            from analysis.predictor_record import hit_rate_line
+            from analysis.stats.predictor_record import hit_rate_line
 
             typer.echo(f"  {hit_rate_line()}")
-        from analysis.science import trend_lines
+        from analysis.stats.science import trend_lines
 
         for line in trend_lines(found.trends):
             typer.echo(f"  {line}")
@@ -374,7 +374,7 @@ def paper_command(
             row["gpu_hours"] = {sweep: None if hours.get(sweep) is None else round(hours[sweep])
                                 for sweep in row["sweeps"]}
         if check:
-            from analysis.paper_report import SECTIONS
+            from analysis.reports.paper_report import SECTIONS
 
             problems = paper_problems(set(SECTIONS), profile)
         else:
@@ -436,7 +436,7 @@ def archive_command(
 
         check_writable_folder(out.parent, "--out")
         _check_tracking(tracking_uri)
-        from analysis.report import archive_sweep
+        from analysis.reports.report import archive_sweep
 
         with _progress_bar() as progress:
             folder, count, notes = archive_sweep(sweep, out, tracking_uri, rollouts=rollouts, progress=progress)

@@ -23,10 +23,25 @@ from pathlib import Path
 from typing import Any
 
 from analysis import names
-from analysis.verdicts import CORRELATION, DIRECTION, EFFECT, LEVEL, NO_EFFECT, ORDER, rounding
 from envs.base import DataSource
 
 SWEEPS_DIR = Path(__file__).resolve().parents[1] / "sweeps"
+# How a published value is judged (`analysis.stats.verdicts.judge` has one path per kind).
+LEVEL, EFFECT, NO_EFFECT, DIRECTION, ORDER, CORRELATION = (
+    "level", "effect", "no effect", "direction", "ordering", "correlation")
+KINDS = (LEVEL, EFFECT, NO_EFFECT, DIRECTION, ORDER, CORRELATION)
+
+
+def printed_digits(printed: str) -> int:
+    """Decimal places of a number as the paper prints it ("12.9" -> 1, "0.20" -> 2, "128" -> 0)."""
+    text = printed.strip().lstrip("+-\u2212")
+    return len(text.split(".", 1)[1]) if "." in text else 0
+
+
+def rounding(printed: str) -> float:
+    """Half the last digit the paper prints: the rounding tolerance of a printed value."""
+    return 0.5 * 10.0 ** -printed_digits(printed)
+
 
 # --- metrics an item may need, beyond analysis.names -----------------------------------------------------------
 ROLLOUT_ARTIFACT = "artifact:rollouts"  # a rollout batch dumped as an MLflow artifact (rollouts/step_NNNN.parquet)
@@ -42,7 +57,7 @@ TABLE4_TASKS = ("Sokoban", "FrozenLake", "MetaMathQA", "Countdown")
 @dataclass(frozen=True)
 class Value:
     """One published value: where it is, what it means, the cell it describes (``at``: the keys a measured value is
-    matched on, e.g. variant, task, stat) and how it is judged (``kind``: one of `analysis.verdicts.KINDS`).
+    matched on, e.g. variant, task, stat) and how it is judged (``kind``: one of :data:`KINDS`).
     ``value`` is the number as the paper prints it -- a string keeps its printed digits ("0.20"); a float's are
     read from its shortest form, or given as ``digits`` -- and the rounding tolerance is half its last digit.
     ``margin``: the declared margin where the paper gives a spread, or, for a claim of no effect, the smallest
@@ -98,7 +113,7 @@ class Item:
     claim: str  # what the paper concludes from it, in one sentence
     sweeps: tuple[str, ...]  # sweep files under sweeps/ (without .yaml)
     metrics: tuple[str, ...]  # MLflow metrics every cell of those sweeps must log (ROLLOUT_ARTIFACT: a batch dump)
-    section: str  # the report section that shows it (analysis.report.PAPER_SECTIONS)
+    section: str  # the report section that shows it (analysis.reports.report.PAPER_SECTIONS)
     settings: str  # the settings rule its sweeps follow
     published: tuple[Value, ...] = ()
     coverage: int = 1  # published values the paper rehearsal (one seed, 2 steps) must measure: its floor
@@ -342,7 +357,7 @@ ITEMS: tuple[Item, ...] = (
          "MI falls before task success does: an early warning of template collapse",
          ("table4",), (names.VAL_SUCCESS, names.MI_ZSCORE_EMA, names.RETRIEVAL_ACC, names.ENTROPY),
          "early_warning", MAIN_TABLE,
-         # analysis.early_warning's decline onsets (one rule for both series), per run without the filter
+         # analysis.stats.early_warning's decline onsets (one rule for both series), per run without the filter
          (Value("Figure: MI falls before success", "share of runs without the filter where MI-ZScore-EMA declined "
                 "before success, of the runs where both declined (MI only, success only, together and no decline "
                 "counted apart)", +1, {"stat": "order"}, ORDER, figure_only=True),
@@ -470,7 +485,7 @@ def check(sections: set[str], planned: Mapping[str, Sequence[Any] | str],
     log (every cell must: a table cannot mix runs with and without the diagnostics), no published value or no
     report section, a cell class of a paper sweep that does not fit its declared GPUs (`orch sweep --preflight`'s
     memory and vLLM checks, one line per class). `sections`: the report's section keys
-    (`analysis.paper_report.SECTIONS`). The orchestrator's side plans the sweep files (nothing is written) and the
+    (`analysis.reports.paper_report.SECTIONS`). The orchestrator's side plans the sweep files (nothing is written) and the
     CLI hands the result in: `planned`, paper sweep -> its planned cells (records with `.settings` and `.config`,
     `orchestrator.api.PlannedConfig`) or the one line saying why it cannot be planned
     (`orchestrator.paper_check.plan_sweeps`); `unfit`, paper sweep -> one line per cell class that does not fit
@@ -609,7 +624,7 @@ def ragen_duplicate_share(kept_groups: list[float], gpus: int = 8) -> float:
 # the fidelity test; semantic differences that no config value shows are listed here too.
 DEVIATIONS: dict[str, tuple[str, str]] = {
     "seeds": ("3 seeds per cell (RAGEN: one run per setting, config/base.yaml:8-10)",
-              "a verdict needs an interval over seeds (analysis/verdicts.py); one run cannot give one"),
+              "a verdict needs an interval over seeds (analysis/stats/verdicts.py); one run cannot give one"),
     "padding": ("a kept batch is not padded with duplicated trajectories (RAGEN agent_trainer.py:104-133, 1190-1196 "
                 "duplicates random kept trajectories up to a mini-batch multiple): the veRL backend pads with masked "
                 "no-op groups, the torch backend runs fewer mini-batches",

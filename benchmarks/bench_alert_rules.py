@@ -1,5 +1,5 @@
 """The collapse alert's rule, chosen offline from runs whose answer is known (issue 46 item 3;
-`analysis.alert_calibration`): replay every candidate rule over the archived graded plants
+`analysis.stats.alert_calibration`): replay every candidate rule over the archived graded plants
 (sweeps/controls_graded.yaml) and honest runs (sweeps/repro_long.yaml), choose on the even seeds, report on the odd.
 
     python benchmarks/bench_alert_rules.py                      # every archive under docs/results/
@@ -13,7 +13,7 @@ the rule the runs were made with (`recipes.stats.collapse.LEGACY_RULE`) and for 
 SWEEP=URI` reads a sweep's finished runs from its tracking store instead of its archive (plants still running).
 `--record` writes the shipped rule's rates into recipes/stats/alert_rates.yaml of the checkout this file is in (the
 training-time alert line and every report print them beside the alert), after everything else has run; from archives
-only. tests/analysis/test_alert_calibration.py fails when the file differs from what this computes, or when the even
+only. tests/analysis/stats/test_alert_calibration.py fails when the file differs from what this computes, or when the even
 seeds choose a rule other than the shipped default. Seconds on one core.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from analysis import alert_calibration as ac
+from analysis.stats import alert_calibration as ac
 from recipes.stats.collapse import LEGACY_RULE, RATES, CollapseRule
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout this bench was run from
@@ -38,8 +38,8 @@ def load_cells(live: dict[str, str]) -> tuple[list[ac.Cell], list[str]]:
     """Every archived sweep's cells (a `--live` sweep from its store instead) and a line per source."""
     loaded = {}
     for sweep, uri in live.items():
-        from analysis.mlflow_query import RunQuery
-        from analysis.mlflow_store import load_runs
+        from analysis.stores.mlflow_query import RunQuery
+        from analysis.stores.mlflow_store import load_runs
 
         loaded[sweep] = load_runs(RunQuery(sweep=sweep), tracking_uri=uri)
     return ac.archived_cells(RESULTS, loaded)
@@ -92,7 +92,7 @@ def main() -> None:
     if args.record:
         record = {**ac.make_record(cells, sources, shipped),
                   "source": f"python benchmarks/bench_alert_rules.py --record, {datetime.date.today().isoformat()}"}
-        header = ("# The collapse alert's measured error rates (analysis.alert_calibration), written by\n"
+        header = ("# The collapse alert's measured error rates (analysis.stats.alert_calibration), written by\n"
                   "# `python benchmarks/bench_alert_rules.py --record`: the training-time alert line\n"
                   "# (recipes.stats.collapse.rates_line) and every report print them beside the alert.\n")
         text = header + yaml.safe_dump(record, sort_keys=False)

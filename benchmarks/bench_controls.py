@@ -22,7 +22,7 @@ half). With `--graded`, per seed the retrieval excess over chance and MI-ZScore 
 negative, graded (half the rows blinded) and planted arms, the graded arm's share of the negative arm's and its
 position between the planted (0) and the negative (1), when the early warning fired on the graded arm, and in how
 many seeds the test's graded checks held (`graded_checks`). Each arm takes about 20-50 s on
-2 cores, with other work beside it. `--record` is gone: the controls `orch report` prints (`analysis.controls`) are re-derived from the archived
+2 cores, with other work beside it. `--record` is gone: the controls `orch report` prints (`analysis.stats.controls`) are re-derived from the archived
 graded plants under the shipped alert rule (`benchmarks/bench_alert_rules.py --record`); this bench's 6-step runs are
 not kept.
 """
@@ -35,7 +35,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from analysis.verdicts import wilson
+from analysis.stats.verdicts import wilson
 
 
 def _test_settings():

@@ -1,9 +1,9 @@
-"""The paper verdicts' judge on known truth (issue 56 item 2; `analysis.verdicts.judge`): draw measured runs at
+"""The paper verdicts' judge on known truth (issue 56 item 2; `analysis.stats.verdicts.judge`): draw measured runs at
 orch's seed counts (3, 5, 10) with noise taken from the archives, the truth equal to the published value and at 1x
 and 2x the margin away, run every path of the judge and count how often it errs.
 
     python benchmarks/bench_judge.py                  # print the rates
-    python benchmarks/bench_judge.py --record         # and write analysis/judge_rates.yaml of this checkout
+    python benchmarks/bench_judge.py --record         # and write analysis/stats/judge_rates.yaml of this checkout
 
 Per path, one case from the paper map (`analysis.paper`), its margin as declared there:
 
@@ -19,7 +19,7 @@ Per path, one case from the paper map (`analysis.paper`), its margin as declared
 * ordering: the share of runs where MI fell first, truth 0.9 (published), 0.5 (1x) and 0.1 (2x), the seed count
   being the runs where both series declined;
 * correlation: the MI-vs-success Spearman rho across runs, 0.39 +- 0.005, one (MI, success) pair per run, bivariate
-  normal with that rank correlation (`analysis.verdicts.correlation_interval`: Fisher's z with Bonett and Wright's
+  normal with that rank correlation (`analysis.stats.verdicts.correlation_interval`: Fisher's z with Bonett and Wright's
   variance; 3 runs are too few for it, so every verdict there is inconclusive);
 * correlation over (run, step) pairs (recorded apart, as ``correlation, pairs over steps``): the RV-vs-retrieval
   Pearson r, 0.15 +- 0.005, each run a series of (RV, proxy) pairs as long as the long run's, the interval the
@@ -27,7 +27,7 @@ Per path, one case from the paper map (`analysis.paper`), its margin as declared
 
 Rates: P(reproduced | truth 1x / 2x the margin away) and P(not reproduced | truth = published) (and, for the
 effect, P(reproduced | no effect)). Each (path, seeds, truth) draws from its own generator, so any subset
-recomputes to the same figures (tests/analysis/test_judge_calibration.py checks a subset against the file). About a
+recomputes to the same figures (tests/analysis/stats/test_judge_calibration.py checks a subset against the file). About a
 minute on one core with the default trials.
 """
 
@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from analysis import paper  # noqa: E402
-from analysis.verdicts import (  # noqa: E402
+from analysis.stats.verdicts import (  # noqa: E402
     CORRELATION,
     DIRECTION,
     EDGE,
@@ -74,8 +74,8 @@ EDGE_LABEL = f"reproduced | truth {EDGE} (1x the margin away)"
 def noise() -> dict[str, float]:
     """From the long run's archives: the pooled seed-to-seed sd of peak success (points) and of the mean step time
     (relative to the cell's mean) within cells (task x filter), and the median number of steps per run with RV."""
-    from analysis.archive import read_archives
-    from analysis.summary import summarize
+    from analysis.stats.summary import summarize
+    from analysis.stores.archive import read_archives
 
     data, _ = read_archives(sorted(p for p in (ROOT / "docs" / "results" / "repro_long").iterdir() if p.is_dir()))
     runs = summarize(data)

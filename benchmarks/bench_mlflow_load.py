@@ -1,6 +1,6 @@
 """Benchmark: load R runs x S steps x M metrics from an MLflow SQLite store into one frame.
 
-Compares the bulk SQL reader (analysis.mlflow_sql) with the MlflowClient path (search_runs + one
+Compares the bulk SQL reader (analysis.stores.mlflow_sql) with the MlflowClient path (search_runs + one
 get_metric_history call per run and metric), checks both give identical frames, and prints both timings.
 
     .venv/bin/python benchmarks/bench_mlflow_load.py                 # 200 runs x 200 steps x 20 metrics
@@ -86,7 +86,7 @@ def main() -> None:
 
     import pandas.testing
 
-    from analysis.mlflow_store import RunQuery, load_runs
+    from analysis.stores.mlflow_store import RunQuery, load_runs
 
     query = RunQuery(sweep="bench")
     bulk_times, bulk = timed(args.repeat, lambda: load_runs(query, uri, reader="sql"))

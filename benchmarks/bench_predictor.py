@@ -1,4 +1,4 @@
-"""The Std(RV)/Mean(RV) predictor's hit rate, held out, on orch's own archived sweeps (`analysis.predictor_record`):
+"""The Std(RV)/Mean(RV) predictor's hit rate, held out, on orch's own archived sweeps (`analysis.stats.predictor_record`):
 for every sweep under docs/results with both filter arms, every condition (sweep, task, variant, filter setting):
 its readings (RV as var and as std; first batch and first 3), its filter gain with its 95% interval and what that
 shows against a gain of interest of 5 points; the split into a fit and a held-out half; per reading the held-out
@@ -7,7 +7,7 @@ hits, misses and net with the shipped and the refitted thresholds; the trivial r
 
     python benchmarks/bench_predictor.py [--results docs/results] [--record] [--figure FILE.png]
 
-`--record` writes analysis/predictor_record.yaml of the checkout this file is in (not of an installed orch), which
+`--record` writes analysis/stats/predictor_record.yaml of the checkout this file is in (not of an installed orch), which
 reports and `orch predict-filter-gain` print beside the verdict; `--figure` draws the calibration curve (predicted
 ratio vs measured gain with intervals, the kept reading) as a PNG (matplotlib) for docs/statistics.md.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))  # this checkout's analysis/, not an installed one
 
-from analysis.predictor_record import (  # noqa: E402
+from analysis.stats.predictor_record import (  # noqa: E402
     COMMAND,
     KEPT,
     READINGS,
@@ -75,7 +75,7 @@ def draw(record: dict, path: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder of archived sweeps (<sweep>/<session>/)")
-    parser.add_argument("--record", action="store_true", help="write analysis/predictor_record.yaml of this checkout")
+    parser.add_argument("--record", action="store_true", help="write analysis/stats/predictor_record.yaml of this checkout")
     parser.add_argument("--figure", type=Path, help="write the calibration curve as a PNG here")
     args = parser.parse_args()
     try:
@@ -109,8 +109,8 @@ def main() -> None:
     print(f"best held-out reading on the {record['best_on']} held-out conditions every reading covers: "
           f"{record['best'] or 'none decided'} (kept: {KEPT})")
     for sweep in sorted({row["sweep"] for row in rows} | set(skipped)):
-        from analysis.archive import read_archives
-        from analysis.summary import summarize
+        from analysis.stats.summary import summarize
+        from analysis.stores.archive import read_archives
 
         folder = args.results / sweep
         data, _ = read_archives(sorted(path for path in folder.iterdir() if path.is_dir()), sweep)

@@ -270,20 +270,20 @@ def predict_filter_gain(
     if tracking_uri is not None and run is None:
         _fail("--tracking-uri goes with --run RUN_ID")
     try:
-        from analysis.predictor import PredictorThresholds, predict_batch_file, predict_frame
+        from analysis.stats.predictor import PredictorThresholds, predict_batch_file, predict_frame
 
         thresholds = PredictorThresholds(helps_above=helps_above, hurts_below=hurts_below)
         if run is None:
             reports = predict_batch_file(batch, step=step, metric=metric, thresholds=thresholds)
         else:
-            from analysis.mlflow_store import resolve_tracking_uri
-            from analysis.rollout_artifacts import run_batch
+            from analysis.stores.mlflow_store import resolve_tracking_uri
+            from analysis.stores.rollout_artifacts import run_batch
 
             frame, source = run_batch(resolve_tracking_uri(tracking_uri), run, step)
             reports = predict_frame(frame, source, metric=metric, thresholds=thresholds)
     except OrchError as err:
         _fail(str(err))
-    from analysis.predictor_view import print_reports
+    from analysis.reports.predictor_view import print_reports
 
     try:
         print_reports(reports, metric=metric, as_json=as_json)
@@ -342,7 +342,7 @@ def filter_batch(
     try:
         from pydantic import ValidationError
 
-        from analysis.filter_report import filter_batch_file
+        from analysis.reports.filter_report import filter_batch_file
         from recipes.stats.filtering import FilterConfig
 
         try:
@@ -352,7 +352,7 @@ def filter_batch(
         reports = filter_batch_file(batch, config, step=step)
     except OrchError as err:
         _fail(str(err))
-    from analysis.filter_report import print_filter_reports
+    from analysis.reports.filter_report import print_filter_reports
 
     print_filter_reports(reports, as_json=as_json)
 

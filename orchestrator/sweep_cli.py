@@ -89,7 +89,7 @@ def sweep_command(
             return
         plan = build_plan(load_sweep(file, profile=profile, sets=sets or []))
         if done_in:
-            from analysis.archive import finished_cells
+            from analysis.stores.archive import finished_cells
 
             plan.drop_done(finished_cells(done_in, plan.name), ", ".join(map(str, done_in)))
         if dry_run:

@@ -30,7 +30,7 @@ GROUPS = {
     "controls": ("recipes/diagnostics/test_controls.py",),  # the control arms, one shared prefix and warm start
     "fidelity": ("analysis/test_fidelity.py",),
     "golden": ("orchestrator/test_golden_digests.py",),
-    "report": ("analysis/test_report.py",),
+    "report": ("analysis/reports/test_report.py",),
 }
 _GROUP_OF = {f"tests/{path}": group for group, paths in GROUPS.items() for path in paths}
 

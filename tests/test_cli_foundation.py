@@ -67,7 +67,7 @@ def test_predict_table_output_and_step_option():
 
 
 def test_predict_json_matches_library_call():
-    from analysis.predictor import predict_batch_file
+    from analysis.stats.predictor import predict_batch_file
 
     expected = predict_batch_file(EXAMPLES / "frozenlake_uniform.jsonl", metric="std")[0].to_json()
     result = orch("predict-filter-gain", str(EXAMPLES / "frozenlake_uniform.jsonl"), "--json", "--metric", "std")
@@ -150,7 +150,7 @@ def test_predict_reads_the_rollout_batch_a_run_logged(tmp_path):
     file; a wrong run, step or store is one line and exit 2, and nothing is created where no store was."""
     from mlflow import MlflowClient
 
-    from analysis.predictor import predict_batch_file
+    from analysis.stats.predictor import predict_batch_file
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)

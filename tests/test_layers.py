@@ -8,8 +8,10 @@ hand analysis plain records). The CLI modules (`*.cli`, `*_cli`) sit on top. Eve
 functions and under `TYPE_CHECKING` included (read from the AST, not by running anything). And no module imports
 itself back: the import graph between files, and between packages, has no cycle. No exception is allowed.
 
-Inside `recipes/` the same holds between its rooms (`ROOMS`, in order; `recipes/__init__.py` says what each holds),
-without exception: a check that belongs to a backend is registered by the backend's room (a registry's late edge).
+Inside `recipes/` and `analysis/` the same holds between their rooms (`ROOMS`, in order; each package's `__init__.py`
+says what each room holds), without exception: a check that belongs to a backend is registered by the backend's room
+(a registry's late edge). A room is a subpackage or, for a room of one module (`analysis/paper.py`), that module; a
+module at the package's top outside the rooms is its CLI or one of `SHARED` (imported by every room, importing none).
 
 A module named in a string is imported all the same, only later: a registry's `lazy={"name": "module:attr"}`, an
 entry point in pyproject.toml (veRL's `verl.plugins`, vLLM's `vllm.general_plugins`), a class path handed to
@@ -31,8 +33,13 @@ LAYERS = {"orchlib": 0, "envs": 1, "recipes": 2, "orchestrator": 3, "analysis": 
 TOP = 4  # the CLI modules
 PACKAGES_RE = re.compile(r"^(?:orchlib|envs|recipes|orchestrator|analysis)(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?$")
 
-# The rooms of recipes/, lowest first: a module imports from its own room and the rooms before it.
-ROOMS = ["runtime", "policy", "stats", "diagnostics", "config", "run", "step", "torch_trainer", "verl", "trained"]
+# The rooms of recipes/ and analysis/, lowest first: a module imports from its own room and the rooms before it.
+ROOMS = {
+    "recipes": ["runtime", "policy", "stats", "diagnostics", "config", "run", "step", "torch_trainer", "verl", "trained"],
+    "analysis": ["stores", "paper", "stats", "reports"],
+}
+# Modules at a roomed package's top that are no room: shared by every room, below them all (they import no room).
+SHARED = {"recipes": set(), "analysis": {"names"}}
 # Registries naming entries above them (imported on first lookup): registry module -> the modules it may name.
 LATE_EDGES = {
     "recipes.config.backends": {"recipes.torch_trainer.backend", "recipes.verl.backend", "recipes.verl.patches"},
@@ -156,19 +163,21 @@ def reachable(start: str, graph: dict[str, set[str]]) -> set[str]:
 
 
 def room(module: str) -> int | None:
-    """The index of `module`'s room in `ROOMS` (None outside recipes/; -1 for the package itself, len for CLIs)."""
+    """The index of `module`'s room in its package's `ROOMS` (None outside recipes/ and analysis/; -1 for the package
+    itself and its `SHARED` modules, len for CLIs)."""
     parts = module.split(".")
-    if parts[0] != "recipes":
+    if parts[0] not in ROOMS:
         return None
+    rooms = ROOMS[parts[0]]
     if is_cli(module):
-        return len(ROOMS)
-    return ROOMS.index(parts[1]) if len(parts) > 2 or (len(parts) == 2 and parts[1] in ROOMS) else -1
+        return len(rooms)
+    return rooms.index(parts[1]) if len(parts) > 2 or (len(parts) == 2 and parts[1] in rooms) else -1
 
 
 def against_rooms(module: str, target: str) -> bool:
-    """Whether `module` importing `target` goes against the order of the rooms of recipes/."""
+    """Whether `module` importing `target` goes against the order of the rooms of recipes/ or of analysis/."""
     source_room, target_room = room(module), room(target)
-    if source_room is None or target_room is None:
+    if source_room is None or target_room is None or module.split(".")[0] != target.split(".")[0]:
         return False
     return target_room > source_room
 
@@ -241,9 +250,17 @@ def test_configs_are_resolved_in_the_config_room_only() -> None:
     assert "recipes.config.compose" in GRAPH["recipes.config.resolve"]  # the check can see such an import
 
 
-def test_recipes_rooms_import_only_from_rooms_before_them() -> None:
-    assert {module.split(".")[1] for module in MODULES if module.count(".") >= 2 and module.startswith("recipes.")} \
-        == set(ROOMS), "a room of recipes/ is missing from ROOMS (or ROOMS names one that does not exist)"
+def test_rooms_import_only_from_rooms_before_them() -> None:
+    """recipes/ and analysis/: every module lives in a room of `ROOMS` (or is the package's CLI or a `SHARED` module),
+    and no room imports a later one."""
+    for package, rooms in ROOMS.items():
+        subpackages = {module.split(".")[1] for module in MODULES if module.count(".") >= 2
+                       and module.startswith(f"{package}.")}
+        top = {module.split(".")[1] for module in MODULES if module.count(".") == 1 and module.startswith(f"{package}.")
+               and not is_cli(module)}
+        assert subpackages | (top & set(rooms)) == set(rooms), \
+            f"a room of {package}/ is missing from ROOMS (or ROOMS names one that does not exist)"
+        assert top - set(rooms) <= SHARED[package], f"a module at {package}/'s top outside its rooms: put it in a room"
     violations = sorted(f"{module} -> {target}" for module, targets in GRAPH.items() for target in targets
                         if against_rooms(module, target))
     assert violations == []
@@ -305,8 +322,8 @@ def test_the_checker_sees_upward_imports_inside_functions(tmp_path: Path) -> Non
     tree = ast.parse(source)
     names = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     assert [resolve(name) for name in names] == ["orchestrator.store"]
-    assert upward("recipes.config.schema", "orchestrator.store") and upward("analysis.report", "orchestrator.store")
-    assert upward("analysis.report", "orchestrator.api") and upward("orchestrator.paper_check", "analysis.paper")
+    assert upward("recipes.config.schema", "orchestrator.store") and upward("analysis.reports.report", "orchestrator.store")
+    assert upward("analysis.reports.report", "orchestrator.api") and upward("orchestrator.paper_check", "analysis.paper")
     assert not upward("analysis.cli", "orchestrator.paper_check") and not upward("orchestrator.cli", "analysis.cli")
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
 
@@ -328,3 +345,16 @@ def test_the_checker_sees_a_planted_violation_of_the_rooms_and_of_a_string_edge(
     assert target_of("recipes.torch_trainer.backend:run") == ("recipes.torch_trainer.backend", "run")
     assert defines("recipes.torch_trainer.backend", "run") and not defines("recipes.torch_trainer.backend", "nope")
     assert against_rooms("recipes.diagnostics.registry", "recipes.torch_trainer.backend")  # unless in LATE_EDGES
+
+
+def test_the_checker_sees_a_planted_violation_of_the_rooms_of_analysis() -> None:
+    """analysis/'s rooms can fail: a store reader running a statistic, the paper map importing the judge, a
+    statistic importing a report; names is below every room; rooms of different packages are not compared."""
+    assert against_rooms("analysis.stores.rollout_artifacts", "analysis.stats.predictor")
+    assert against_rooms("analysis.paper", "analysis.stats.verdicts")
+    assert against_rooms("analysis.stats.science", "analysis.reports.figures")
+    assert against_rooms("analysis.names", "analysis.stores.mlflow_store")
+    assert not against_rooms("analysis.stats.verdicts", "analysis.paper")
+    assert not against_rooms("analysis.stores.mlflow_client", "analysis.names")
+    assert not against_rooms("analysis.cli", "analysis.reports.report")
+    assert not against_rooms("analysis.stats.summary", "recipes.trained.evaluate")  # another package: the layers decide

@@ -14,7 +14,7 @@ The rule, evaluated every time the MI proxies are computed (step 1 and every ``m
    paper describes; once success has dropped too the collapse is no longer early news (``success_tolerance`` >= 1
    turns the guard off).
 
-The defaults are the rule chosen offline from planted and honest runs (`analysis.alert_calibration`,
+The defaults are the rule chosen offline from planted and honest runs (`analysis.stats.alert_calibration`,
 docs/diagnostics.md#the-alerts-error-rates); :data:`LEGACY_RULE` is the rule before that choice, which every cell
 planned before it ran with. The rates measured there are recorded beside the rule, in :data:`RATES`
 (``alert_rates.yaml``, written by ``benchmarks/bench_alert_rules.py --record``; `analysis` reads the same file), so
@@ -23,7 +23,7 @@ the alert a run prints while training names its rule and its measured rates (:fu
 The alert latches: it is raised once (``new_alert``) and stays on. Its state travels with checkpoints.
 
 :func:`decline_onset` is the same rule on one logged series (steps 1, 2 and the ``patience`` / ``min_points`` gate;
-no success guard): `analysis.early_warning` dates MI's and success's declines with it, so the paper's "MI falls
+no success guard): `analysis.stats.early_warning` dates MI's and success's declines with it, so the paper's "MI falls
 before success" is measured with the rule the alert runs, not with a copy of it.
 """
 
@@ -86,7 +86,7 @@ def drop_below(value: float, level: float) -> float:
 LEGACY_RULE = CollapseRule(drop_fraction=0.3, patience=2, min_points=3, success_tolerance=0.05, signals="both",
                            reference="peak")
 
-# The measured error rates of the shipped rule and of LEGACY_RULE (analysis.alert_calibration's record): one file,
+# The measured error rates of the shipped rule and of LEGACY_RULE (analysis.stats.alert_calibration's record): one file,
 # read here for the training-time alert line and by analysis for every report.
 RATES = Path(__file__).with_name("alert_rates.yaml")
 SIGNAL_NAMES = {"both": "MI-ZScore-EMA and retrieval excess both", "mi": "MI-ZScore-EMA", "retrieval":

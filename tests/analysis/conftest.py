@@ -167,6 +167,6 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> DemoStore:
 @pytest.fixture(scope="session")
 def demo_data(demo_store: DemoStore):
     """The demo sweep loaded through the bulk reader."""
-    from analysis.mlflow_store import RunQuery, load_runs
+    from analysis.stores.mlflow_store import RunQuery, load_runs
 
     return load_runs(RunQuery(sweep="demo"), demo_store.uri, reader="sql")

@@ -1,7 +1,7 @@
 """The paper map (analysis/paper.py): every result table and figure of RAGEN-2 (arXiv 2604.06268) is in it, every
 item has a sweep that logs what it needs and a report section, `orch paper` and `orch paper --check` say so, and
-the report puts the published value beside the measured one with a verdict (analysis/paper_report.py,
-analysis/verdicts.py)."""
+the report puts the published value beside the measured one with a verdict (analysis/reports/paper_report.py,
+analysis/stats/verdicts.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from analysis import paper, verdicts
+from analysis import paper
 from analysis.cli import paper_problems
-from analysis.paper_report import SECTIONS, comparison, paper_sections, table4_row
+from analysis.reports.paper_report import SECTIONS, comparison, paper_sections, table4_row
+from analysis.stats import verdicts
 from orchestrator.cli import app
 
 # The paper's result tables (Tables 1-3 describe the method and setup) and the result figures its text describes,
@@ -52,7 +53,7 @@ def test_published_values_are_the_papers_and_live_only_in_the_map() -> None:
     assert paper.TABLE6[1] == (4.4, 5.6, 21.1, 0.95, 2.02)
     assert paper.TABLE7["trajectory"] == (8.0, 64.0, 16.8, 0.20)
     assert [point[3] for point in paper.PREDICTOR_POINTS] == [1.29, 1.16, 0.33]
-    from analysis.predictor import PAPER_REFERENCES
+    from analysis.stats.predictor import PAPER_REFERENCES
 
     assert "1.29" in PAPER_REFERENCES and "1.16" in PAPER_REFERENCES and "0.33" in PAPER_REFERENCES
     table4 = paper.BY_KEY["table4"].published
@@ -69,7 +70,7 @@ def test_published_values_are_the_papers_and_live_only_in_the_map() -> None:
     import ast
 
     distinctive = {12.9, 67.6, 1.29, 1.16, 0.33, 89.8, 21.1, 0.39, 0.63, 23.6}
-    for path in Path(paper.__file__).parent.glob("*.py"):
+    for path in Path(paper.__file__).parent.rglob("*.py"):  # every room
         if path.name != "paper.py":
             literals = {node.value for node in ast.walk(ast.parse(path.read_text()))
                         if isinstance(node, ast.Constant) and isinstance(node.value, float)}
@@ -183,8 +184,8 @@ def test_table4_rows_follow_the_paper_naming() -> None:
 def test_the_report_shows_published_beside_measured_with_a_verdict(demo_data) -> None:
     """The synthetic demo sweep (tests/analysis/conftest.py: sokoban and frozenlake x ppo and grpo x filter off/on x
     2 seeds, a code-built model): Table 4's PPO and GRPO rows are measured, published beside them."""
-    from analysis.sections import Section
-    from analysis.summary import summarize
+    from analysis.reports.sections import Section
+    from analysis.stats.summary import summarize
 
     summary = summarize(demo_data)
     sections = paper_sections(demo_data, summary, [paper.BY_KEY["table4"], paper.BY_KEY["length"],
@@ -194,7 +195,7 @@ def test_the_report_shows_published_beside_measured_with_a_verdict(demo_data) ->
     table4, length, gradient, early = sections
     text = " ".join(block for block in table4.blocks if isinstance(block, str))
     assert "REHEARSAL" in text and "Claim: SNR-Aware Filtering raises" in text
-    from analysis.paper_report import build_context
+    from analysis.reports.paper_report import build_context
 
     frame = comparison(build_context(demo_data, summary, 100), paper.BY_KEY["table4"]).set_index(["where", "quantity"])
     base = frame.loc[("Table 4, PPO Qwen2.5-3B, Sokoban", "baseline peak validation success %")]
@@ -210,7 +211,7 @@ def test_the_report_shows_published_beside_measured_with_a_verdict(demo_data) ->
     gradient_text = " ".join(block for block in gradient.blocks if isinstance(block, str))
     assert "No finished cell of sweeps/gradient.yaml measures this item yet." in gradient_text
     assert not any(not isinstance(block, str) for block in gradient.blocks)  # never an empty chart
-    # the early warning, measured by analysis.early_warning's onsets: every baseline run's MI falls first (step 25)
+    # the early warning, measured by analysis.stats.early_warning's onsets: every baseline run's MI falls first (step 25)
     # and its success later (step 50); the filtered runs, whose MI never falls, are not its runs
     early_frame = comparison(build_context(demo_data, summary, 100), paper.BY_KEY["early_warning"])  # order, lead
     assert list(early_frame["runs"]) == [8, 8] and list(early_frame["measured"]) == [1.0, 25.0]
@@ -236,7 +237,7 @@ def test_orch_report_paper_bad_input_is_one_line_exit_2(demo_store, tmp_path, mo
 def test_orch_report_paper_puts_every_item_in_one_report(demo_store, monkeypatch, tmp_path) -> None:
     """`orch report --paper`: every item from the runs of its sweeps; items whose sweeps never ran say so in one
     line. Here the demo sweep stands in for table4 (the items that read table4's runs are measured)."""
-    from analysis.report import build_paper_report
+    from analysis.reports.report import build_paper_report
 
     monkeypatch.setattr(paper, "ITEMS", tuple(
         paper.Item(item.key, item.ref, item.title, item.claim,
@@ -258,8 +259,8 @@ def _constructed(cells: list[tuple[dict[str, str], dict[str, list[float]]]]):
     """RunData and its summary for finished cells given as (params, metric -> values at steps 1, 2, ...)."""
     import pandas as pd
 
-    from analysis.mlflow_store import RunData
-    from analysis.summary import summarize
+    from analysis.stats.summary import summarize
+    from analysis.stores.mlflow_store import RunData
 
     runs, rows = [], []
     for index, (params, series) in enumerate(cells):
@@ -280,9 +281,9 @@ def test_entropy_and_kl_are_two_dose_response_curves_each_against_its_own_coeffi
     final entropy rises along the entropy curve and falls along the KL curve. Each curve, over the runs whose other
     regulariser is off (the run with both off is the origin of both), is exactly monotone (rho +1 and -1 over 5
     runs); the raw coefficients of the pooled runs mix the two."""
-    from analysis.correlations import correlate
     from analysis.paper import Value
-    from analysis.paper_report import SECTIONS, build_context, dose_curve
+    from analysis.reports.paper_report import SECTIONS, build_context, dose_curve
+    from analysis.stats.correlations import correlate
 
     names = paper.names
     cells = [({"algorithm.entropy_coeff": str(coef), "algorithm.use_kl": "False", "algorithm.kl_coef": "0.001"},
@@ -311,7 +312,7 @@ def test_table5_is_judged_as_the_relative_step_time_and_memory_change_of_the_fil
     memory stays at 20 GB (0%); at 2 samples it lengthens the step (-> 120 s, +20%) and raises memory by 50%. The
     seconds are not the paper's hardware's, so they are never compared with its numbers."""
     from analysis.paper import Value
-    from analysis.paper_report import build_context, comparison
+    from analysis.reports.paper_report import build_context, comparison
 
     names = paper.names
     cells = []
@@ -370,11 +371,11 @@ def test_check_names_an_item_without_a_published_value(monkeypatch) -> None:
 
 
 def test_the_early_warning_is_measured_by_the_decline_rule_on_runs_without_the_filter() -> None:
-    """analysis.early_warning's onsets (recipes.stats.collapse.decline_onset under the legacy rule: 30% below the running peak twice in a row) on constructed runs: MI falls at
+    """analysis.stats.early_warning's onsets (recipes.stats.collapse.decline_onset under the legacy rule: 30% below the running peak twice in a row) on constructed runs: MI falls at
     step 3 and success at step 5 (lead 2, MI first); success falls alone (-1); nothing falls (0); a filtered run
     whose MI falls alone is not one of the item's runs. The order is scored on the one run where both fell (MI
     first: 1 of 1), "success only" and "no decline" counted apart; the lead is 2 over 1 run."""
-    from analysis.paper_report import build_context, comparison
+    from analysis.reports.paper_report import build_context, comparison
 
     names = paper.names
     flat_mi, flat_success = [2.0] * 6, [0.5] * 6
@@ -394,7 +395,7 @@ def test_the_early_warning_is_measured_by_the_decline_rule_on_runs_without_the_f
 def test_length_change_reads_a_short_runs_halves() -> None:
     """The first and the last 3 logged lengths of a long run; a run of fewer than 6 steps compares its two halves
     (a 2-step rehearsal: step 1 against step 2), never overlapping ends."""
-    from analysis.paper_report import build_context, comparison
+    from analysis.reports.paper_report import build_context, comparison
 
     names = paper.names
     cells = [({}, {names.RESPONSE_LENGTH: [100.0, 100.0, 100.0, 70.0, 50.0, 50.0, 50.0]}),  # -50%
@@ -412,7 +413,7 @@ def test_the_predictor_reads_a_code_built_model_as_the_3b_and_says_when_no_ratio
     section says so instead of 'no finished cell'."""
     import pandas as pd
 
-    from analysis.paper_report import build_context, comparison
+    from analysis.reports.paper_report import build_context, comparison
 
     names = paper.names
     off = {"filter.strategy": "none", "filter.value": "1.0"}

@@ -86,9 +86,9 @@ def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monk
         assert measured and int(measured.group(1)) >= 1, f"{item.ref} ({item.key}): {section[:800]}"
 
     # every measured value finite, every section at its declared coverage, every path of the judge exercised
-    # (analysis.paper_report.rehearsal_problems, tested fast in tests/analysis/test_judge_calibration.py)
-    from analysis.paper_report import rehearsal_problems
-    from analysis.report import build_paper_report
+    # (analysis.reports.paper_report.rehearsal_problems, tested fast in tests/analysis/stats/test_judge_calibration.py)
+    from analysis.reports.paper_report import rehearsal_problems
+    from analysis.reports.report import build_paper_report
 
     built = build_paper_report(f"sqlite:///{tmp_path / 'mlflow.db'}", n_boot=200)
     assert rehearsal_problems(built.comparisons, list(ITEMS)) == []

@@ -75,14 +75,14 @@ def test_best_checkpoints_are_kept_reevaluated_as_a_sweep_and_reported(workdir: 
     again = runner.invoke(app, command)  # only what is missing: nothing
     assert again.exit_code == 0 and "submitted 0" in again.output, again.output
 
-    from analysis.report import build_report
+    from analysis.reports.report import build_report
     from orchestrator.api import sweep_cells, sweep_study
 
     report = build_report("evs", tracking, cells=sweep_cells("evs", store.url), study=sweep_study("evs", store.url),
                           rollouts=False, n_boot=50)
     note = next(line for line in report.notes if "re-evaluation" in line)
     assert "Peak success of 2 of 2 runs" in note and "4 validation episodes" in note
-    from analysis.report import render_html
+    from analysis.reports.report import render_html
 
     assert "best checkpoint (step" in render_html(report)  # the cells table says where each peak came from
 

@@ -286,7 +286,7 @@ def test_paper_check_names_a_paper_sweep_that_does_not_fit(workdir: Path, monkey
 
     from analysis import paper
     from analysis.cli import paper_problems
-    from analysis.paper_report import SECTIONS
+    from analysis.reports.paper_report import SECTIONS
 
     sweeps = workdir / "sweeps"
     sweeps.mkdir()

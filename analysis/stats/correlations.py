@@ -1,0 +1,182 @@
+"""Spearman and Pearson correlations with bootstrap confidence intervals.
+
+Point estimates and p-values are scipy's (``scipy.stats.spearmanr`` / ``pearsonr``). Confidence intervals are
+percentile bootstrap intervals: resample the observations with replacement ``n_boot`` times (or, with ``groups``,
+resample whole groups -- e.g. runs, when one run contributes many steps -- and keep all their observations), compute
+both coefficients on each resample, and take the ``(1 - ci) / 2`` and ``(1 + ci) / 2`` quantiles. Resamples on which
+a coefficient is undefined (a constant column) are left out. Fewer than :data:`MIN_N` paired observations give NaN.
+
+Frames returned here share the columns :data:`STAT_COLUMNS`:
+
+    n (paired observations), spearman, spearman_lo, spearman_hi, spearman_p, pearson, pearson_lo, pearson_hi, pearson_p
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from analysis import names
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.stores.mlflow_store import RunData
+
+MIN_N = 3
+STAT_COLUMNS = (
+    "n",
+    "spearman",
+    "spearman_lo",
+    "spearman_hi",
+    "spearman_p",
+    "pearson",
+    "pearson_lo",
+    "pearson_hi",
+    "pearson_p",
+)
+TARGETS = {"final_success": "final validation success", "peak_success": "peak validation success"}
+
+
+def rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Pearson's r of each row pair of two (B, n) arrays; NaN where a row is constant."""
+    xc = x - x.mean(axis=1, keepdims=True)
+    yc = y - y.mean(axis=1, keepdims=True)
+    denominator = np.sqrt((xc * xc).sum(axis=1) * (yc * yc).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (xc * yc).sum(axis=1) / denominator
+    r[(np.ptp(x, axis=1) == 0) | (np.ptp(y, axis=1) == 0)] = np.nan
+    return np.clip(r, -1.0, 1.0)
+
+
+def rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row pair of two (B, n) arrays (average ranks for ties); NaN where a row is constant."""
+    from scipy.stats import rankdata
+
+    return rowwise_pearson(rankdata(x, axis=1), rankdata(y, axis=1))
+
+
+def _resample_indices(n: int, groups: np.ndarray | None, n_boot: int, rng: np.random.Generator) -> list[np.ndarray]:
+    if groups is None:
+        return list(rng.integers(0, n, size=(n_boot, n)))
+    members = [np.flatnonzero(groups == g) for g in np.unique(groups)]
+    picks = rng.integers(0, len(members), size=(n_boot, len(members)))
+    return [np.concatenate([members[i] for i in row]) for row in picks]
+
+
+def _bootstrap(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, 2) array of (spearman, pearson) over resamples."""
+    indices = _resample_indices(x.size, groups, n_boot, np.random.default_rng(seed))
+    if len({idx.size for idx in indices}) == 1:  # equal sizes (always without groups): one vectorised pass
+        stacked = np.stack(indices)
+        return np.column_stack([rowwise_spearman(x[stacked], y[stacked]), rowwise_pearson(x[stacked], y[stacked])])
+    out = np.empty((n_boot, 2))
+    for b, idx in enumerate(indices):
+        out[b] = rowwise_spearman(x[idx][None], y[idx][None])[0], rowwise_pearson(x[idx][None], y[idx][None])[0]
+    return out
+
+
+def correlate(
+    x: Any,
+    y: Any,
+    *,
+    groups: Any | None = None,
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Spearman and Pearson correlation of paired samples with bootstrap CIs (pairs with a NaN are dropped).
+
+    Returns a dict with the keys :data:`STAT_COLUMNS`.
+    """
+    from scipy.stats import pearsonr, spearmanr
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    groups = None if groups is None else np.asarray(groups)[keep]
+    result = dict.fromkeys(STAT_COLUMNS, math.nan)
+    result["n"] = int(x.size)
+    if x.size < MIN_N or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return result
+    spearman, pearson = spearmanr(x, y), pearsonr(x, y)
+    result.update(
+        spearman=float(spearman.statistic),
+        spearman_p=float(spearman.pvalue),
+        pearson=float(pearson.statistic),
+        pearson_p=float(pearson.pvalue),
+    )
+    if n_boot > 0:
+        boot = _bootstrap(x, y, groups, n_boot, seed)
+        tails = [100 * (1 - ci) / 2, 100 * (1 + ci) / 2]
+        for column, name in enumerate(("spearman", "pearson")):
+            values = boot[:, column][np.isfinite(boot[:, column])]
+            if values.size:
+                result[f"{name}_lo"], result[f"{name}_hi"] = (float(v) for v in np.percentile(values, tails))
+    return result
+
+
+def diagnostic_correlations(
+    diagnostics: pd.DataFrame,
+    performance: pd.DataFrame,
+    *,
+    families: dict[str, str] | None = None,
+    targets: tuple[str, ...] = tuple(TARGETS),
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Correlate each diagnostic with task performance across runs.
+
+    Args:
+        diagnostics: run x diagnostic frame (index run_id), e.g. :func:`analysis.stats.summary.metric_summary`.
+        performance: run-level frame with ``run_id`` and the ``targets`` columns (e.g. :func:`analysis.stats.summary.summarize`).
+        families: diagnostic -> family (default :data:`analysis.names.DIAGNOSTIC_FAMILIES`).
+
+    Returns one row per (diagnostic, target): diagnostic, family, target, then :data:`STAT_COLUMNS`.
+    """
+    import pandas as pd
+
+    families = names.DIAGNOSTIC_FAMILIES if families is None else families
+    joined = diagnostics.join(performance.set_index("run_id")[list(targets)], how="inner")
+    rows = []
+    for diagnostic in diagnostics.columns:
+        for target in targets:
+            stats = correlate(joined[diagnostic], joined[target], n_boot=n_boot, ci=ci, seed=seed)
+            rows.append({"diagnostic": diagnostic, "family": families.get(diagnostic, "other"), "target": target, **stats})
+    return pd.DataFrame(rows, columns=["diagnostic", "family", "target", *STAT_COLUMNS])
+
+
+def rv_proxy_pairs(data: RunData, proxy: str, rv_key: str = names.RV_STD_MEAN) -> pd.DataFrame:
+    """The (run, step) pairs where both reward variance and ``proxy`` were logged: run_id, step, rv, value."""
+    rv = data.history(rv_key).rename(columns={"value": "rv"})
+    return rv.merge(data.history(proxy), on=["run_id", "step"], how="inner")
+
+
+def rv_proxy_correlations(
+    data: RunData,
+    *,
+    rv_key: str = names.RV_STD_MEAN,
+    proxies: tuple[str, ...] = names.RV_PROXIES,
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Correlate reward variance with candidate proxies over (run, step) pairs where both were logged; the
+    bootstrap resamples whole runs (steps of one run are not independent).
+
+    Returns one row per proxy logged by any run: proxy, runs, then :data:`STAT_COLUMNS`.
+    """
+    import pandas as pd
+
+    rows = []
+    for proxy in proxies:
+        paired = rv_proxy_pairs(data, proxy, rv_key)
+        if paired.empty:
+            continue
+        stats = correlate(paired["value"], paired["rv"], groups=paired["run_id"], n_boot=n_boot, ci=ci, seed=seed)
+        rows.append({"proxy": proxy, "runs": int(paired["run_id"].nunique()), **stats})
+    return pd.DataFrame(rows, columns=["proxy", "runs", *STAT_COLUMNS])
