@@ -46,10 +46,10 @@ FILTER_METRICS = (
     ZERO_VARIANCE_GROUPS,
 )
 
-# --- MI proxies (recipes/stats/mi.py: MIProxies.to_metrics(prefix)) and the collapse early warning ------------------
+# --- MI proxies (recipes/stats/mi.py: MIProxies.to_metrics(prefix)) and the collapse alert ---------------------------
 SAMPLE_SETS = ("first_turn", "trajectory")
 MI_PROXY_NAMES = ("retrieval_acc", "retrieval_chance", "mi_est", "mi_seq_est", "mi_zscore", "conditional_entropy")
-COLLAPSE_ALERT = "collapse/alert"  # 0 until the early-warning rule fires, then 1
+COLLAPSE_ALERT = "collapse/alert"  # 0 until the collapse alert fires, then 1
 
 
 def collapse_metric(sample_set: str, name: str) -> str:
@@ -62,7 +62,7 @@ MI_EST = collapse_metric("trajectory", "mi_est")
 RETRIEVAL_ACC = collapse_metric("trajectory", "retrieval_acc")
 RETRIEVAL_CHANCE = collapse_metric("trajectory", "retrieval_chance")  # 1 / (columns a sample could be matched to)
 # Derived by analysis (never logged): retrieval_acc / retrieval_chance - 1, the excess over chance that the
-# trainer's early-warning rule tracks (recipes.stats.collapse.CollapseDetector).
+# collapse alert's rule tracks (recipes.stats.collapse_alert.CollapseAlert).
 RETRIEVAL_EXCESS = collapse_metric("trajectory", "retrieval_excess")
 COLLAPSE_NUM_SAMPLES = collapse_metric("trajectory", "num_samples")  # 0 when no sample set could be built
 CONDITIONAL_ENTROPY = collapse_metric("trajectory", "conditional_entropy")
@@ -121,7 +121,7 @@ TAG_ALGORITHM = "algorithm"
 TAG_MODEL = "model"
 TAG_BACKEND = "backend"
 TAG_PARENT = "mlflow.parentRunId"
-TAG_COLLAPSE_ALERT_STEP = "collapse_alert_step"  # set by the collapse hook when its early warning first fires
+TAG_COLLAPSE_ALERT_STEP = "collapse_alert_step"  # set by the collapse hook when the collapse alert first fires
 
 # --- artifacts ------------------------------------------------------------------------------------------------
 ROLLOUT_DIR = "rollouts"  # rollouts/step_NNNN.parquet, the rollout-batch format (docs/rollout_batch.md)

@@ -1,10 +1,10 @@
-"""The controls of the MI diagnostics over seeds (docs/diagnostics.md#controls): how often the early warning fires
+"""The controls of the MI diagnostics over seeds (docs/diagnostics.md#controls): how often the collapse alert fires
 with nothing planted (the false-alarm rate) and with a planted collapse (the detection rate), and how far the
 trajectory set's retrieval accuracy sits above chance before and after step 3.
 
 The runs are those of `tests/recipes/diagnostics/test_controls.py` (its `ControlRuns`, same overrides; CI runs seed 0
 only): the tiny model after a small FrozenLake warm start, 5 steps of 8 prompts x 2 samples, MI at every step on 16
-samples, a learning rate of 1e-6, the legacy early-warning rule without its success guard; the planted run generates
+samples, a learning rate of 1e-6, the collapse alert's legacy rule without its success guard; the planted run generates
 every reply from one fixed chat from step 3 on (`control.blind_from_step=3`). As in the test, the arms of a seed
 resume one shared run of steps 1-2; `--straight` runs each arm uninterrupted instead (what a branch stands for: the
 figures must be the same; the verl backend always runs straight).
@@ -20,10 +20,10 @@ the MI estimate's ratio to its first steps', and in how many seeds the dissociat
 entropy below `ENTROPY_LEFT` of its first step's, retrieval above chance beyond the test's tolerance, MI at least
 half). With `--graded`, per seed the retrieval excess over chance and MI-ZScore over the planted steps of the
 negative, graded (half the rows blinded) and planted arms, the graded arm's share of the negative arm's and its
-position between the planted (0) and the negative (1), when the early warning fired on the graded arm, and in how
+position between the planted (0) and the negative (1), when the collapse alert fired on the graded arm, and in how
 many seeds the test's graded checks held (`graded_checks`). Each arm takes about 20-50 s on
 2 cores, with other work beside it. `--record` is gone: the controls `orch report` prints (`analysis.stats.controls`) are re-derived from the archived
-graded plants under the shipped alert rule (`benchmarks/bench_alert_rules.py --record`); this bench's 6-step runs are
+graded plants under the shipped alert rule (`benchmarks/bench_collapse_alert.py --record`); this bench's 6-step runs are
 not kept.
 """
 

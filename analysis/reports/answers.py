@@ -112,7 +112,7 @@ def _trend_words(readings: Readings) -> list[str]:
 def collapse(data: RunData, summary: pd.DataFrame, trends: Readings | None = None) -> Answer:
     """Question (b) (module docstring); ``trends``: :func:`analysis.stats.science.arm_trends` when already computed."""
     from analysis.reports import figures
-    from analysis.stats.alert_calibration import alert_lines, fired_text, rules_used
+    from analysis.stats.collapse_alert_calibration import alert_lines, fired_text, rules_used
     from analysis.stats.early_warning import early_warning
 
     answer = Answer(QUESTIONS[1])

@@ -501,7 +501,7 @@ def _table5_details(ctx: Context, item: Item, section: Section) -> None:
 
 @details("early_warning")
 def _early_warning_details(ctx: Context, item: Item, section: Section) -> None:
-    from analysis.stats.alert_calibration import decline_rule_line
+    from analysis.stats.collapse_alert_calibration import decline_rule_line
     from analysis.stats.controls import control_lines
     from analysis.stats.early_warning import DEFAULT_RULE
 
@@ -511,7 +511,7 @@ def _early_warning_details(ctx: Context, item: Item, section: Section) -> None:
     counts = leads["outcome"].value_counts()
     section.note(f"Decline: a series at or below {1 - DEFAULT_RULE.drop_fraction:.0%} of its running peak on "
                  f"{DEFAULT_RULE.patience} logged points in a row (the collapse alert's legacy rule applied to one "
-                 f"series, recipes.stats.collapse.decline_onset), MI as {names.MI_ZSCORE_EMA}, success as "
+                 f"series, recipes.stats.collapse_alert.decline_onset), MI as {names.MI_ZSCORE_EMA}, success as "
                  f"{names.VAL_SUCCESS}. Runs without the filter: " + ", ".join(f"{outcome} {count}" for outcome, count in counts.items()) + ".")
     section.note(decline_rule_line())  # the decline rule's own false-alarm rate, beside the ordering verdict
     tasks = ctx.runs.loc[ctx.runs["run_id"].isin(leads["run_id"]), "task"].dropna().unique()

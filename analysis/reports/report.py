@@ -217,21 +217,21 @@ def _correlations(data: RunData, summary: pd.DataFrame, n_boot: int) -> Section:
 
 
 def _early_warning(data: RunData, summary: pd.DataFrame) -> Section:
-    from analysis.stats import alert_calibration
+    from analysis.stats import collapse_alert_calibration
     from analysis.stats.controls import control_lines
     from analysis.stats.early_warning import early_warning
 
     section = Section("Early warning: did MI fall before success?")
     for line in control_lines(summary["task"].dropna().unique()):  # has the instrument been seen to move here?
         section.note(line)
-    for line in alert_calibration.alert_lines(alert_calibration.rules_used(data)):  # the alert's error rates
+    for line in collapse_alert_calibration.alert_lines(collapse_alert_calibration.rules_used(data)):  # the alert's error rates
         section.note(line)
-    cells = alert_calibration.cells_from(data, "")
+    cells = collapse_alert_calibration.cells_from(data, "")
     if any(cell.planted for cell in cells):  # planted controls: the alert's ROC over this sweep's own runs
-        section.table(alert_calibration.roc_frame(cells),
-                      "The collapse alert's ROC on this sweep's runs (analysis.stats.alert_calibration): candidate rules no "
+        section.table(collapse_alert_calibration.roc_frame(cells),
+                      "The collapse alert's ROC on this sweep's runs (analysis.stats.collapse_alert_calibration): candidate rules no "
                       "other beats on both false alarms (honest runs without an MI-independent collapse) and "
-                      f"detections (planted runs, fired within {alert_calibration.DETECTION_WINDOW} steps of the plant)")
+                      f"detections (planted runs, fired within {collapse_alert_calibration.DETECTION_WINDOW} steps of the plant)")
     leads = early_warning(data)
     if leads.empty:
         section.note(f"no run logged {names.MI_ZSCORE_EMA} or {names.VAL_SUCCESS}")
@@ -592,8 +592,8 @@ def build_paper_report(tracking_uri: str | None = None, *, n_boot: int = 1000, r
             for section in item_sections:  # beside the published ratios: the verdict's own record on orch's runs
                 section.note(hit_rate_line())
         if item.key == "early_warning":
-            from analysis.stats.alert_calibration import alert_lines, rules_used
-            from recipes.stats.collapse import CollapseRule
+            from analysis.stats.collapse_alert_calibration import alert_lines, rules_used
+            from recipes.stats.collapse_alert import CollapseRule
 
             for section in item_sections:  # beside MI's lead: the alert's own measured error rates
                 for line in alert_lines(rules_used(data) or [CollapseRule()]):

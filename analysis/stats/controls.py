@@ -1,6 +1,6 @@
 """Whether the MI instrument has been shown to move on a task: its controls re-derived from archived runs under the
-shipped alert rule (the ``controls`` section of the alert's rates file, `recipes/stats/alert_rates.yaml`, written by
-`benchmarks/bench_alert_rules.py --record`: the total plants and the strength-0 runs of the archived graded
+shipped alert rule (the ``controls`` section of the alert's rates file, `recipes/stats/collapse_alert_rates.yaml`, written by
+`benchmarks/bench_collapse_alert.py --record`: the total plants and the strength-0 runs of the archived graded
 plants), judged by `analysis.stats.verdicts.control_verdict`. `orch report` prints one line per task of a sweep, so a flat
 MI curve is read as "no collapse" only where a planted collapse was seen. (Until issue 56 these came from
 `analysis/controls.yaml`: the legacy rule on 6-step runs that were not kept.)"""
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.stats.verdicts import SHOWN, control_verdict
-from recipes.stats.collapse import RATES, recorded_rates
+from recipes.stats.collapse_alert import RATES, recorded_rates
 
 RECORD = RATES
 
@@ -29,7 +29,7 @@ def control_lines(tasks, record: dict[str, dict[str, Any]] | None = None) -> lis
         entry = record.get(task)
         if entry is None:
             lines.append(f"MI instrument on {task}: not shown to move -- no archived control on this task (graded "
-                         f"plants: sweeps/controls_graded.yaml, then python benchmarks/bench_alert_rules.py --record); "
+                         f"plants: sweeps/controls_graded.yaml, then python benchmarks/bench_collapse_alert.py --record); "
                          "a flat MI curve here is not yet evidence that nothing collapsed")
             continue
         verdict, reason = control_verdict(entry["detected"], entry["planted"], entry["false_alarms"],

@@ -1,14 +1,14 @@
 """Early warning: per run, how many steps MI's decline preceded the decline of task success (RAGEN-2, arXiv
 2604.06268: MI falls before success).
 
-Both series go through the collapse alert's own rule on one series, :func:`recipes.stats.collapse.decline_onset`: a
+Both series go through the collapse alert's own rule on one series, :func:`recipes.stats.collapse_alert.decline_onset`: a
 series has *declined* once it has fallen ``drop_fraction`` below its level (running peak, or early baseline) on
 ``patience`` consecutive logged points; the onset is the step of the first of those points. The rule here is the
-training-time detector's first (``recipes.stats.collapse.LEGACY_RULE``: 30% below the running peak, seen twice in a
+collapse alert's first (``recipes.stats.collapse_alert.LEGACY_RULE``: 30% below the running peak, seen twice in a
 row; the findings' rules were declared with it, so it stays theirs when the alert's own default moves -- issue 46
 chose that offline); pass ``rule`` to date declines under another. The lead is
-``success_decline_step - mi_decline_step``: positive when MI fell first. The step at which the trainer's own
-detector raised ``collapse/alert`` is reported beside it.
+``success_decline_step - mi_decline_step``: positive when MI fell first. The step at which the run's own
+collapse alert raised ``collapse/alert`` is reported beside it.
 
 :func:`early_warning` returns one row per run with results:
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from analysis import names
 from analysis.stats.verdicts import Measurement
-from recipes.stats.collapse import LEGACY_RULE, CollapseRule, decline_onset
+from recipes.stats.collapse_alert import LEGACY_RULE, CollapseRule, decline_onset
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -8,11 +8,11 @@ Definitions (per run):
 * a metric's *final* value is the mean of its last 3 logged values, its *peak* the largest logged value
   (:func:`analysis.stats.summary.metric_stats`);
 * *retrieval excess* is ``retrieval_acc / retrieval_chance - 1`` (``recipes.stats.mi.retrieval_excess``) of the
-  trajectory sample set: the excess over chance that the trainer's early warning tracks
-  (``recipes.stats.collapse.CollapseDetector``);
+  trajectory sample set: the excess over chance that the collapse alert tracks
+  (``recipes.stats.collapse_alert.CollapseAlert``);
 * a metric's *fall* is ``(peak - final) / peak``, 0 when its peak is not positive (nothing above zero to lose);
 * a *decline onset* and the early-warning *lead* are :mod:`analysis.stats.early_warning`'s (the series sits at or below
-  70% of its running peak on 2 consecutive points: ``recipes.stats.collapse.LEGACY_RULE``, the alert's rule when
+  70% of its running peak on 2 consecutive points: ``recipes.stats.collapse_alert.LEGACY_RULE``, the alert's rule when
   these rules were declared); the lead is
   success's onset minus MI-ZScore-EMA's onset, in steps (positive: MI fell first).
 
@@ -31,7 +31,7 @@ statistic. (Until issue 56 the intervals were percentile bootstraps over seeds; 
     both declined, one first: reproduced when the share with MI first lies above 1/2 (Wilson interval), not
     reproduced below, inconclusive otherwise or with fewer than 3 such runs; "MI only", "no decline" and the other
     outcomes counted apart and shown, with the decline rule's false-alarm rate as an alert beside
-    (:func:`analysis.stats.alert_calibration.decline_rule_line`).
+    (:func:`analysis.stats.collapse_alert_calibration.decline_rule_line`).
 2.  With filtering, MI and success end higher (each filter setting against the baseline): the judge's direction path
     on the deltas of final success and of final MI-ZScore-EMA (filtered minus baseline; Welch's t). Reproduced when
     both clear 0; not reproduced when either misses 0; inconclusive otherwise (and without MI diagnostics).
@@ -319,7 +319,7 @@ def _finding_1a(scope: str, fall: pd.DataFrame, n_boot: int) -> Finding:
 def _finding_1b(scope: str, leads: pd.DataFrame, n_boot: int) -> Finding:
     """The judge's ordering path: scored only on the runs where both series declined, one before the other; "MI
     only", "no decline" and the rest counted apart and shown; the decline rule's false-alarm rate beside."""
-    from analysis.stats.alert_calibration import decline_rule_line
+    from analysis.stats.collapse_alert_calibration import decline_rule_line
     from analysis.stats.early_warning import decline_order
 
     measured = decline_order(list(leads["outcome"]))
@@ -436,7 +436,7 @@ def science(data: RunData, summary: pd.DataFrame, predictions: pd.DataFrame | No
             n_boot: int = N_BOOT) -> Science:
     """Every finding's verdict (module docstring) for a sweep; ``predictions``: the predictor on the baseline
     runs' first rollout batches (:func:`analysis.stats.predictor.predictions`), or None when not read."""
-    from analysis.stats.alert_calibration import alert_summary
+    from analysis.stats.collapse_alert_calibration import alert_summary
     from analysis.stats.early_warning import early_warning
     from analysis.stats.summary import metric_summary
 

@@ -409,7 +409,7 @@ SHOWN, NOT_SHOWN = "shown to move", "not shown to move"
 
 def control_verdict(detected: int, planted: int, false_alarms: int, negative: int) -> tuple[str, str]:
     """(verdict, reason) of the MI instrument's controls on one task (docs/diagnostics.md#controls): *shown to
-    move* when the early warning's detection rate under a planted collapse lies above its false-alarm rate with
+    move* when the collapse alert's detection rate under a planted collapse lies above its false-alarm rate with
     nothing planted (Wilson intervals apart), with at least :data:`MIN_SEEDS` runs in each arm; else *not shown*."""
     if planted < MIN_SEEDS or negative < MIN_SEEDS:
         return NOT_SHOWN, f"{planted} planted and {negative} negative control run(s): at least {MIN_SEEDS} each"

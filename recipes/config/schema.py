@@ -533,7 +533,7 @@ def config_digest(config: TrainConfig) -> str:
             if dump[name][key] == (default.model_dump() if isinstance(default, BaseModel) else default):
                 del dump[name][key]
         for key, part in section:  # and a nested part's late keys at the values that reproduce it from before them
-            legacy = getattr(part, "late_keys", None)  # {key: value} (`recipes.stats.collapse.CollapseRule`)
+            legacy = getattr(part, "late_keys", None)  # {key: value} (`recipes.stats.collapse_alert.CollapseRule`)
             for late, value in legacy.items() if isinstance(legacy, dict) else ():
                 if dump[name][key].get(late) == value:
                     del dump[name][key][late]

@@ -3,8 +3,8 @@
 Configured by the `diagnostics:` section of the training config (`recipes.diagnostics.monitor.DiagnosticsConfig`).
 Runs in `on_rollout`, on the step's **unfiltered** batch, before the update:
 
-* every `mi_every` steps (and at step 1): the MI proxies of `CollapseMonitor` (`collapse/<set>/*`) and the early
-  warning (`collapse/alert`, `collapse/mi_drop`). When the alert first fires it sets the MLflow tag
+* every `mi_every` steps (and at step 1): the MI proxies of `CollapseMonitor` (`collapse/<set>/*`) and the
+  collapse alert (`collapse/alert`, `collapse/mi_drop`). When the alert first fires it sets the MLflow tag
   `collapse_alert_step`, warns (log and terminal), and with `stop_on_collapse` stops the run after the step;
 * at step 1 and every `grad_every` steps after it (1, 1 + N, ...: RAGEN's cadence; 0 = never): the gradient
   split by reward-variance bucket (the paper's signal-to-noise analysis): the prompt groups are split into
@@ -29,7 +29,7 @@ import numpy as np
 from recipes.diagnostics.hooks import StepContext, StepHook
 from recipes.diagnostics.monitor import CollapseMonitor, TurnEncoder, reward_variance_buckets
 from recipes.policy.chat import ChatEncoder
-from recipes.stats.collapse import CollapseStatus, rates_line
+from recipes.stats.collapse_alert import CollapseStatus, rates_line
 from recipes.stats.rollout_stats import VAL_SUCCESS
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def gradient_split(ctx: StepContext, num_buckets: int) -> dict[str, float]:
 
 
 class CollapseHook(StepHook):
-    """MI proxies, the collapse early warning and the gradient split (see the module docstring)."""
+    """MI proxies, the collapse alert and the gradient split (see the module docstring)."""
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

@@ -1,4 +1,4 @@
-"""Template-collapse diagnostics during training: MI proxies from the rollout batch, and the early warning.
+"""Template-collapse diagnostics during training: MI proxies from the rollout batch, and the collapse alert.
 
 Two sample sets are drawn from the batch **before** filtering (RAGEN-2, arXiv 2604.06268, computes its MI proxies
 on the unfiltered batch):
@@ -13,7 +13,7 @@ For a turn, the *prompt* is the full chat context up to and including the openin
 Every sample is scored under every column by :func:`recipes.stats.cross_scoring.cross_score`, and
 :func:`recipes.stats.mi.mi_proxies` turns the matrices into the metrics ``collapse/<set>/<proxy>``, plus
 ``collapse/<set>/mi_zscore_ema`` from a per-set :class:`recipes.stats.mi.ZScoreEMA`. The trajectory set's MI-ZScore-EMA
-and retrieval feed the :class:`recipes.stats.collapse.CollapseDetector` (``collapse/alert``).
+and retrieval feed the :class:`recipes.stats.collapse_alert.CollapseAlert` (``collapse/alert``).
 
 :func:`reward_variance_buckets` groups the batch's prompts by reward spread for the gradient split (the
 signal-to-noise analysis of RAGEN-2). :class:`DiagnosticsConfig` is the config's ``diagnostics:`` section;
@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from orchlib.fields import boolean, integer, one_of
-from recipes.stats.collapse import CollapseDetector, CollapseRule, CollapseStatus
+from recipes.stats.collapse_alert import CollapseAlert, CollapseRule, CollapseStatus
 from recipes.stats.cross_scoring import SCORING_METHODS, CrossScores, cross_score
 from recipes.stats.filtering import group_stats
 from recipes.stats.mi import ZScoreEMA, mi_proxies
@@ -199,13 +199,13 @@ def scorer(model: Any, config: DiagnosticsConfig, pad_id: int, vision: Any = Non
 
 
 class CollapseMonitor:
-    """Holds the EMA trackers and the detector across steps; their state travels with checkpoints."""
+    """Holds the EMA trackers and the collapse alert across steps; their state travels with checkpoints."""
 
     def __init__(self, config: DiagnosticsConfig, seed: int) -> None:
         self.config = config
         self.seed = seed
         self.emas = {name: ZScoreEMA() for name in config.sets}
-        self.detector = CollapseDetector(config.rule)
+        self.alert = CollapseAlert(config.rule)
         self.last_status: CollapseStatus | None = None
         self.warned: set[str] = set()  # sets already reported empty in this process (one warning per set per run)
 
@@ -231,7 +231,7 @@ class CollapseMonitor:
             metrics[f"collapse/{name}/scored_tokens"] = float(scores.tokens_processed)
         watched = "trajectory" if "trajectory" in self.config.sets else self.config.sets[0]
         if f"collapse/{watched}/mi_zscore_ema" in metrics:
-            self.last_status = self.detector.update(
+            self.last_status = self.alert.update(
                 step,
                 metrics[f"collapse/{watched}/mi_zscore_ema"],
                 metrics[f"collapse/{watched}/retrieval_acc"],
@@ -258,13 +258,13 @@ class CollapseMonitor:
     def state_dict(self) -> dict[str, Any]:
         return {
             "emas": {name: ema.state_dict() for name, ema in self.emas.items()},
-            "detector": self.detector.state_dict(),
+            "detector": self.alert.state_dict(),  # the key checkpoints have always carried
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, ema_state in state["emas"].items():
             self.emas.setdefault(name, ZScoreEMA()).load_state_dict(ema_state)
-        self.detector.load_state_dict(state["detector"])
+        self.alert.load_state_dict(state["detector"])
 
 
 @dataclass(frozen=True)

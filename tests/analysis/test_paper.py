@@ -371,7 +371,7 @@ def test_check_names_an_item_without_a_published_value(monkeypatch) -> None:
 
 
 def test_the_early_warning_is_measured_by_the_decline_rule_on_runs_without_the_filter() -> None:
-    """analysis.stats.early_warning's onsets (recipes.stats.collapse.decline_onset under the legacy rule: 30% below the running peak twice in a row) on constructed runs: MI falls at
+    """analysis.stats.early_warning's onsets (recipes.stats.collapse_alert.decline_onset under the legacy rule: 30% below the running peak twice in a row) on constructed runs: MI falls at
     step 3 and success at step 5 (lead 2, MI first); success falls alone (-1); nothing falls (0); a filtered run
     whose MI falls alone is not one of the item's runs. The order is scored on the one run where both fell (MI
     first: 1 of 1), "success only" and "no decline" counted apart; the lead is 2 over 1 run."""

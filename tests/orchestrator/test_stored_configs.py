@@ -27,7 +27,7 @@ from orchestrator.store import Replacement, Store
 from orchlib.errors import OrchError
 from recipes.config import compose
 from recipes.config.resolve import load_config
-from recipes.stats.collapse import LEGACY_RULE
+from recipes.stats.collapse_alert import LEGACY_RULE
 from tests.orchestrator.races import postgres_schema
 
 # Written by orch at e79bc50 (before #47) with the orch-test backend: sweep `legacy`, cell 747c05377e4c3a28

@@ -34,12 +34,12 @@ def test_report_lines_say_where_the_instrument_was_and_was_not_shown_to_move() -
     assert frozen.startswith("MI instrument on frozenlake: shown to move") and "(bench)" in frozen
     assert "a flat MI curve rules out a total collapse" in frozen
     assert sokoban.startswith("MI instrument on sokoban: not shown to move -- no archived control on this task")
-    assert "bench_alert_rules.py --record" in sokoban
+    assert "bench_collapse_alert.py --record" in sokoban
 
 
 def test_the_shipped_record_loads() -> None:
     record = load_record()
-    assert record, "the controls are re-derived from the archived graded plants (bench_alert_rules.py --record)"
+    assert record, "the controls are re-derived from the archived graded plants (bench_collapse_alert.py --record)"
     for task, entry in record.items():
         assert {"detected", "planted", "false_alarms", "negative", "source"} <= set(entry), task
         assert "docs/results/controls_graded" in entry["source"]  # archived runs, not the legacy rule's 6-step runs

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.stats.early_warning import DEFAULT_RULE, early_warning
-from recipes.stats.collapse import CollapseDetector, CollapseRule, decline_onset
+from recipes.stats.collapse_alert import CollapseAlert, CollapseRule, decline_onset
 
 
 def test_decline_onset_needs_a_sustained_fall_from_the_running_peak():
@@ -37,7 +37,7 @@ def test_the_early_warning_dates_a_decline_exactly_when_the_alert_would_fire_on_
         for _ in range(200):
             values = np.abs(np.cumsum(rng.normal(0, 0.3, 12)) + 2.0)
             steps = np.arange(1, 13) * 5
-            detector = CollapseDetector(rule=rule.model_copy(update={"signals": "mi", "success_tolerance": 1.0}))
+            detector = CollapseAlert(rule=rule.model_copy(update={"signals": "mi", "success_tolerance": 1.0}))
             fired = next((int(step) for step, value in zip(steps, values, strict=True)
                           if detector.update(int(step), float(value), 1.0, 0.5, None).new_alert), None)
             began = decline_onset(steps, values, rule)

@@ -19,7 +19,7 @@ from recipes.policy.actor import UpdateSettings, actor_config, global_batch_info
 from recipes.policy.batch import build_batch
 from recipes.policy.models import load_policy
 from recipes.runtime.checkpoint import latest_checkpoint, load_checkpoint
-from recipes.stats.collapse import CollapseDetector
+from recipes.stats.collapse_alert import CollapseAlert
 from tests.recipes.conftest import MICRO
 
 # Small MI sets so the micro runs stay fast.
@@ -62,30 +62,30 @@ def test_hook_logs_mi_and_gradient_split_and_its_state_survives_resume(
         assert logged[f"grad_norm/bucket_{k}/rv_min"] == logged[f"grad_norm/bucket_{k}/rv_max"]
     assert logged["grad_norm/bucket_0/rv_max"] <= logged["grad_norm/bucket_1/rv_min"]
     assert 0.0 < logged["timing_s/diagnostics_share"] < 1.0
-    # the detector counted the computation of step 1 (restored from the checkpoint) and the one of step 2
+    # the alert counted the computation of step 1 (restored from the checkpoint) and the one of step 2
     state = load_checkpoint(latest_checkpoint(Path(setting(train_overrides, "trainer.checkpoint_dir"))))
     assert state["hooks"]["collapse"]["monitor"]["detector"]["points"] == 2
 
 
 def test_alert_tags_the_run_warns_and_stops_it(train_overrides, every_reply_is_reasoning, monkeypatch, capsys,
                                                caplog) -> None:
-    """The detector sees a scripted series whose signals fall by half at the second computation: with
+    """The collapse alert sees a scripted series whose signals fall by half at the second computation: with
     min_points=2, patience=1 and a 30% drop rule the alert fires there, and stop_on_collapse ends the run."""
     series = iter([(1.0, 0.5), (0.5, 0.25), (0.5, 0.25)])  # (MI-ZScore-EMA, retrieval accuracy) per computation
-    real_update = CollapseDetector.update
+    real_update = CollapseAlert.update
 
     def scripted(self, step, mi_zscore_ema, retrieval_acc, retrieval_chance, success):
         mi, retrieval = next(series)
         return real_update(self, step, mi, retrieval, 0.125, success)
 
-    monkeypatch.setattr(CollapseDetector, "update", scripted)
+    monkeypatch.setattr(CollapseAlert, "update", scripted)
     overrides = [*train_overrides, *SMALL, "trainer.total_steps=3", "trainer.val_every=0", "trainer.save_every=0",
                  "diagnostics.stop_on_collapse=true", "diagnostics.rule.min_points=2", "diagnostics.rule.patience=1",
                  "diagnostics.rule.drop_fraction=0.3", "diagnostics.rule.success_tolerance=2.0",
                  "diagnostics.rule.signals=both", "diagnostics.rule.reference=peak"]
     result = run_training(compose_train_config(overrides))
     assert (result.status, result.steps_done) == ("stopped", 2)
-    assert "stop_on_collapse" in result.reason and "template-collapse" in result.reason
+    assert "stop_on_collapse" in result.reason and "collapse alert since step" in result.reason
     client = MlflowClient(setting(train_overrides, "mlflow.tracking_uri"))
     run = client.get_run(result.mlflow_run_id)
     assert run.data.tags["collapse_alert_step"] == "2" and run.data.tags["orch.status"] == "stopped"
@@ -97,7 +97,7 @@ def test_alert_tags_the_run_warns_and_stops_it(train_overrides, every_reply_is_r
     # success guard is off here (success_tolerance 2)
     assert "rule: MI-ZScore-EMA and retrieval excess both 30% below the running peak" in err
     assert "no measured error rates" in err and "success is not checked" in err
-    assert any(record.levelname == "WARNING" and "template-collapse" in record.getMessage() for record in caplog.records)
+    assert any(record.levelname == "WARNING" and "collapse alert since step" in record.getMessage() for record in caplog.records)
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])

@@ -3,12 +3,12 @@
 *Planted collapse*: from step 3 (`control.blind_from_step`) every reply is generated from one fixed chat while the
 trajectories keep their real, distinct FrozenLake prompts, so what the policy writes cannot depend on its input.
 The MI proxies (which cross-score each reply against the real prompts) must fall to chance within a binomial
-tolerance, entropy must not, and the early warning must fire within two steps. A proxy that ignored the policy's
+tolerance, entropy must not, and the collapse alert must fire within two steps. A proxy that ignored the policy's
 replies (scoring prompts alone, say) would not fall and fails this test; a proxy that never saw input dependence
 fails the first check (before the plant the proxies must be well above chance).
 
 *Negative control*: the same run with nothing planted (same seed) keeps its retrieval above chance beyond the same
-tolerance and its MI estimate. Whether the early warning fires there is noise at this sample size: its false-alarm
+tolerance and its MI estimate. Whether the collapse alert fires there is noise at this sample size: its false-alarm
 rate over seeds is measured by `benchmarks/bench_controls.py` and stated in docs/diagnostics.md#controls.
 
 *Graded plant* (`control.blind_strength` 0.5, issue 46): from step 3 half of each step's 16 rows are blinded. The MI
@@ -24,7 +24,7 @@ dependence (retrieval above chance beyond the same tolerance, the MI estimate at
 
 The policy is the tiny model after its FrozenLake warm start (the demo's: it reads its input, first-turn retrieval
 about 8x chance; docs/training.md), updated at a learning rate of 1e-6 so that the policy itself barely moves: what
-changes at step 3 is the plant alone. The early warning is the rule every archived cell ran with (`LEGACY_RULE`,
+changes at step 3 is the plant alone. The collapse alert's rule is the one every archived cell ran with (`LEGACY_RULE`,
 passed explicitly: a change of the default rule does not move these tests) with its success guard off
 (`success_tolerance` 1): a blinded policy also loses its FrozenLake success, and the rule rightly does not call a
 collapse *with* falling success template collapse; what these controls test is its MI part. (The rehearsal's smaller
@@ -59,13 +59,13 @@ from mlflow import MlflowClient
 
 from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
-from recipes.stats.collapse import LEGACY_RULE
+from recipes.stats.collapse_alert import LEGACY_RULE
 
 BLIND_FROM = 3
 STEPS = 5  # steps 1-2 unplanted, 3-5 planted (3 planted steps: the alert's two-step window, and one to spare)
 SAMPLES = 16  # MI samples per set: the binomial tolerance of retrieval accuracy below
 GRADED = 0.5  # the graded arm's control.blind_strength: 8 of each step's 16 rows blinded
-# The early warning's rule, pinned: the legacy rule (whose rates bench_controls.py recorded) without its success guard
+# The collapse alert's rule, pinned: the legacy rule (whose rates bench_controls.py recorded) without its success guard
 RULE = [f"diagnostics.rule.{key}={value}" for key, value in {**LEGACY_RULE.model_dump(), "success_tolerance": 1.0}.items()]
 CONTROL = [
     "trainer=test", "model.actor_lr=1e-6", "hooks=[collapse]", *RULE,
@@ -254,7 +254,7 @@ def assert_planted_collapse(seen: dict[str, dict[int, float]]) -> None:
     assert seen[EMA][planted[-1]] < 0.5 * max(seen[EMA].values()), seen[EMA]
     # entropy does not see it
     assert mean(seen[ENTROPY][s] for s in after) > 0.9 * mean(seen[ENTROPY][s] for s in before), seen[ENTROPY]
-    # the early warning (the pinned rule) fires within two steps of the plant
+    # the collapse alert (the pinned rule) fires within two steps of the plant
     fired = [step for step, value in sorted(seen[ALERT].items()) if value]
     assert fired and BLIND_FROM <= fired[0] <= BLIND_FROM + 2, seen[ALERT]
 

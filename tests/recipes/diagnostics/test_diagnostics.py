@@ -1,4 +1,4 @@
-"""MI diagnostics: sample sets drawn from a batch, metrics named per set, EMA/detector state through checkpoints."""
+"""MI diagnostics: sample sets drawn from a batch, metrics named per set, EMA and collapse-alert state through checkpoints."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def test_the_blind_control_is_part_of_a_runs_identity_on_both_backends() -> None
     """Planted on the torch backend by `BlindSampler`, on veRL by its agent loop (tests/recipes/verl/test_verl_parts.py).
     `control.blind_strength` came later: at its default 1 a control cell keeps the identity it had without it."""
     from recipes.config.schema import compose_train_config
-    from recipes.stats.collapse import LEGACY_RULE
+    from recipes.stats.collapse_alert import LEGACY_RULE
 
     verl = compose_train_config(["trainer=test", "backend=verl", "control.blind_from_step=2"])
     assert verl.control.blind_from_step == 2

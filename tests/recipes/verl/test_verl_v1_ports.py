@@ -69,10 +69,10 @@ def test_v1_marks_a_planted_steps_prompts_and_its_sessions_blind_the_shared_rule
 
 @pytest.mark.slow
 @pytest.mark.full  # a warm start and 5 veRL steps: out of CI's tier, as the legacy trainer's control (a bench)
-def test_a_planted_collapse_fires_the_early_warning_on_v1(session_dir, tmp_path) -> None:
+def test_a_planted_collapse_fires_the_collapse_alert_on_v1(session_dir, tmp_path) -> None:
     """The torch backend's planted-collapse control (tests/recipes/diagnostics/test_controls.py, the planted arm,
     its settings and checks) through veRL's V1 trainer: the MI proxies see the input dependence at steps 1-2 and see
-    it gone from step 3, entropy does not, and the early warning fires within two steps of the plant. On the legacy
+    it gone from step 3, entropy does not, and the collapse alert fires within two steps of the plant. On the legacy
     trainer the same run is `benchmarks/bench_controls.py --backend verl` (docs/diagnostics.md: fired at step 4)."""
     from tests.recipes.diagnostics.test_controls import ControlRuns, assert_planted_collapse
 

@@ -1,16 +1,16 @@
-"""The template-collapse early-warning rule on constructed series."""
+"""The collapse alert's rule on constructed series."""
 
 from __future__ import annotations
 
 import pytest
 
-from recipes.stats.collapse import LEGACY_RULE, CollapseDetector, CollapseRule
+from recipes.stats.collapse_alert import LEGACY_RULE, CollapseAlert, CollapseRule
 
 CHANCE = 0.125
 
 
 def run(series, success=None, rule=None):
-    detector = CollapseDetector(rule or LEGACY_RULE)
+    detector = CollapseAlert(rule or LEGACY_RULE)
     statuses = []
     for index, (mi, retrieval) in enumerate(series):
         value = None if success is None else success[index]
@@ -50,7 +50,7 @@ def test_noisy_but_level_series_does_not_fire():
 def test_no_warning_when_success_has_already_fallen():
     mi = [1.0, 1.3, 1.3, 0.7, 0.6, 0.5]
     retrieval = [0.7, 0.7, 0.7, 0.3, 0.3, 0.25]
-    success = [0.5, 0.6, 0.6, 0.3, 0.2, 0.2]  # success fell with MI: not an early warning
+    success = [0.5, 0.6, 0.6, 0.3, 0.2, 0.2]  # success fell with MI: no alert (not early)
     _, statuses = run(list(zip(mi, retrieval, strict=True)), success)
     assert not any(s.alert for s in statuses)
 
@@ -65,10 +65,10 @@ def test_mi_alone_falling_is_not_enough():
 def test_state_roundtrip_continues_identically():
     series = [(1.0, 0.6), (1.3, 0.7), (1.2, 0.6), (0.8, 0.4), (0.7, 0.3), (0.5, 0.2)]
     straight, expected = run(series)
-    first = CollapseDetector(LEGACY_RULE)
+    first = CollapseAlert(LEGACY_RULE)
     for index, (mi, retrieval) in enumerate(series[:3]):
         first.update(1 + 5 * index, mi, retrieval, CHANCE, None)
-    resumed = CollapseDetector(LEGACY_RULE)
+    resumed = CollapseAlert(LEGACY_RULE)
     resumed.load_state_dict(first.state_dict())
     tail = [resumed.update(1 + 5 * index, mi, r, CHANCE, None) for index, (mi, r) in enumerate(series) if index >= 3]
     assert tail == expected[3:]
@@ -98,7 +98,7 @@ def test_the_baseline_reference_is_the_mean_of_the_first_points_and_resumes() ->
     assert detector.references()[0] == pytest.approx(1.2)  # (1.0 + 1.6 + 1.0) / 3: later points do not move it
     assert statuses[4].mi_drop == pytest.approx(1 - 0.8 / 1.2)
     assert detector.alert_step == 26  # the fifth and sixth points, 33% below the early level, twice in a row
-    resumed = CollapseDetector(rule)
+    resumed = CollapseAlert(rule)
     resumed.load_state_dict(detector.state_dict())
     assert resumed.references() == detector.references()
 
@@ -115,7 +115,7 @@ def test_the_alert_says_only_what_its_rule_checked():
 
 
 def test_the_alert_line_carries_the_recorded_rates_of_its_rule():
-    from recipes.stats.collapse import rates_line, recorded_rates
+    from recipes.stats.collapse_alert import rates_line, recorded_rates
 
     record = recorded_rates()
     held = record["held_out"]

@@ -1,6 +1,6 @@
 """The collapse alert's error rates, measured offline: replay candidate rules over logged runs whose answer is known.
 
-Every run with the `collapse` hook logs what the online rule (:class:`recipes.stats.collapse.CollapseDetector`) reads
+Every run with the `collapse` hook logs what the online rule (:class:`recipes.stats.collapse_alert.CollapseAlert`) reads
 at each MI computation -- MI-ZScore-EMA, retrieval accuracy and its chance level, the success it was given -- so any
 rule can be replayed over the archive afterwards, exactly as it would have run (:func:`replay`; the replay of the
 rule a run used reproduces its logged `collapse/alert`, which :func:`replay_fidelity` checks).
@@ -36,9 +36,9 @@ import numpy as np
 
 from analysis import names
 from analysis.stats.verdicts import wilson
-from recipes.stats.collapse import RATES, CollapseDetector, CollapseRule, recorded_rates, rule_text
+from recipes.stats.collapse_alert import RATES, CollapseAlert, CollapseRule, recorded_rates, rule_text
 
-__all__ = ["RECORD", "rule_text"]  # rule_text lives beside the rule (recipes.stats.collapse); re-exported here
+__all__ = ["RECORD", "rule_text"]  # rule_text lives beside the rule (recipes.stats.collapse_alert); re-exported here
 
 if TYPE_CHECKING:
     from analysis.stores.mlflow_store import RunData
@@ -69,7 +69,7 @@ class Cell:
     success: list[float | None]  # the success the online rule was given at each (validation, else rollout)
     val_success: np.ndarray  # validation success, in step order
     val_format: np.ndarray  # validation format validity, in step order
-    logged_alert: int | None  # the step the run's own detector fired at
+    logged_alert: int | None  # the step the run's own collapse alert fired at
     rule: CollapseRule = field(default_factory=CollapseRule)  # the rule the run used
 
     @property
@@ -162,14 +162,14 @@ def cells_from(data: RunData, sweep: str) -> list[Cell]:
 
 
 def replay(rule: CollapseRule, cell: Cell) -> int | None:
-    """The step at which ``rule`` fires on the cell's logged series, as the online detector would (None: never)."""
-    detector = CollapseDetector(rule)
+    """The step at which ``rule`` fires on the cell's logged series, as the training-time alert would (None: never)."""
+    alert = CollapseAlert(rule)
     for step, mi, acc, chance, success in zip(cell.steps, cell.mi, cell.acc, cell.chance, cell.success,
                                               strict=True):
         if np.isnan(mi) or np.isnan(acc):
-            continue  # a step whose sample set was empty logs no proxies and feeds the detector nothing
-        detector.update(int(step), float(mi), float(acc), float(chance), success)
-    return detector.alert_step
+            continue  # a step whose sample set was empty logs no proxies and feeds the alert nothing
+        alert.update(int(step), float(mi), float(acc), float(chance), success)
+    return alert.alert_step
 
 
 def replay_fidelity(cells: list[Cell]) -> tuple[int, int]:
@@ -336,7 +336,7 @@ def rates_from_record(entry: dict) -> Rates:
                  int(entry.get("watched_steps") or 0))
 
 
-RECORD = RATES  # recipes/stats/alert_rates.yaml: beside the rule, where the training-time alert reads it too
+RECORD = RATES  # recipes/stats/collapse_alert_rates.yaml: beside the rule, where the training-time alert reads it too
 
 
 def archived_cells(results: Path, live: dict[str, RunData] | None = None) -> tuple[list[Cell], list[str]]:
@@ -366,7 +366,7 @@ def archived_cells(results: Path, live: dict[str, RunData] | None = None) -> tup
 def make_record(cells: list[Cell], sources: list[str], shipped: CollapseRule | None = None) -> dict:
     """The recorded rates file's content (without its date line): the shipped rule's rates held out (odd seeds),
     over every run and per task, and the legacy rule's over every run."""
-    from recipes.stats.collapse import LEGACY_RULE
+    from recipes.stats.collapse_alert import LEGACY_RULE
 
     shipped = CollapseRule() if shipped is None else shipped
     _, held_out = split(cells)
@@ -428,7 +428,7 @@ def controls_record(cells: list[Cell], rule: CollapseRule) -> dict[str, dict]:
                         f"nothing planted ({len(negative) - sum(not collapsed(c) for c in negative)} of them set "
                         f"apart: success or format collapsed), {int(plant.steps[-1])} steps, detection within "
                         f"{DETECTION_WINDOW} steps of the plant"),
-            "source": f"docs/results/{CONTROL_SWEEP}, python benchmarks/bench_alert_rules.py --record",
+            "source": f"docs/results/{CONTROL_SWEEP}, python benchmarks/bench_collapse_alert.py --record",
         }
     return entries
 
@@ -443,7 +443,7 @@ def alert_lines(used: list[CollapseRule], record: dict | None = None) -> list[st
     their source (the recorded shipped rule's, or the legacy rule's when the runs used that one)."""
     record = load_record() if record is None else record
     if not record:
-        return ["collapse alert: no measured error rates are recorded (python benchmarks/bench_alert_rules.py "
+        return ["collapse alert: no measured error rates are recorded (python benchmarks/bench_collapse_alert.py "
                 "--record); read its firings as unvalidated"]
     shipped = CollapseRule(**record["rule"])
     legacy = CollapseRule(**record["legacy"]["rule"])
@@ -457,7 +457,7 @@ def alert_lines(used: list[CollapseRule], record: dict | None = None) -> list[st
             where = "the rule before the offline choice, replayed over the same runs"
         else:
             lines.append(f"collapse alert ({rule_text(rule)}): a rule with no measured error rates; replay it with "
-                         "analysis.stats.alert_calibration to get them")
+                         "analysis.stats.collapse_alert_calibration to get them")
             continue
         lines.append(f"collapse alert ({rule_text(rule)}), measured {where}: {measured.text()} "
                      f"({'; '.join(record.get('sources', []))}; {record.get('source', '')})")
@@ -528,11 +528,11 @@ def decline_rule_line(record: dict | None = None, brief: bool = False) -> str:
         share = (f": on MI it fires in {rates.false_alarms}/{rates.honest} calibration runs with nothing to detect"
                  if rates else "")
         return f"declines dated by the legacy rule ({rule}){share}"
-    text = (f"Declines are dated by the collapse alert's legacy rule ({rule}; recipes.stats.collapse.LEGACY_RULE), "
+    text = (f"Declines are dated by the collapse alert's legacy rule ({rule}; recipes.stats.collapse_alert.LEGACY_RULE), "
             "applied to MI and to success on their own: the findings were declared with it, so it stays theirs; the "
             "alert now ships another rule, chosen offline (issue 46)")
     if rates:
         text += (f". On MI-ZScore-EMA it says \"declined\" in {_share(rates.false_alarms, rates.honest)} of the "
-                 "calibration runs with nothing to detect (recipes/stats/alert_rates.yaml, decline): a decline it "
+                 "calibration runs with nothing to detect (recipes/stats/collapse_alert_rates.yaml, decline): a decline it "
                  "dates may be noise")
     return text + "."

@@ -1,19 +1,19 @@
 """The collapse alert's rule, chosen offline from runs whose answer is known (issue 46 item 3;
-`analysis.stats.alert_calibration`): replay every candidate rule over the archived graded plants
+`analysis.stats.collapse_alert_calibration`): replay every candidate rule over the archived graded plants
 (sweeps/controls_graded.yaml) and honest runs (sweeps/repro_long.yaml), choose on the even seeds, report on the odd.
 
-    python benchmarks/bench_alert_rules.py                      # every archive under docs/results/
-    python benchmarks/bench_alert_rules.py --live controls_graded=sqlite:////work/plants/mlflow.db
-    python benchmarks/bench_alert_rules.py --record             # write recipes/stats/alert_rates.yaml
+    python benchmarks/bench_collapse_alert.py                      # every archive under docs/results/
+    python benchmarks/bench_collapse_alert.py --live controls_graded=sqlite:////work/plants/mlflow.db
+    python benchmarks/bench_collapse_alert.py --record             # write recipes/stats/collapse_alert_rates.yaml
 
 Prints: the replay's fidelity (each run's own rule, replayed, fires where the run logged it fired), the honest runs
 that collapsed by success or format validity (neither false alarms nor detections), the ROC frontier on the choosing
 half, the chosen rule's rates on the held-out half and on every run, per task and per strength, and the same for
-the rule the runs were made with (`recipes.stats.collapse.LEGACY_RULE`) and for the rule `conf/train.yaml` ships. `--live
+the rule the runs were made with (`recipes.stats.collapse_alert.LEGACY_RULE`) and for the rule `conf/train.yaml` ships. `--live
 SWEEP=URI` reads a sweep's finished runs from its tracking store instead of its archive (plants still running).
-`--record` writes the shipped rule's rates into recipes/stats/alert_rates.yaml of the checkout this file is in (the
+`--record` writes the shipped rule's rates into recipes/stats/collapse_alert_rates.yaml of the checkout this file is in (the
 training-time alert line and every report print them beside the alert), after everything else has run; from archives
-only. tests/analysis/stats/test_alert_calibration.py fails when the file differs from what this computes, or when the even
+only. tests/analysis/stats/test_collapse_alert_calibration.py fails when the file differs from what this computes, or when the even
 seeds choose a rule other than the shipped default. Seconds on one core.
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from analysis.stats import alert_calibration as ac
-from recipes.stats.collapse import LEGACY_RULE, RATES, CollapseRule
+from analysis.stats import collapse_alert_calibration as ac
+from recipes.stats.collapse_alert import LEGACY_RULE, RATES, CollapseRule
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout this bench was run from
 RESULTS = ROOT / "docs" / "results"
@@ -62,11 +62,11 @@ def main() -> None:
     args = parser.parse_args()
     bad = [item for item in args.live if "=" not in item]
     if bad:
-        sys.exit(f"bench_alert_rules.py: --live {bad[0]!r}: expected SWEEP=URI")
+        sys.exit(f"bench_collapse_alert.py: --live {bad[0]!r}: expected SWEEP=URI")
     if args.record and not TARGET.parent.is_dir():
-        sys.exit(f"bench_alert_rules.py --record: {TARGET.parent} is not a folder of this checkout")
+        sys.exit(f"bench_collapse_alert.py --record: {TARGET.parent} is not a folder of this checkout")
     if args.record and args.live:
-        sys.exit("bench_alert_rules.py --record: not with --live (the record is made from archived runs only)")
+        sys.exit("bench_collapse_alert.py --record: not with --live (the record is made from archived runs only)")
     live = dict(item.split("=", 1) for item in args.live)
     cells, sources = load_cells(live)
     same, checked = ac.replay_fidelity(cells)
@@ -91,10 +91,10 @@ def main() -> None:
         print(f"\nNOTE: the even seeds choose a rule other than the shipped default: {ac.rule_text(chosen)}")
     if args.record:
         record = {**ac.make_record(cells, sources, shipped),
-                  "source": f"python benchmarks/bench_alert_rules.py --record, {datetime.date.today().isoformat()}"}
-        header = ("# The collapse alert's measured error rates (analysis.stats.alert_calibration), written by\n"
-                  "# `python benchmarks/bench_alert_rules.py --record`: the training-time alert line\n"
-                  "# (recipes.stats.collapse.rates_line) and every report print them beside the alert.\n")
+                  "source": f"python benchmarks/bench_collapse_alert.py --record, {datetime.date.today().isoformat()}"}
+        header = ("# The collapse alert's measured error rates (analysis.stats.collapse_alert_calibration), written by\n"
+                  "# `python benchmarks/bench_collapse_alert.py --record`: the training-time alert line\n"
+                  "# (recipes.stats.collapse_alert.rates_line) and every report print them beside the alert.\n")
         text = header + yaml.safe_dump(record, sort_keys=False)
         TARGET.write_text(text, encoding="utf-8")
         print(f"\nwrote {TARGET.relative_to(ROOT)}")

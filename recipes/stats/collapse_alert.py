@@ -1,4 +1,4 @@
-"""Template-collapse early warning: an online rule over the MI proxies (RAGEN-2 (arXiv 2604.06268): MI falls before success).
+"""The collapse alert: an online rule over the MI proxies (RAGEN-2 (arXiv 2604.06268): MI falls before success).
 
 The rule, evaluated every time the MI proxies are computed (step 1 and every ``mi_every`` steps):
 
@@ -14,10 +14,10 @@ The rule, evaluated every time the MI proxies are computed (step 1 and every ``m
    paper describes; once success has dropped too the collapse is no longer early news (``success_tolerance`` >= 1
    turns the guard off).
 
-The defaults are the rule chosen offline from planted and honest runs (`analysis.stats.alert_calibration`,
-docs/diagnostics.md#the-alerts-error-rates); :data:`LEGACY_RULE` is the rule before that choice, which every cell
+The defaults are the rule chosen offline from planted and honest runs (`analysis.stats.collapse_alert_calibration`,
+docs/diagnostics.md#the-collapse-alerts-error-rates); :data:`LEGACY_RULE` is the rule before that choice, which every cell
 planned before it ran with. The rates measured there are recorded beside the rule, in :data:`RATES`
-(``alert_rates.yaml``, written by ``benchmarks/bench_alert_rules.py --record``; `analysis` reads the same file), so
+(``collapse_alert_rates.yaml``, written by ``benchmarks/bench_collapse_alert.py --record``; `analysis` reads the same file), so
 the alert a run prints while training names its rule and its measured rates (:func:`rates_line`).
 
 The alert latches: it is raised once (``new_alert``) and stays on. Its state travels with checkpoints.
@@ -42,7 +42,7 @@ from recipes.stats.mi import retrieval_excess
 
 
 class CollapseRule(BaseModel):
-    """Knobs of the early-warning rule (defaults: MI-ZScore-EMA 40% below its early level on two computations in a
+    """Knobs of the collapse alert's rule (defaults: MI-ZScore-EMA 40% below its early level on two computations in a
     row, no success guard, chosen offline -- module docstring); the config's `diagnostics.rule` section."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,7 +52,7 @@ class CollapseRule(BaseModel):
     patience: Annotated[int, integer(1, "collapse computations in a row with the signals fallen")] = 2
     min_points: Annotated[int, integer(1, "collapse computations before the alert may fire")] = 3
     success_tolerance: Annotated[float, number(
-        lambda v: v >= 0.0, ">= 0 (how far success may fall below its peak before a collapse warning is moot)")] = 1.0
+        lambda v: v >= 0.0, ">= 0 (how far success may fall below its peak before the collapse alert is moot)")] = 1.0
     signals: Literal["both", "mi", "retrieval", "either"] = "mi"
     reference: Literal["peak", "baseline"] = "baseline"
 
@@ -86,9 +86,9 @@ def drop_below(value: float, level: float) -> float:
 LEGACY_RULE = CollapseRule(drop_fraction=0.3, patience=2, min_points=3, success_tolerance=0.05, signals="both",
                            reference="peak")
 
-# The measured error rates of the shipped rule and of LEGACY_RULE (analysis.stats.alert_calibration's record): one file,
+# The measured error rates of the shipped rule and of LEGACY_RULE (analysis.stats.collapse_alert_calibration's record): one file,
 # read here for the training-time alert line and by analysis for every report.
-RATES = Path(__file__).with_name("alert_rates.yaml")
+RATES = Path(__file__).with_name("collapse_alert_rates.yaml")
 SIGNAL_NAMES = {"both": "MI-ZScore-EMA and retrieval excess both", "mi": "MI-ZScore-EMA", "retrieval":
                 "retrieval excess", "either": "MI-ZScore-EMA or retrieval excess"}
 
@@ -124,12 +124,12 @@ def rates_line(rule: CollapseRule, record: dict | None = None) -> str:
     per_step = (f", {100 * entry['false_alarms'] / steps:.2f} per 100 steps watched" if steps else "")
     return (f"rule: {rule_text(rule)}; measured {where}: false alarms in {entry['false_alarms']} of "
             f"{entry['honest']} runs with nothing to detect{per_step}; planted collapses (strength >= 0.5) detected "
-            f"within 5 steps in {entry['detected']} of {entry['strong']} (docs/diagnostics.md#the-alerts-error-rates)")
+            f"within 5 steps in {entry['detected']} of {entry['strong']} (docs/diagnostics.md#the-collapse-alerts-error-rates)")
 
 
 @dataclass(frozen=True)
 class CollapseStatus:
-    """The detector's view after one update."""
+    """The alert's view after one update."""
 
     alert: bool
     new_alert: bool
@@ -139,8 +139,8 @@ class CollapseStatus:
 
 
 @dataclass
-class CollapseDetector:
-    """Online detector; feed it every MI computation with :meth:`update`."""
+class CollapseAlert:
+    """The collapse alert, online; feed it every MI computation with :meth:`update`."""
 
     rule: CollapseRule = field(default_factory=CollapseRule)
     points: int = 0
@@ -184,7 +184,7 @@ class CollapseDetector:
             self.alert_step = step
         reason = ""
         if self.alert_step is not None:
-            reason = f"template-collapse warning since step {self.alert_step}: {self.checked(mi_drop, retrieval_drop)}"
+            reason = f"collapse alert since step {self.alert_step}: {self.checked(mi_drop, retrieval_drop)}"
         return CollapseStatus(
             alert=self.alert_step is not None,
             new_alert=new_alert,

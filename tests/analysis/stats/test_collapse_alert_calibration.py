@@ -1,5 +1,5 @@
-"""The collapse alert's offline calibration (analysis.stats.alert_calibration) on constructed runs whose answer is known:
-the replay is the online detector, the rates count what they say, the choice is made on one half and reported on
+"""The collapse alert's offline calibration (analysis.stats.collapse_alert_calibration) on constructed runs whose answer is known:
+the replay is the training-time alert, the rates count what they say, the choice is made on one half and reported on
 the other, and the report prints the rates and the ROC."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from analysis import names
-from analysis.stats import alert_calibration as ac
+from analysis.stats import collapse_alert_calibration as ac
 from analysis.stores.mlflow_store import RunData
-from recipes.stats.collapse import LEGACY_RULE, CollapseDetector, CollapseRule
+from recipes.stats.collapse_alert import LEGACY_RULE, CollapseAlert, CollapseRule
 
 CHANCE = 0.1
 STEPS = np.array([1, 5, 10, 15, 20, 25, 30, 35, 40])
@@ -38,9 +38,9 @@ LATE = cell([2.0, 2.1, 1.9, 2.0, 2.0, 0.6, 0.5, 0.5, 0.5], [0.6, 0.6, 0.6, 0.6, 
             strength=0.5, plant=15)
 
 
-def test_the_replay_is_the_online_detector() -> None:
+def test_the_replay_is_the_training_time_alert() -> None:
     rule = LEGACY_RULE.model_copy(update={"drop_fraction": 0.4})
-    detector = CollapseDetector(rule)
+    detector = CollapseAlert(rule)
     for step, mi, acc in zip(PLANTED.steps, PLANTED.mi, PLANTED.acc, strict=True):
         detector.update(int(step), mi, acc, CHANCE, 0.5)
     assert ac.replay(rule, PLANTED) == detector.alert_step == 20
@@ -156,7 +156,7 @@ def test_alert_lines_say_the_rates_of_the_rule_the_runs_used(rule: CollapseRule,
     entry = ac.rates_record(ac.rates(LEGACY_RULE, [FLAT, NOISY_PEAK, PLANTED]))
     record = {"rule": LEGACY_RULE.model_copy(update={"drop_fraction": 0.6}).model_dump(), "held_out": entry,
               "legacy": {"rule": LEGACY_RULE.model_dump(), "all": entry}, "sources": ["docs/results/x (3 runs)"],
-              "source": "python benchmarks/bench_alert_rules.py --record"}
+              "source": "python benchmarks/bench_collapse_alert.py --record"}
     [line] = ac.alert_lines([rule], record)
     assert where in line
     if rule == LEGACY_RULE:
@@ -173,7 +173,7 @@ def test_a_run_older_than_the_new_keys_is_read_as_the_legacy_rule() -> None:
 
 
 # The drift guards: the shipped default is what the procedure picks on the archived runs, and the recorded rates
-# are what the bench computes from them (recipes/stats/alert_rates.yaml; benchmarks/bench_alert_rules.py --record).
+# are what the bench computes from them (recipes/stats/collapse_alert_rates.yaml; benchmarks/bench_collapse_alert.py --record).
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 
 
@@ -187,32 +187,32 @@ def test_the_even_seeds_choose_the_shipped_default(archived) -> None:
     chosen_on, _ = ac.split(cells)
     chosen, _ = ac.choose(chosen_on)
     assert chosen == CollapseRule(), (f"the even seeds choose {ac.rule_text(chosen)}: a new default is a deliberate "
-                                      "identity change (docs/diagnostics.md#the-alerts-error-rates)")
+                                      "identity change (docs/diagnostics.md#the-collapse-alerts-error-rates)")
 
 
 def test_the_recorded_rates_are_what_the_bench_computes_from_the_archives(archived) -> None:
     cells, sources = archived
     recorded = {key: value for key, value in ac.load_record().items() if key != "source"}
-    assert recorded == ac.make_record(cells, sources), "re-record: python benchmarks/bench_alert_rules.py --record"
+    assert recorded == ac.make_record(cells, sources), "re-record: python benchmarks/bench_collapse_alert.py --record"
     assert ac.replay_fidelity(cells) == (len(cells), len(cells))
 
 
 def test_record_writes_into_the_checkout_it_ran_from_and_not_before_it_can_fail(tmp_path: Path) -> None:
-    bench = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_alert_rules.py"
+    bench = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_collapse_alert.py"
     (tmp_path / "benchmarks").mkdir()
     shutil.copy(bench, tmp_path / "benchmarks")
     (tmp_path / "recipes" / "stats").mkdir(parents=True)
     (tmp_path / "docs" / "results").mkdir(parents=True)
     (tmp_path / "docs" / "results" / "repro_long").symlink_to(RESULTS / "repro_long")
     before = ac.RECORD.read_bytes()
-    script = str(tmp_path / "benchmarks" / "bench_alert_rules.py")
+    script = str(tmp_path / "benchmarks" / "bench_collapse_alert.py")
     failed = subprocess.run([sys.executable, script, "--record", "--live", "nonsense"], capture_output=True,
                             text=True, timeout=120)
     assert failed.returncode != 0 and "SWEEP=URI" in failed.stderr
-    assert not (tmp_path / "recipes" / "stats" / "alert_rates.yaml").exists()
+    assert not (tmp_path / "recipes" / "stats" / "collapse_alert_rates.yaml").exists()
     done = subprocess.run([sys.executable, script, "--record"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    written = yaml.safe_load((tmp_path / "recipes" / "stats" / "alert_rates.yaml").read_text())
+    written = yaml.safe_load((tmp_path / "recipes" / "stats" / "collapse_alert_rates.yaml").read_text())
     assert written["sources"] == ["docs/results/repro_long (20 runs)"]
     assert ac.RECORD.read_bytes() == before  # the installed module's copy is untouched
 
