@@ -6,7 +6,8 @@ One process, one thread (as a sweep cell runs), the warm-started tiny model on t
 times every phase as the trainer does (`timing_s/*`), then counts the arithmetic of each phase on one more step's
 batch (2 x parameters per token, plus causal attention; 3x for a forward and backward) and sets it against this
 core's float32 matmul at the model's widths: "% of peak" is how much of the phase is arithmetic, the rest overhead
-(per-token decoding, per-trajectory passes, small kernels, Python).
+(per-token decoding, small passes, small kernels, Python). Compare two versions with their ratios, run interleaved on
+the same machine (issue 59: a worktree of the old commit, `PYTHONPATH=<worktree>`, alternately with this tree).
 
     python benchmarks/bench_step_limits.py [--task frozenlake] [--steps 3]
 
@@ -82,7 +83,8 @@ def main() -> None:
     epochs = run.settings.epochs
     rows = [
         ("rollout (generation)", "gen", decode, f"{generated} tokens decoded one at a time"),
-        ("old log-probs", "old_log_prob", forward, "one forward per trajectory"),
+        ("old log-probs", "old_log_prob", forward, f"{run.settings.micro_batch_size} trajectories per pass"
+                                                    f"{' (packed)' if run.settings.micro_batch_size > 1 else ''}"),
         ("values", "values", forward, "the critic's forward"),
         ("actor update", "update_actor", 3 * forward * epochs, f"{epochs} epoch(s) of forward + backward"),
         ("critic update", "update_critic", 3 * forward * epochs, "the critic's, the same shapes"),

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from recipes.policy.batch import TrainBatch, micro_batches
+from recipes.policy.packing import pack, packed_forward, packs
 from recipes.runtime.stop import poll
 
 
@@ -52,10 +53,15 @@ def token_log_probs(
     """
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-    hidden = model.base_model(input_ids=batch.input_ids, attention_mask=model_mask(batch),
-                              **batch.model_inputs(model)).last_hidden_state
     rows, cols = torch.nonzero(batch.loss_mask, as_tuple=True)  # position 0 is never in the loss
-    logits = model.get_output_embeddings()(hidden[rows, cols - 1]).float()  # (N, V): predicts token (row, col)
+    if packs(batch):  # the rows end to end, unpadded: one pass (recipes.policy.packing)
+        packed = pack(batch)
+        predicting = packed_forward(model.base_model, packed).last_hidden_state[0, packed.index(rows, cols - 1)]
+    else:
+        hidden = model.base_model(input_ids=batch.input_ids, attention_mask=model_mask(batch),
+                                  **batch.model_inputs(model)).last_hidden_state
+        predicting = hidden[rows, cols - 1]
+    logits = model.get_output_embeddings()(predicting).float()  # (N, V): predicts token (row, col)
     log_probs = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=logits.device)
     log_probs[rows, cols] = logprobs_from_logits(logits, batch.input_ids[rows, cols])
     if not with_entropy:
@@ -67,9 +73,15 @@ def token_log_probs(
 
 def state_values(critic: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
     """(T, L) value of the state before each token: V(tokens < t) at position t; position 0 is 0."""
+    values = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+    if packs(batch):  # the rows end to end, unpadded (recipes.policy.packing); padding keeps 0
+        packed = pack(batch)
+        scores = packed_forward(critic, packed).logits[0, :, 0].float()
+        rows, cols = torch.nonzero(batch.attention_mask[:, 1:], as_tuple=True)
+        values[rows, cols + 1] = scores[packed.index(rows, cols)]
+        return values
     scores = critic(input_ids=batch.input_ids, attention_mask=model_mask(batch),
                     **batch.model_inputs(critic)).logits[..., 0].float()
-    values = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=scores.device)
     values[:, 1:] = scores[:, :-1]
     return values
 

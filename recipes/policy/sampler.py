@@ -13,6 +13,11 @@ Two things keep this fast on a CPU, where re-reading long multi-turn contexts do
 * **A static decode cache.** The chats' caches are laid out right-aligned in one preallocated buffer and decoded
   together with an explicit additive mask; nothing is re-copied per token (Hugging Face `generate` re-copies its
   growing cache every token, about twice as slow here).
+* **A lean decode step.** For a plain Qwen2 causal LM (the presets; not LoRA-adapted, not vision-language) each
+  decoded token runs `LeanDecoder`: the same arithmetic as the model's forward (`test_decode.py` pins it to float
+  tolerance) on weights fused once per call (q, k and v one matmul, gate and up one), writing the static cache in
+  place, without the modules' Python, mask building and cache bookkeeping around every token; other models run
+  their own forward.
 
 With a vision-language policy (`encoder.vision`), `envs.run_episodes` passes each history's frames; contexts are
 keyed ids (`recipes.policy.vision`), a prefill feeds the frames of the tokens it runs and the 3-D (M-RoPE) positions of
@@ -86,6 +91,90 @@ class PrefixStore:
                 if kv is not None:
                     return length, kv
         return 0, None
+
+
+def _rms_norm(hidden: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen2's RMSNorm (`Qwen2RMSNorm.forward`)."""
+    as_float = hidden.to(torch.float32)
+    as_float = as_float * torch.rsqrt(as_float.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * as_float.to(hidden.dtype)
+
+
+class LeanDecoder:
+    """One decode step of a plain Qwen2 causal LM over a right-aligned static cache, as the model's own forward
+    computes it, on weights fused when built (build it again after the weights change). `applies(model)` says
+    whether a model is one it reproduces."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        backbone, config = model.model, model.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scaling = self.head_dim**-0.5
+        self.embed, self.rotary = backbone.embed_tokens.weight, backbone.rotary_emb
+        self.norm = (backbone.norm.weight, backbone.norm.variance_epsilon)
+        self.head = model.get_output_embeddings().weight
+        self.layers = []
+        with torch.no_grad():
+            for layer in backbone.layers[: config.num_hidden_layers]:
+                attention, mlp = layer.self_attn, layer.mlp
+                self.layers.append((
+                    layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon,
+                    torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]),
+                    torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias]),
+                    attention.o_proj.weight,
+                    layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon,
+                    torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight,
+                ))
+
+    @staticmethod
+    def applies(model: torch.nn.Module) -> bool:
+        """A `Qwen2ForCausalLM` whose layers are the stock ones (plain linear layers with q/k/v biases and no o_proj
+        bias, SiLU, full attention, default RoPE): not LoRA-adapted, not vision-language."""
+        from transformers import Qwen2ForCausalLM
+
+        if type(model) is not Qwen2ForCausalLM:
+            return False
+        config = model.config
+        rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None) or {}
+        if (config.hidden_act != "silu" or getattr(config, "use_sliding_window", False)
+                or rope.get("rope_type", rope.get("type", "default")) != "default"):
+            return False
+        for layer in model.model.layers:
+            attention, mlp = layer.self_attn, layer.mlp
+            linears = (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj, mlp.gate_proj,
+                       mlp.up_proj, mlp.down_proj)
+            if any(type(linear) is not torch.nn.Linear for linear in linears) or attention.o_proj.bias is not None:
+                return False
+        return type(model.get_output_embeddings()) is torch.nn.Linear and model.lm_head.bias is None
+
+    def __call__(self, token: torch.Tensor, bias: torch.Tensor, position: torch.Tensor, cache: Any,
+                 column: int) -> torch.Tensor:
+        """The next-token logits (rows, vocab) after `token` (rows, 1) at `position` (rows, 1), its keys and values
+        written into column `column` of `cache` (a `StaticCache` laid out by `Sampler._batch_cache`); `bias`: the
+        additive mask over the cache's columns (rows, 1, 1, columns), the new column open."""
+        from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
+
+        functional = torch.nn.functional
+        rows = token.shape[0]
+        hidden = functional.embedding(token, self.embed)  # (rows, 1, width)
+        cos, sin = self.rotary(hidden, position)
+        sizes = [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim]
+        for (in_norm, in_eps, qkv_weight, qkv_bias, o_weight, post_norm, post_eps, gate_up, down), layer in zip(
+                self.layers, cache.layers, strict=True):
+            query, key, value = functional.linear(_rms_norm(hidden, in_norm, in_eps), qkv_weight, qkv_bias).split(
+                sizes, dim=-1)
+            query = query.view(rows, 1, self.heads, self.head_dim).transpose(1, 2)
+            key = key.view(rows, 1, self.kv_heads, self.head_dim).transpose(1, 2)
+            query, key = apply_rotary_pos_emb(query, key, cos, sin)
+            layer.keys[:, :, column] = key[:, :, 0]
+            layer.values[:, :, column] = value.view(rows, self.kv_heads, self.head_dim)
+            attended = functional.scaled_dot_product_attention(
+                query, layer.keys, layer.values, attn_mask=bias, scale=self.scaling,
+                enable_gqa=self.kv_heads != self.heads)
+            hidden = hidden + functional.linear(attended.transpose(1, 2).reshape(rows, 1, -1), o_weight)
+            gate, up = functional.linear(_rms_norm(hidden, post_norm, post_eps), gate_up).chunk(2, dim=-1)
+            hidden = hidden + functional.linear(functional.silu(gate) * up, down)
+        return functional.linear(_rms_norm(hidden, *self.norm), self.head)[:, -1]
 
 
 class Sampler:
@@ -201,13 +290,14 @@ class Sampler:
         active = torch.arange(len(contexts), device=device)  # original row of each batch row
         running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # rows still inside their reply
         banned = list(self.encoder.vision.vision_ids) if self.encoder.vision is not None else []
+        lean = LeanDecoder(self.model) if LeanDecoder.applies(self.model) else None
         for offset in range(self.max_new_tokens):
             poll()
             if banned:  # a vision-language policy never writes image tokens (they stand for frames)
                 logits[:, banned] = float("-inf")
             token = sample(logits, self.temperature)  # (batch, 1)
-            for index in torch.nonzero(running).flatten().tolist():
-                replies[int(active[index])].append(int(token[index]))
+            for row, value in zip(active[running].tolist(), token[running, 0].tolist(), strict=True):
+                replies[row].append(value)
             running &= token[:, 0] != self.encoder.end_of_turn_id
             if not bool(running.any()) or offset == self.max_new_tokens - 1:
                 break
@@ -220,6 +310,9 @@ class Sampler:
                 bias, position = bias[keep], position[keep]
             bias[:, :, :, width + offset] = 0.0
             position = position + 1
+            if lean is not None:
+                logits = lean(token, bias, position, cache, width + offset)
+                continue
             logits = self.model(input_ids=token, attention_mask=bias, position_ids=position, past_key_values=cache,
                                 use_cache=True, cache_position=torch.tensor([width + offset], device=device)
                                 ).logits[:, -1]

@@ -35,6 +35,7 @@ from recipes.policy.actor import model_mask
 from recipes.policy.batch import build_batch, micro_batches
 from recipes.policy.chat import ChatEncoder
 from recipes.policy.models import base_model_folder, load_policy, load_tokenizer, quiet_save, text_sha
+from recipes.policy.packing import pack, packed_forward, packs
 from recipes.policy.sampler import Sampler
 from recipes.policy.vision import ImageTokens
 from recipes.runtime.cache import cache_root, cached_folder, input_hash
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 PARTIAL_FILE = "epoch.pt"  # the state after the last completed epoch of an interrupted warm start
 REPORT_FILE = "warm_start.json"
-WARM_START_FORMAT = 4  # bump when the procedure changes (4: reading means 4x chance at p < 0.001, patience 3)
+WARM_START_FORMAT = 5  # bump when the procedure changes (4: reading means 4x chance at p < 0.001, patience 3;
+# 5: a step's chats packed into one forward pass, its held-out sampling decoded by the lean step: issue 59)
 # Reading its input, the early stop: held-out first-turn retrieval accuracy at least this many times chance ...
 TARGET_RETRIEVAL_OVER_CHANCE = 4.0
 # ... and no likelier than this for an input-blind policy (recipes.stats.mi.retrieval_p_value). A warm start looks up to
@@ -121,8 +123,9 @@ def supervised_epoch(
     should_stop: Callable[[], bool] | None = None,
 ) -> float:
     """One shuffled pass of next-token cross-entropy on the loss-masked tokens (token mean per optimiser step of
-    `batch_size` chats, one unpadded chat per forward pass); returns the mean loss. `should_stop` is polled before
-    every optimiser step: `StopRequested` when it says so (the epoch's work is dropped)."""
+    `batch_size` chats, packed end to end into one unpadded forward pass, `recipes.policy.packing`; a
+    vision-language model's chats one per pass); returns the mean loss. `should_stop` is polled before every
+    optimiser step: `StopRequested` when it says so (the epoch's work is dropped)."""
     losses = []
     shuffled = batch.select(torch.randperm(len(batch)).numpy())
     for start in range(0, len(shuffled), batch_size):
@@ -131,18 +134,35 @@ def supervised_epoch(
         step_batch = shuffled.select(list(range(start, min(start + batch_size, len(shuffled)))))
         tokens = step_batch.loss_mask[:, 1:].sum()
         optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        for chat in micro_batches(step_batch, 1):
-            logits = model(input_ids=chat.input_ids, attention_mask=model_mask(chat),
-                           **chat.model_inputs(model)).logits[:, :-1].float()
-            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), chat.input_ids[:, 1:], reduction="none")
-            loss = (nll * chat.loss_mask[:, 1:]).sum() / tokens
+        if packs(step_batch):
+            loss = packed_supervised_loss(model, step_batch) / tokens
             loss.backward()
-            total += loss.item()
+            total = loss.item()
+        else:
+            total = 0.0
+            for chat in micro_batches(step_batch, 1):
+                logits = model(input_ids=chat.input_ids, attention_mask=model_mask(chat),
+                               **chat.model_inputs(model)).logits[:, :-1].float()
+                nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), chat.input_ids[:, 1:],
+                                                        reduction="none")
+                loss = (nll * chat.loss_mask[:, 1:]).sum() / tokens
+                loss.backward()
+                total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         optimizer.step()
         losses.append(total)
     return sum(losses) / len(losses)
+
+
+def packed_supervised_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
+    """The summed next-token cross-entropy of `batch`'s loss-masked tokens, its rows packed into one forward pass;
+    the output head runs only where a loss token is predicted."""
+    packed = pack(batch)
+    rows, cols = torch.nonzero(batch.loss_mask[:, 1:], as_tuple=True)  # token cols + 1, predicted at cols
+    hidden = packed_forward(model.base_model, packed).last_hidden_state[0, packed.index(rows, cols)]
+    logits = model.get_output_embeddings()(hidden).float()
+    nll = torch.nn.functional.cross_entropy(logits, batch.input_ids[rows, cols + 1], reduction="none")
+    return (nll * batch.loss_mask[rows, cols + 1]).sum()
 
 
 def train_warm_start(

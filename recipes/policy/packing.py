@@ -1,0 +1,118 @@
+"""Packed forward passes: the rows of a batch as one unpadded sequence (issue 59 item 4).
+
+One unpadded trajectory per pass keeps SDPA's fused causal kernel but leaves the core idle between a 128-wide
+model's small matmuls and the modules' Python; padding the rows to the longest wastes the padding and forces the
+masked attention path (both measured, docs/training.md). Packing does neither: the rows' real tokens are laid end
+to end in one sequence of N tokens with positions restarting at 0 for each row, so every linear layer (projections,
+MLP, output head) runs once over all N tokens, and attention runs per row with the fused causal kernel (an
+attention function registered with transformers as `orch_packed`, switched on only for the packed call). A row's
+result is the one its own unpadded pass gives, to float tolerance (tests/recipes/policy/test_packing.py).
+
+Text models only: a vision-language batch (`batch.images`) keeps the padded path (its M-RoPE positions and frames
+are per row).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from recipes.policy.batch import TrainBatch
+
+PACKED_ATTENTION = "orch_packed"
+_registered = False
+
+
+def _packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      orch_lengths: list[int] | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Causal attention of each packed row on its own ((1, heads, N, d) in, (1, N, heads, d) out); without
+    `orch_lengths` (a call not packed by `packed_forward`), transformers' SDPA attention."""
+    if orch_lengths is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    parts = [
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scaling)
+        for q, k, v in zip(query.split(orch_lengths, dim=2), key.split(orch_lengths, dim=2),
+                           value.split(orch_lengths, dim=2), strict=True)
+    ]
+    return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _register() -> None:
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(PACKED_ATTENTION, _packed_attention)
+        _registered = True
+
+
+@contextlib.contextmanager
+def _packed_attention_on(model: torch.nn.Module) -> Iterator[None]:
+    """Every config of `model`'s modules set to the packed attention for the call; restored afterwards."""
+    from transformers import PretrainedConfig
+
+    _register()
+    configs = {id(config): config for module in model.modules()
+               if isinstance(config := getattr(module, "config", None), PretrainedConfig)}
+    was = {key: config._attn_implementation_internal for key, config in configs.items()}
+    try:
+        for config in configs.values():
+            config._attn_implementation_internal = PACKED_ATTENTION
+        yield
+    finally:
+        for key, config in configs.items():
+            config._attn_implementation_internal = was[key]
+
+
+@dataclass(frozen=True)
+class Packed:
+    """The real tokens of T right-padded rows, end to end.
+
+    input_ids, position_ids: (1, N); lengths: each row's token count; starts: (T,) each row's first index in N.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    lengths: list[int]
+    starts: torch.Tensor
+
+    def index(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """The packed positions of the batch's (row, column) pairs."""
+        return self.starts[rows] + cols
+
+
+def packs(batch: TrainBatch) -> bool:
+    """Whether `packed_forward` takes `batch`: more than one row, text only."""
+    return len(batch) > 1 and batch.images is None
+
+
+def pack(batch: TrainBatch) -> Packed:
+    """The rows of a right-padded `batch` packed end to end."""
+    mask = batch.attention_mask.bool()
+    lengths = mask.sum(dim=-1)
+    starts = torch.cumsum(lengths, dim=0) - lengths
+    positions = torch.arange(batch.input_ids.shape[1], device=mask.device).expand_as(mask)
+    return Packed(input_ids=batch.input_ids[mask][None], position_ids=positions[mask][None],
+                  lengths=lengths.tolist(), starts=starts)
+
+
+def packed_forward(model: torch.nn.Module, packed: Packed) -> Any:
+    """`model` (a causal LM, its backbone, or a token-classification model on it) over a packed sequence: its
+    output for the (1, N) packed tokens, each row attending only to itself."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    masks = {layer_type: None for layer_type in set(getattr(config, "layer_types", None) or ["full_attention"])}
+    with _packed_attention_on(model):
+        return model(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=masks,
+                     orch_lengths=packed.lengths)
