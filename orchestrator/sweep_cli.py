@@ -310,8 +310,7 @@ def status_command(
         if sweep is None:
             from orchestrator.views import print_sweeps
 
-            rows = [store.require_sweep(name) for name in store.sweep_names()]
-            print_sweeps([(row, store.counts(row.id)) for row in rows])
+            print_sweeps(store.sweep_summaries())
             return
         row = store.require_sweep(sweep)
         if watch:

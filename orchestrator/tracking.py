@@ -45,9 +45,10 @@ def ensure_sweep_runs(uri: str, sweep: str, parent_run_id: str | None, params: d
 
     Returns (experiment_id, parent_run_id).
     """
-    from recipes.run.tracking import experiment_of
+    from recipes.run.tracking import ensure_lookup_indexes, experiment_of
 
     client = _client(uri)
+    ensure_lookup_indexes(uri)  # how `orch runs --sweep` and `orch report` find the sweep's runs among a lab's
     experiment = experiment_of(client, sweep, tags={"orch.sweep": sweep})
     experiment_id = experiment.experiment_id
     if experiment.lifecycle_stage == "deleted":

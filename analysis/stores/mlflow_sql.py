@@ -18,6 +18,8 @@ is a handful of queries, whatever the number of runs and metrics.
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import operator
 from collections.abc import Iterable, Iterator
 from functools import cache
 from pathlib import Path
@@ -41,6 +43,7 @@ REQUIRED_COLUMNS = {
 }
 NOT_MLFLOW = "not an MLflow tracking database"
 CHUNK = 500  # run ids per IN (...) list: far below every backend's bound-parameter limit
+METRICS_QUERY = "per_run"  # how metric_rows reads histories: "per_run" or "batched" (measured: docs/analysis.md)
 
 
 @cache
@@ -156,10 +159,13 @@ def _sweep_run_ids(conn: sa.Connection, sweep: str) -> set[str]:
 
     t = _tables()
     runs, experiments, tags = t["runs"], t["experiments"], t["tags"]
+    # both lookups go by index where orch's lookup indexes exist (`recipes.run.tracking.ensure_lookup_indexes`,
+    # added by `orch sweep`); MLflow's schema alone makes them scan every run and every sweep tag
     in_experiment = sa.select(runs.c.run_uuid).join_from(
         runs, experiments, runs.c.experiment_id == experiments.c.experiment_id
     ).where(experiments.c.name == sweep, experiments.c.lifecycle_stage == "active")
-    tagged = sa.select(tags.c.run_uuid).where(tags.c.key == TAG_SWEEP, tags.c.value == sweep)
+    # the key inline, not bound: the lookup index on these tags is partial (`recipes.run.tracking.LOOKUP_INDEXES`)
+    tagged = sa.select(tags.c.run_uuid).where(tags.c.key == _inline(TAG_SWEEP), tags.c.value == sweep)
     return {row[0] for row in conn.execute(sa.union(in_experiment, tagged))}
 
 
@@ -170,7 +176,15 @@ def known_sweeps(conn: sa.Connection) -> list[str]:
     from analysis.names import TAG_SWEEP
 
     tags = _tables()["tags"]
-    return sorted(row[0] for row in conn.execute(sa.select(tags.c.value).where(tags.c.key == TAG_SWEEP).distinct()))
+    stmt = sa.select(tags.c.value).where(tags.c.key == _inline(TAG_SWEEP)).distinct()
+    return sorted(row[0] for row in conn.execute(stmt))
+
+
+def _inline(value: str) -> sa.BindParameter:
+    """A literal rendered into the SQL text (a partial index's condition must be visible to the planner)."""
+    import sqlalchemy as sa
+
+    return sa.literal(value, literal_execute=True)
 
 
 def read_runs(uri: str, query: RunQuery, progress: Progress | None = None) -> RawRuns:
@@ -198,7 +212,7 @@ def _read(
     report("reading params and tags", 1, 3)
     params, tags = (_triples(conn, t[name], run_ids) for name in ("params", "tags"))
     report("reading metric histories", 2, 3)
-    metrics = _metric_rows(conn, query.metrics, t, sorted(run_ids))  # in id order: rows arrive sorted
+    metrics = metric_rows(conn, query.metrics, t, sorted(run_ids))  # in id order: rows arrive sorted
     report("reading metric histories", 3, 3)
     return RawRuns(runs=records, params=params, tags=tags, metrics=metrics)
 
@@ -218,14 +232,18 @@ def _select_runs(conn: sa.Connection, uri: str, query: RunQuery, t: dict[str, sa
     )
     if experiment_ids is not None:
         stmt = stmt.where(runs.c.experiment_id.in_([int(e) for e in experiment_ids]))
-    records = [(str(r[0]), str(r[1]), *r[2:]) for r in fetch_tuples(conn, stmt)]
-    if query.sweep is not None:
+    if query.sweep is None:
+        records = [(str(r[0]), str(r[1]), *r[2:]) for r in fetch_tuples(conn, stmt)]
+    else:  # the sweep's runs by id (an index lookup each), never every run of the store
         members = _sweep_run_ids(conn, query.sweep)
         if not members:
             raise OrchError(
                 f"unknown sweep {query.sweep!r}; valid choices: {', '.join(known_sweeps(conn)) or '(none)'}"
             )
-        records = [record for record in records if record[0] in members]
+        records = []
+        for chunk in _chunks(sorted(members)):
+            records.extend((str(r[0]), str(r[1]), *r[2:])
+                           for r in fetch_tuples(conn, stmt.where(runs.c.run_uuid.in_(chunk))))
     if query.filter_string:
         from analysis.stores.mlflow_client import search_run_ids  # MLflow evaluates its own filter language
 
@@ -246,25 +264,36 @@ def _triples(conn: sa.Connection, table: sa.TableClause, run_ids: list[str]) -> 
     return rows
 
 
-def _metric_rows(
-    conn: sa.Connection, patterns: tuple[str, ...] | None, t: dict[str, sa.TableClause], run_ids: list[str]
+def metric_rows(
+    conn: sa.Connection, patterns: tuple[str, ...] | None, t: dict[str, sa.TableClause], run_ids: list[str],
+    how: str = METRICS_QUERY,
 ) -> dict[str, list[tuple]]:
-    """run_id -> (key, step, timestamp, value or None) of every logged value of the metrics matching
-    ``patterns``. One query per run: it walks MLflow's (run_uuid, key, step) index and leaves the run id out of
-    the rows, which makes the fetch about a quarter cheaper than one query over many runs."""
+    """run_id -> (key, step, timestamp, value or None) of every logged value of the metrics matching ``patterns``,
+    read along MLflow's (run_uuid, key, step) index: one query per run (``how="per_run"``: its rows leave the run id
+    out) or one per chunk of runs (``"batched"``); benchmarks/bench_lab_store.py measures both (docs/analysis.md)."""
     import sqlalchemy as sa
 
     if patterns == ():
         return {}
     latest, history = t["latest_metrics"], t["metrics"]
-    available: list[str] = []
-    for chunk in _chunks(run_ids):
-        available.extend(row[0] for row in fetch_tuples(
-            conn, sa.select(latest.c.key).where(latest.c.run_uuid.in_(chunk)).distinct()))
+    available: set[str] = set()
+    for chunk in _chunks(run_ids):  # no DISTINCT: with it SQLite walks the whole (key, run_uuid) primary key
+        available.update(row[0] for row in fetch_tuples(
+            conn, sa.select(latest.c.key).where(latest.c.run_uuid.in_(chunk))))
     keys = select_metric_keys(available, patterns)
     if not keys:
         return {}
     value = sa.case((history.c.is_nan == sa.true(), sa.null()), else_=history.c.value)
+    if how == "batched":
+        blocks: dict[str, list[tuple]] = {}
+        for chunk in _chunks(run_ids):
+            stmt = sa.select(history.c.run_uuid, history.c.key, history.c.step, history.c.timestamp, value).where(
+                history.c.run_uuid.in_(chunk))
+            if patterns is not None:
+                stmt = stmt.where(history.c.key.in_(keys))
+            for run_id, rows in itertools.groupby(fetch_tuples(conn, stmt), key=operator.itemgetter(0)):
+                blocks.setdefault(run_id, []).extend(row[1:] for row in rows)
+        return {run_id: blocks[run_id] for run_id in run_ids if run_id in blocks}
     stmt = sa.select(history.c.key, history.c.step, history.c.timestamp, value).where(
         history.c.run_uuid == sa.bindparam("run_id", value="")
     )

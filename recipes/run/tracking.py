@@ -71,6 +71,53 @@ def mlflow_client(uri: str) -> Any:
         return MlflowClient(tracking_uri=uri)  # opens the store: creates or checks MLflow's tables
 
 
+# Indexes orch adds to MLflow's SQL schema, which has none for how a sweep's runs are found (runs are indexed by id
+# only, tags by (key, run_uuid)): the runs of an experiment, and the runs tagged `sweep=<name>` (a partial index: tag
+# values run to 8,000 characters, sweep names are short). Plain indexes beside MLflow's tables: no table or column
+# changes, the alembic revision stays MLflow's, so MLflow's schema check and its later migrations are unaffected.
+# Measured at 100k runs in docs/analysis.md ("At lab scale").
+LOOKUP_INDEXES = (
+    ("orch_runs_experiment_id", "runs", "experiment_id", None),
+    ("orch_tags_sweep", "tags", "value", "key = 'sweep'"),
+)
+
+
+def ensure_lookup_indexes(uri: str) -> list[str]:
+    """Create the missing :data:`LOOKUP_INDEXES` in the SQL tracking store `uri` (an SQLite file or PostgreSQL
+    database that MLflow's tables are in; nothing for other stores); returns the names created. PostgreSQL builds
+    them `CONCURRENTLY` (writers are not blocked while a large table is indexed)."""
+    from sqlalchemy import create_engine, inspect, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+    from sqlalchemy.pool import NullPool
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:  # http://, file:, a folder
+        return []
+    backend = url.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        return []
+    engine = create_engine(url, poolclass=NullPool)
+    created = []
+    try:
+        inspector = inspect(engine)
+        tables = set(inspector.get_table_names())
+        for name, table, columns, where in LOOKUP_INDEXES:
+            if table not in tables or name in {index["name"] for index in inspector.get_indexes(table)}:
+                continue
+            concurrently = " CONCURRENTLY" if backend == "postgresql" else ""
+            ddl = f"CREATE INDEX{concurrently} IF NOT EXISTS {name} ON {table} ({columns})"
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+                connection.execute(text(ddl + (f" WHERE {where}" if where else "")))
+            created.append(name)
+    except SQLAlchemyError as err:  # a read-only database, say: the lookups scan instead
+        log.warning("could not add orch's lookup indexes to %s: %s", hide_password(uri), str(err).splitlines()[0])
+    finally:
+        engine.dispose()
+    return created
+
+
 def experiment_of(client: Any, name: str, tags: dict[str, str] | None = None) -> Any:
     """The experiment called `name`, created (with `tags`) if missing; when several processes create it at once,
     the ones that lose the race get the winner's."""
