@@ -1,11 +1,10 @@
 """The rehearsal of the whole paper (issue: "The paper, cell for cell"): every paper sweep runs under the `rehearsal`
-profile (sweeps/profiles.yaml: the tiny model with a small warm start, 2 steps -- 8 on FrozenLake, for the early
-warning --, one seed, a subset of cells) on the real local executor, then `orch report --paper --strict` must find,
-in every finished cell, a finite value of every metric its map items need, and render every item with at least one
-published value beside a measured one; no measured value may be NaN, no section below its item's declared coverage,
-no path of the judge unexercised. Removing one metric from one cell must make the check fail, naming the item and
-the metric. The numbers mean nothing (a tiny model, a few steps); what is tested is that a paper sweep comes back as
-the paper's report.
+profile (sweeps/profiles.yaml: the tiny model with a small warm start, 2 steps, one seed, a subset of cells) on the
+real local executor, then `orch report --paper --strict` must find, in every finished cell, a finite value of every
+metric its map items need, and render every item with at least one published value beside a measured one; no
+measured value may be NaN, no section below its item's declared coverage, no path of the judge unexercised.
+Removing one metric from one cell must make the check fail, naming the item and the metric. The numbers mean nothing
+(a tiny model, 2 steps); what is tested is that a paper sweep comes back as the paper's report.
 
 ORCH_REHEARSAL_KEEP=DIR keeps the rehearsal's runs: each paper sweep's `orch archive` goes to DIR/<sweep> (or to the
 path with {sweep} filled in), before the test alters its store; what it asserts is unchanged (docs/paper.md, "The
