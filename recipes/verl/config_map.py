@@ -82,24 +82,55 @@ def _value(value: Any) -> str:
     return hydra_overrides({"k": value}, ())[0].split("=", 1)[1]
 
 
-def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
-    """Hydra overrides of veRL's `ppo_trainer` config for `cfg` on `job` (see the module docstring)."""
-    trainer, algorithm, model, hosting = cfg.trainer, cfg.algorithm, cfg.model, cfg.infra.verl
-    cpu = trainer.device == "cpu"
-    chosen = get_algorithm(algorithm.name)
-    uses_critic = chosen.uses_critic
-    prompts_per_mini_batch = max(1, trainer.mini_batch_size // trainer.samples_per_prompt)
-    token_budget = trainer.micro_batch_size * trainer.max_context_tokens
-    precision = FP32 if cpu or model.dtype == "float32" else BF16
-    engine = cfg.rollout_engine()
-    overrides = {
-        # --- algorithm
-        "algorithm.adv_estimator": chosen.verl_estimator,
+@dataclass(frozen=True)
+class _Mapping:
+    """What every section of veRL's config is filled from: the run's config, the host's job, and the settings
+    derived from them once."""
+
+    cfg: TrainConfig
+    job: VerlJob
+
+    @property
+    def cpu(self) -> bool:
+        return self.cfg.trainer.device == "cpu"
+
+    @property
+    def uses_critic(self) -> bool:
+        return get_algorithm(self.cfg.algorithm.name).uses_critic
+
+    @property
+    def prompts_per_mini_batch(self) -> int:
+        return max(1, self.cfg.trainer.mini_batch_size // self.cfg.trainer.samples_per_prompt)
+
+    @property
+    def token_budget(self) -> int:
+        return self.cfg.trainer.micro_batch_size * self.cfg.trainer.max_context_tokens
+
+    @property
+    def precision(self) -> str:
+        return FP32 if self.cpu or self.cfg.model.dtype == "float32" else BF16
+
+    @property
+    def engine(self) -> str:
+        return self.cfg.rollout_engine()
+
+
+def _algorithm(m: _Mapping) -> dict[str, Any]:
+    """`algorithm.*`: the advantage estimator the registered algorithm declares, its discounting."""
+    algorithm = m.cfg.algorithm
+    return {
+        "algorithm.adv_estimator": get_algorithm(algorithm.name).verl_estimator,
         "algorithm.gamma": algorithm.gamma,
         "algorithm.lam": algorithm.lam,
         "algorithm.norm_adv_by_std_in_grpo": algorithm.norm_adv_by_std,
         "algorithm.use_kl_in_reward": False,
-        # --- data: one row per prompt (an environment seed); the agent loop builds the chat
+    }
+
+
+def _data(m: _Mapping) -> dict[str, Any]:
+    """`data.*` (and `reward.*`): one row per prompt (an environment seed); the agent loop builds the chat."""
+    trainer, job = m.cfg.trainer, m.job
+    return {
         "data.train_files": job.train_file,
         "data.val_files": job.val_file,
         "data.train_batch_size": trainer.prompts_per_step,
@@ -112,27 +143,38 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         "data.truncation": "error",
         "data.return_raw_chat": True,
         "reward.num_workers": 1,
-        # --- model
-        "actor_rollout_ref.model.path": job.model_path,
-        "actor_rollout_ref.model.tokenizer_path": job.tokenizer_path,
+    }
+
+
+def _model(m: _Mapping) -> dict[str, Any]:
+    """`actor_rollout_ref.model.*`: the model's and tokenizer's folders."""
+    return {
+        "actor_rollout_ref.model.path": m.job.model_path,
+        "actor_rollout_ref.model.tokenizer_path": m.job.tokenizer_path,
         "actor_rollout_ref.model.use_remove_padding": False,
-        "actor_rollout_ref.model.enable_gradient_checkpointing": not cpu,
-        # --- actor: veRL's FSDP2 engine, the algorithm's loss
+        "actor_rollout_ref.model.enable_gradient_checkpointing": not m.cpu,
+    }
+
+
+def _actor(m: _Mapping) -> dict[str, Any]:
+    """`actor_rollout_ref.actor.*` and `.ref.*`: veRL's FSDP2 engine, the algorithm's loss."""
+    trainer, algorithm, model, hosting = m.cfg.trainer, m.cfg.algorithm, m.cfg.model, m.cfg.infra.verl
+    return {
         "actor_rollout_ref.actor.strategy": "fsdp2",
         "actor_rollout_ref.actor.optim.lr": model.actor_lr,
         "actor_rollout_ref.actor.optim.weight_decay": model.weight_decay,
         "actor_rollout_ref.actor.optim.clip_grad": model.grad_clip,
         "actor_rollout_ref.actor.grad_clip": model.grad_clip,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": prompts_per_mini_batch,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": m.prompts_per_mini_batch,
         "actor_rollout_ref.actor.ppo_epochs": trainer.ppo_epochs,
         "actor_rollout_ref.actor.use_dynamic_bsz": True,
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": token_budget,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": m.token_budget,
         "actor_rollout_ref.actor.clip_ratio": algorithm.clip_ratio_low,
         "actor_rollout_ref.actor.clip_ratio_low": algorithm.clip_ratio_low,
         "actor_rollout_ref.actor.clip_ratio_high": algorithm.clip_ratio_high,
         "actor_rollout_ref.actor.clip_ratio_c": algorithm.clip_ratio_c,
         "actor_rollout_ref.actor.loss_agg_mode": algorithm.loss_agg_mode,
-        "actor_rollout_ref.actor.loss_scale_factor": trainer.max_response_tokens * cfg.task.env["max_turns"],
+        "actor_rollout_ref.actor.loss_scale_factor": trainer.max_response_tokens * m.cfg.task.env["max_turns"],
         "actor_rollout_ref.actor.entropy_coeff": algorithm.entropy_coeff,
         "actor_rollout_ref.actor.use_kl_loss": algorithm.use_kl,
         "actor_rollout_ref.actor.kl_loss_coef": algorithm.kl_coef,
@@ -148,14 +190,20 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         "actor_rollout_ref.ref.strategy": "fsdp2",
         "actor_rollout_ref.ref.fsdp_config.param_offload": hosting.param_offload,
         "actor_rollout_ref.ref.fsdp_config.use_torch_compile": False,
-        # --- rollout
+    }
+
+
+def _rollout(m: _Mapping) -> dict[str, Any]:
+    """`actor_rollout_ref.rollout.*`: the engine, sampling, validation sampling, the agent loop."""
+    trainer, hosting, job, cpu, engine = m.cfg.trainer, m.cfg.infra.verl, m.job, m.cpu, m.engine
+    return {
         "actor_rollout_ref.rollout.name": engine,
         "actor_rollout_ref.rollout.mode": "async",
         "actor_rollout_ref.rollout.n": trainer.samples_per_prompt,
         "actor_rollout_ref.rollout.temperature": trainer.temperature,
         "actor_rollout_ref.rollout.top_p": 1.0,
         "actor_rollout_ref.rollout.top_k": -1,
-        "actor_rollout_ref.rollout.dtype": "float32" if precision == FP32 else "bfloat16",
+        "actor_rollout_ref.rollout.dtype": "float32" if m.precision == FP32 else "bfloat16",
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1 if engine == "hf" else hosting.tensor_parallel,
         "actor_rollout_ref.rollout.data_parallel_size": 1,
         # on cpu vLLM reserves this share of the machine's RAM (its KV cache): a small one (VLLM_CPU_MEMORY_SHARE)
@@ -173,11 +221,17 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         "actor_rollout_ref.rollout.val_kwargs.do_sample": True,
         "actor_rollout_ref.rollout.val_kwargs.top_p": 1.0,
         "actor_rollout_ref.rollout.val_kwargs.top_k": -1,
-        # --- trainer
-        "trainer.device": "cpu" if cpu else "cuda",
+    }
+
+
+def _trainer(m: _Mapping) -> dict[str, Any]:
+    """`trainer.*`: the Ray cluster, the run's name, steps, validation, checkpoints and resume."""
+    cfg, trainer, job = m.cfg, m.cfg.trainer, m.job
+    return {
+        "trainer.device": "cpu" if m.cpu else "cuda",
         "trainer.nnodes": job.nnodes,
         "trainer.n_gpus_per_node": job.gpus_per_node,
-        "trainer.use_v1": hosting.trainer == "v1",
+        "trainer.use_v1": cfg.infra.verl.trainer == "v1",
         "trainer.logger": [],
         "trainer.project_name": cfg.infra.mlflow.experiment_name,
         "trainer.experiment_name": cfg.infra.mlflow.run_name or cfg.digest(),
@@ -192,59 +246,90 @@ def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
         "trainer.balance_batch": True,
         "trainer.critic_warmup": 0,
     }
-    if model.lora.enabled:
-        overrides.update({
-            "actor_rollout_ref.model.lora_rank": model.lora.rank,
-            "actor_rollout_ref.model.lora_alpha": model.lora.alpha,
-            "actor_rollout_ref.model.target_modules": model.lora.target_modules,
-        })
-    if uses_critic:
-        overrides.update({
-            "critic.model.path": job.model_path,
-            "critic.model.tokenizer_path": job.tokenizer_path,
-            "critic.model.use_remove_padding": False,
-            "critic.model.enable_gradient_checkpointing": not cpu,
-            "critic.strategy": "fsdp2",
-            "critic.optim.lr": model.critic_lr,
-            "critic.optim.weight_decay": model.weight_decay,
-            "critic.optim.clip_grad": model.grad_clip,
-            "critic.grad_clip": model.grad_clip,
-            "critic.ppo_mini_batch_size": prompts_per_mini_batch,
-            "critic.ppo_max_token_len_per_gpu": token_budget,
-            "critic.cliprange_value": algorithm.cliprange_value,
-            "critic.fsdp.param_offload": hosting.param_offload,
-            "critic.fsdp.optimizer_offload": hosting.param_offload,
-            "critic.fsdp.use_torch_compile": False,
-        })
-    if hosting.trainer == "v1":  # veRL's V1 sync trainer (recipes.verl.v1): orch's sampler and checkpoint callback
-        overrides.update({
-            "trainer.v1.trainer_mode": "sync",  # the only mode orch runs (docs/verl.md, The V1 trainer: async modes)
-            "trainer.v1.sampler.custom_sampler.path": "pkg://recipes.verl.v1",
-            "trainer.v1.sampler.custom_sampler.name": "OrchSampler",
-            "transfer_queue.enable": True,
-            # TransferQueue's storage: one Ray actor per unit (veRL's default 8); on cpu one, on 2 cores every actor
-            # costs start-up seconds
-            "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1 if cpu else 8,
-            # orch's state beside each checkpoint, through veRL's public callback (trainer_base.py:1014,1027)
-            "trainer.checkpoint_callback_class": "recipes.verl.v1.OrchCheckpointCallback",
-        })
-    lines = [f"{key}={_value(value)}" for key, value in overrides.items()]
-    # Keys veRL's schema has no default for: added with `+`.
+
+
+def _lora(m: _Mapping) -> dict[str, Any]:
+    """`actor_rollout_ref.model.lora_*` (LoRA on: `model.lora.rank` > 0; see the module docstring)."""
+    lora = m.cfg.model.lora
+    return {
+        "actor_rollout_ref.model.lora_rank": lora.rank,
+        "actor_rollout_ref.model.lora_alpha": lora.alpha,
+        "actor_rollout_ref.model.target_modules": lora.target_modules,
+    }
+
+
+def _critic(m: _Mapping) -> dict[str, Any]:
+    """`critic.*` (an algorithm with a critic): full-parameter, the actor's engine and batch sizes."""
+    model, job, hosting = m.cfg.model, m.job, m.cfg.infra.verl
+    return {
+        "critic.model.path": job.model_path,
+        "critic.model.tokenizer_path": job.tokenizer_path,
+        "critic.model.use_remove_padding": False,
+        "critic.model.enable_gradient_checkpointing": not m.cpu,
+        "critic.strategy": "fsdp2",
+        "critic.optim.lr": model.critic_lr,
+        "critic.optim.weight_decay": model.weight_decay,
+        "critic.optim.clip_grad": model.grad_clip,
+        "critic.grad_clip": model.grad_clip,
+        "critic.ppo_mini_batch_size": m.prompts_per_mini_batch,
+        "critic.ppo_max_token_len_per_gpu": m.token_budget,
+        "critic.cliprange_value": m.cfg.algorithm.cliprange_value,
+        "critic.fsdp.param_offload": hosting.param_offload,
+        "critic.fsdp.optimizer_offload": hosting.param_offload,
+        "critic.fsdp.use_torch_compile": False,
+    }
+
+
+def _v1(m: _Mapping) -> dict[str, Any]:
+    """`trainer.v1.*`, `transfer_queue.*`: veRL's V1 sync trainer (recipes.verl.v1), orch's sampler and checkpoint
+    callback."""
+    return {
+        "trainer.v1.trainer_mode": "sync",  # the only mode orch runs (docs/verl.md, The V1 trainer: async modes)
+        "trainer.v1.sampler.custom_sampler.path": "pkg://recipes.verl.v1",
+        "trainer.v1.sampler.custom_sampler.name": "OrchSampler",
+        "transfer_queue.enable": True,
+        # TransferQueue's storage: one Ray actor per unit (veRL's default 8); on cpu one, on 2 cores every actor
+        # costs start-up seconds
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1 if m.cpu else 8,
+        # orch's state beside each checkpoint, through veRL's public callback (trainer_base.py:1014,1027)
+        "trainer.checkpoint_callback_class": "recipes.verl.v1.OrchCheckpointCallback",
+    }
+
+
+def _added(m: _Mapping) -> dict[str, Any]:
+    """Keys veRL's schema has no default for (added with `+`; a None value is left out): attention, mixed precision,
+    vLLM's sleep mode, the V1 agent-loop manager."""
+    hosting, cpu, precision = m.cfg.infra.verl, m.cpu, m.precision
     added = {
         "actor_rollout_ref.model.override_config.attn_implementation": (
             ("sdpa" if cpu else "flash_attention_2") if hosting.attention == "auto" else hosting.attention),
         "actor_rollout_ref.actor.fsdp_config.mixed_precision": precision,
         "actor_rollout_ref.ref.fsdp_config.mixed_precision": precision,
         # vLLM's CPU platform has no sleep mode (its engine refuses to start with it); the cache is kept instead
-        "actor_rollout_ref.rollout.enable_sleep_mode": False if cpu and engine == "vllm" else None,
+        "actor_rollout_ref.rollout.enable_sleep_mode": False if cpu and m.engine == "vllm" else None,
     }
-    if uses_critic:
+    if m.uses_critic:
         added["critic.model.override_config.attn_implementation"] = added[
             "actor_rollout_ref.model.override_config.attn_implementation"]
         added["critic.fsdp.mixed_precision"] = precision
     if hosting.trainer == "v1":  # the planted-collapse control's marks: veRL's public manager setting (main_ppo.py:111-130)
         added["actor_rollout_ref.rollout.agent.agent_loop_manager_class"] = "recipes.verl.v1.OrchAgentLoopManager"
-    for key, value in added.items():
+    return added
+
+
+def verl_overrides(cfg: TrainConfig, job: VerlJob) -> list[str]:
+    """Hydra overrides of veRL's `ppo_trainer` config for `cfg` on `job` (see the module docstring), section by
+    section of veRL's config."""
+    m = _Mapping(cfg, job)
+    overrides = {**_algorithm(m), **_data(m), **_model(m), **_actor(m), **_rollout(m), **_trainer(m)}
+    if cfg.model.lora.enabled:
+        overrides.update(_lora(m))
+    if m.uses_critic:
+        overrides.update(_critic(m))
+    if cfg.infra.verl.trainer == "v1":
+        overrides.update(_v1(m))
+    lines = [f"{key}={_value(value)}" for key, value in overrides.items()]
+    for key, value in _added(m).items():
         if value is not None:
             lines.append(f"+{key}={value if key.endswith('mixed_precision') else _value(value)}")
     return lines
