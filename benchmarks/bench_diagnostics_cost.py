@@ -33,9 +33,9 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
 from recipes.run.tracking import PEAK_MEMORY_METRIC
+from recipes.run.training import run_training
 from recipes.torch_trainer.warmstart import model_folder
 
 PAPER = ["hooks=[collapse]", "diagnostics.num_samples=64", "diagnostics.mi_every=5"]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
+from recipes.run.training import run_training
 from recipes.torch_trainer.warmstart import model_folder
 
 

@@ -35,8 +35,8 @@ def train(overrides: list[str], folder: Path) -> tuple[dict[str, list[float]], f
     """Run one training; (metric histories of interest, wall seconds)."""
     from mlflow import MlflowClient
 
-    from recipes.config.backends import run_training
     from recipes.config.schema import compose_train_config
+    from recipes.run.training import run_training
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     started = time.perf_counter()

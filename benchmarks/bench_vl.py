@@ -43,8 +43,8 @@ def main() -> None:
 
     from mlflow import MlflowClient
 
-    from recipes.config.backends import run_training
     from recipes.config.schema import compose_train_config
+    from recipes.run.training import run_training
 
     print(f"task {args.task}, {args.prompts} prompts x {args.samples} samples, {args.steps} steps, "
           f"threads {args.threads}, warm start off, filter none (every trajectory updates)")

@@ -123,8 +123,8 @@ def _run_cell(store_url: str, cell_id: int, executor: str, requeue: Requeue, sub
     try:
         with _heartbeat(store, attempt_id, cell_checkpoint_dir(context)):
             cfg = compose_cell_config(context)
-            from recipes.config.backends import run_training
             from recipes.run.progress import setup_logging
+            from recipes.run.training import run_training
             from recipes.trained.evaluate import run_evaluation
 
             setup_logging()  # the trainer's step lines go to the job's log (`orch logs`)

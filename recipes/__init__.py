@@ -9,7 +9,8 @@ rooms before it in this order (tests/test_layers.py checks it, the modules named
     diagnostics    the step-hook contract and the collapse hook
     config         the typed training config, Hydra composition of conf/, the one resolve (settings -> config
                    and identity), the trainer-backend registry
-    run            a run's record: MLflow bookkeeping, progress
+    run            one training run: its start on its backend as the checkpoint folder's one writer
+                   (`run_training`), its MLflow record, progress
     step           orch's phases of a training step, once for every trainer: hooks, the filter, the rollout table,
                    the empty step and its stop, the stop at a step's end
     torch_trainer  the `torch` backend (one process: entry, loop, run state) and the warm start both backends use

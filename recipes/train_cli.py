@@ -55,8 +55,8 @@ def train_command(
     except OrchError as err:
         typer.echo(f"orch: error: {err}", err=True)
         raise typer.Exit(2) from None
-    from recipes.config.backends import run_training
     from recipes.run.progress import setup_logging
+    from recipes.run.training import run_training
     from recipes.runtime.checkpoint import REQUEUE_EXIT_CODE
     from recipes.runtime.stop import StopRequest
 

@@ -75,8 +75,8 @@ def main() -> int:
 
     from analysis import names
     from orchlib.errors import OrchError
-    from recipes.config.backends import run_training
     from recipes.config.schema import compose_train_config
+    from recipes.run.training import run_training
     from recipes.runtime.hf_folder import hf_folder_problems
     from recipes.verl.preflight import preflight_cell
 

@@ -133,7 +133,7 @@ def test_a_test_backend_run_imports_neither_torch_nor_transformers(workdir: Path
 
     code = f"""
 import sys
-from recipes.config.backends import run_training
+from recipes.run.training import run_training
 from recipes.config.schema import compose_train_config
 result = run_training(compose_train_config(["backend=orch-test", "trainer=test", "trainer.total_steps=2",
                                             "mlflow.tracking_uri={tracking}", "trainer.checkpoint_dir=ck"]))

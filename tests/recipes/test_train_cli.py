@@ -54,7 +54,7 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line(train_overrides, monkeypatc
     train` turns into one line and exit 130. The handler is called directly: a real signal sent to this process
     may land in another of its threads and reach the handler a few bytecodes later (a race), and two sent at once
     may merge into one. The real first Ctrl-C is the subprocess test above."""
-    import recipes.config.backends
+    import recipes.run.training
     from recipes.runtime.stop import StopRequest
 
     before = signal.getsignal(signal.SIGINT)
@@ -70,7 +70,7 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line(train_overrides, monkeypatc
     def interrupted(cfg, should_stop=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(recipes.config.backends, "run_training", interrupted)
+    monkeypatch.setattr(recipes.run.training, "run_training", interrupted)
     result = CliRunner().invoke(app, ["train", *train_overrides])
     assert result.exit_code == 130, result.output
     assert result.output.strip().splitlines() == [
@@ -116,8 +116,8 @@ def test_a_run_with_a_time_limit_checkpoints_and_stops_before_it(train_overrides
     longest step so far x 1.5 plus a checkpoint), the run checkpoints and stops as on a stop signal."""
     import re
 
-    from recipes.config.backends import run_training
     from recipes.config.schema import compose_train_config
+    from recipes.run.training import run_training
 
     cfg = compose_train_config([*train_overrides, "algorithm=grpo", "task=countdown", "filter=none",
                                 "trainer.total_steps=100000", "trainer.val_every=0", "trainer.save_every=0",

@@ -12,12 +12,12 @@ from mlflow import MlflowClient
 
 import recipes.diagnostics.monitor
 from orchlib.errors import OrchError
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
 from recipes.diagnostics.monitor import reward_variance_buckets
 from recipes.policy.actor import UpdateSettings, actor_config, global_batch_info, loss_part_gradients
 from recipes.policy.batch import build_batch
 from recipes.policy.models import load_policy
+from recipes.run.training import run_training
 from recipes.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from recipes.stats.collapse_alert import CollapseAlert
 from tests.recipes.conftest import MICRO

@@ -57,8 +57,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
+from recipes.run.training import run_training
 from recipes.stats.collapse_alert import LEGACY_RULE
 
 BLIND_FROM = 3

@@ -135,7 +135,7 @@ def test_kv_reuse_across_turns_is_exact_with_images(vl_policy, vl_encoder: ChatE
 def test_two_step_training_run_with_image_observations(train_overrides: list[str]) -> None:
     from mlflow import MlflowClient
 
-    from recipes.config.backends import run_training
+    from recipes.run.training import run_training
     from recipes.stats.rollouts import load_rollout_batch
 
     overrides = [*MICRO_VL, *train_overrides, "filter=none", "hooks=[collapse]", "diagnostics.mi_every=1",

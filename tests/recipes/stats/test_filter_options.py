@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
+from recipes.run.training import run_training
 
 
 def train_one_step(train_overrides: list[str], extra: list[str]) -> dict[str, float]:

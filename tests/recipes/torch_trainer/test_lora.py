@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from analysis import names
 from orchestrator.cli import app
-from recipes.config.backends import run_training
 from recipes.config.schema import TrainConfig, compose_train_config
+from recipes.run.training import run_training
 from recipes.runtime.checkpoint import latest_checkpoint, load_checkpoint
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ import math
 
 from mlflow import MlflowClient
 
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
+from recipes.run.training import run_training
 
 
 def test_two_steps_on_webshop(train_overrides) -> None:

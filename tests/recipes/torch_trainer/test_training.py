@@ -13,10 +13,10 @@ from mlflow import MlflowClient
 import recipes.diagnostics.monitor
 import recipes.stats.filtering
 from orchlib.errors import OrchError
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
 from recipes.diagnostics import hooks, registry
 from recipes.run.tracking import PEAK_MEMORY_METRIC
+from recipes.run.training import run_training
 from recipes.runtime.checkpoint import latest_checkpoint
 from recipes.stats.rollouts import load_rollout_batch
 from recipes.torch_trainer import trainer as torch_trainer

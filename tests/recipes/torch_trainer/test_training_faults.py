@@ -17,8 +17,8 @@ import torch
 from mlflow import MlflowClient
 
 from orchlib.errors import OrchError
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
+from recipes.run.training import run_training
 from recipes.runtime.checkpoint import latest_checkpoint, load_checkpoint
 from recipes.torch_trainer.state import REPLAYED_METRIC
 

@@ -11,8 +11,8 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
+from recipes.run.training import run_training
 from recipes.runtime.checkpoint import latest_checkpoint, load_checkpoint
 
 

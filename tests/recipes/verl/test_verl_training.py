@@ -18,8 +18,8 @@ import pytest
 from mlflow import MlflowClient
 
 from analysis import names
-from recipes.config.backends import run_training
 from recipes.config.schema import compose_train_config
+from recipes.run.training import run_training
 
 pytestmark = pytest.mark.slow
 # A brief warm start (as in test_diagnostics): the micro model then writes <think> blocks that the MI proxies score.
