@@ -4,7 +4,7 @@ rooms before it in this order (tests/test_layers.py checks it, the modules named
     runtime        the process a run lives in: stop signal, time limit, update undo, seeds, folder cache, checkpoints,
                    HF folder checks
     policy         chat and image tokens, tokenizer, models, the training batch, sampling, actor losses, algorithms
-    stats          the paper's statistics: SNR-Aware Filtering, MI proxies, cross-scoring, the collapse rule,
+    stats          the paper's statistics: SNR-Aware Filtering, MI proxies, cross-scoring, the collapse alert,
                    rollout statistics and the rollout-batch format
     diagnostics    the step-hook contract and the collapse hook
     config         the typed training config, Hydra composition of conf/, the one resolve (settings -> config

@@ -58,7 +58,7 @@ def test_archived_cells_are_still_the_sweeps_cells(sweep: str, monkeypatch: pyte
                                                    fresh_cache: Path) -> None:
     """`orch sweep sweeps/<sweep>.yaml --done-in docs/results/<sweep>/...` leaves out every archived cell: an
     identity change of conf/ (a new default) must leave these sweeps' cells as they were archived (#46: they pin the
-    collapse rule they ran with)."""
+    collapse alert's rule they ran with)."""
     from analysis.stores.archive import finished_cells
 
     monkeypatch.setenv("ORCH_CACHE_DIR", str(fresh_cache))

@@ -171,7 +171,7 @@ def old_store(workdir: Path, tracking: str) -> Store:
 
 @pytest.fixture
 def conf_before_the_rule_choice(tmp_path, monkeypatch) -> Path:
-    """conf/ as when the old store was written: the collapse rule's defaults before #46 chose a new one (LEGACY_RULE)."""
+    """conf/ as when the old store was written: the collapse alert's rule defaults before #46 chose a new one (LEGACY_RULE)."""
     conf = tmp_path / "conf-legacy-rule"
     shutil.copytree(compose.CONF_DIR, conf)
     path = conf / "train.yaml"
@@ -210,7 +210,7 @@ def test_replan_gives_an_old_stores_cells_their_configs_under_the_same_identitie
 
 def test_an_old_store_meets_todays_conf_with_one_line_and_replan_names_the_new_identity(workdir, test_backend,
                                                                                          tracking) -> None:
-    """Today's conf/ chose a new collapse rule (#46, CHANGELOG): the old pending cell no longer hashes to its identity
+    """Today's conf/ chose a new rule for the collapse alert (#46, CHANGELOG): the old pending cell no longer hashes to its identity
     when composed; its job says so in one line, and replan replaces it, naming both identities."""
     store = old_store(workdir, tracking)
     context = store.job_context(2)
