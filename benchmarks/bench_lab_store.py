@@ -10,7 +10,8 @@ other sweeps' runs), measured after each growth:
         --root /tmp/orch_lab/pg
     nice -n 10 .venv/bin/python benchmarks/bench_lab_store.py --mlflow $PG/mlflow_lab --store $PG/orch_lab \
         --folder /tmp/orch_lab/pg --runs 1000 --queries
-    nice -n 10 .venv/bin/python benchmarks/lab_store.py --append --seed 1 --runs 9000 ...   # then 10000, and so on
+    # the next size: a copy (createdb -T mlflow_lab mlflow_10k; the same for orch_lab) grown by the difference
+    nice -n 10 .venv/bin/python benchmarks/lab_store.py --append --seed 1 --runs 9000 --mlflow $PG/mlflow_10k ...
 
 Every command runs as a user runs it (`.venv/bin/orch ...`, a new process, in --folder) under `/usr/bin/time -v`:
 wall time and peak RSS, with the load average at its start (the machine is shared: compare ratios). Printed one line
@@ -25,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -60,11 +62,15 @@ def commands(uri: str, store: str, out: Path) -> list[tuple[str, list[str]]]:
 def timed(argv: list[str], cwd: Path, timeout: float) -> dict:
     """Wall seconds and peak RSS (MB) of one command, with its exit code and last stderr line."""
     started = time.perf_counter()
+    process = subprocess.Popen(["/usr/bin/time", "-v", *argv], cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        done = subprocess.run(["/usr/bin/time", "-v", *argv], cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)
+        _, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the command too, not only `time`
+        process.communicate()
         return {"seconds": None, "peak_mb": None, "code": "timeout", "note": f"over {timeout:.0f} s"}
+    done = subprocess.CompletedProcess(argv, process.returncode, "", stderr)
     seconds = time.perf_counter() - started
     peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
     lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("\t")
