@@ -76,6 +76,7 @@ def _read(uri: str):
     return data, statements, steps[0] * 10
 
 
+@pytest.mark.slow  # about 40 s: MLflow's migrations once, two stores of table4's 264 planned cells
 def test_reading_a_sweep_does_not_grow_with_other_sweeps_runs(lab):
     alone, alone_sql, alone_steps = _read(lab["alone"])
     crowded, crowded_sql, crowded_steps = _read(lab["crowded"])
