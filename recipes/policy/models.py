@@ -198,8 +198,11 @@ def load_policy(folder: Path, dtype: str, device: str) -> torch.nn.Module:
 
 
 def load_critic(folder: Path, dtype: str, device: str) -> torch.nn.Module:
-    """A value model: the backbone of `folder` with a fresh scalar head per token (veRL's critic layout)."""
-    from transformers import AutoModelForTokenClassification
+    """A value model: the backbone of `folder` with a fresh scalar head per token (veRL's critic layout), its head's
+    dropout off as veRL sets it (verl/workers/engine/fsdp/transformer_impl.py:297, `classifier_dropout = 0.0`):
+    transformers' token-classification head otherwise falls back to 0.1 for a config without the key (Qwen2's), and
+    the values scored for GAE and the critic's loss would be drawn through a random mask."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
     from transformers.utils import logging
 
     from recipes.policy.vision import VisionCritic, is_vision_folder
@@ -210,7 +213,9 @@ def load_critic(folder: Path, dtype: str, device: str) -> torch.nn.Module:
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # "newly initialised weights: score" is expected
     try:
-        critic = AutoModelForTokenClassification.from_pretrained(folder, num_labels=1, dtype=torch_dtype(dtype))
+        config = AutoConfig.from_pretrained(folder, num_labels=1)
+        config.classifier_dropout = 0.0
+        critic = AutoModelForTokenClassification.from_pretrained(folder, config=config, dtype=torch_dtype(dtype))
     finally:
         logging.set_verbosity(verbosity)
     return critic.to(device).train()
