@@ -61,7 +61,7 @@ from analysis.stats.verdicts import (  # noqa: E402
     judge,
 )
 
-TARGET = ROOT / "analysis" / RATES_FILE.name  # --record writes here, not beside the installed module
+TARGET = ROOT / "analysis" / "stats" / RATES_FILE.name  # --record writes here, not beside the installed module
 SEEDS = (3, 5, 10)
 TRIALS = 200
 SEED = 56

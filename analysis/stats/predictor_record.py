@@ -386,7 +386,7 @@ def make_record(rows: list[dict[str, Any]], skipped: dict[str, str], source: str
 
 def record_path(checkout: Path | None = None) -> Path:
     """Where the record of the checkout ``checkout`` lives (default: this module's)."""
-    return RECORD if checkout is None else Path(checkout) / "analysis" / RECORD.name
+    return RECORD if checkout is None else Path(checkout) / "analysis" / "stats" / RECORD.name
 
 
 def write_record(record: dict[str, Any], path: Path | None = None) -> Path:
