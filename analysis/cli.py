@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from orchlib.errors import error_line
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -30,7 +32,7 @@ UriOpt = Annotated[
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"orch: error: {message}", err=True)
+    typer.echo(error_line(message), err=True)
     raise typer.Exit(2)
 
 

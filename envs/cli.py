@@ -14,6 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
+from orchlib.errors import error_line
+
 app = typer.Typer(no_args_is_help=True)
 
 TaskArg = Annotated[str, typer.Argument(help="Environment name (see `orch env list`).")]
@@ -48,7 +50,7 @@ def _run(command: Callable[[], None]) -> None:
     try:
         command()
     except OrchError as err:
-        typer.echo(f"orch: error: {err}", err=True)
+        typer.echo(error_line(err), err=True)
         raise typer.Exit(2) from None
 
 

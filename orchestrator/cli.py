@@ -17,7 +17,7 @@ import click
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from orchlib.errors import OrchError, fault_line, validation_error
+from orchlib.errors import OrchError, error_line, fault_line, validation_error
 from orchlib.signals import StopSignal, stop_ends_command
 
 
@@ -43,7 +43,7 @@ class OneLineErrors(TyperGroup):
             path = err.ctx.command_path if getattr(err, "ctx", None) else "orch"
             command = path.partition(" ")[2]  # the sub-command (`sweep`, `env play`); '' for orch itself
             message = " ".join(err.format_message().split()).removesuffix(".")
-            click.echo(f"orch: error: {command + ': ' if command else ''}{message} (see {path} --help)", err=True)
+            click.echo(error_line(f"{command + ': ' if command else ''}{message} (see {path} --help)"), err=True)
             sys.exit(err.exit_code)
         except click.Abort:
             click.echo("orch: aborted", err=True)
@@ -52,7 +52,7 @@ class OneLineErrors(TyperGroup):
             line = fault_line(err)
             if line is None:
                 raise
-            click.echo(f"orch: error: {line}", err=True)
+            click.echo(error_line(line), err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -127,7 +127,7 @@ MetricOpt = Annotated[str, typer.Option("--metric", help="Per-prompt reward-vari
 
 def _fail(message: str, code: int = 2) -> None:
     """Print one clear line to stderr and exit with ``code``."""
-    typer.echo(f"orch: error: {message}", err=True)
+    typer.echo(error_line(message), err=True)
     raise typer.Exit(code)
 
 

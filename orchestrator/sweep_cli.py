@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from orchlib.errors import error_line
 from orchlib.signals import StopSignal
 
 app = typer.Typer(no_args_is_help=True)
@@ -31,7 +32,7 @@ STATUS_ROWS = 50  # cells `orch status` shows without --all
 
 
 def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"orch: error: {message}", err=True)
+    typer.echo(error_line(message), err=True)
     raise typer.Exit(code)
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.engine import _ensure_runs, reconcile, save_sweep_row, stop_cells, submit_cells
 from orchestrator.states import ACTIVE, DONE, MISSING, State
 from orchestrator.study import StudySpec, objective_value, probe_points, trial_definition
-from orchlib.errors import OrchError
+from orchlib.errors import OrchError, error_line
 from orchlib.shutdown import before_exit
 
 if TYPE_CHECKING:
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
 
         report = tuner.run(on_poll=show)
     except OrchError as err:
-        print(f"orch: error: {err}", file=sys.stderr)
+        print(error_line(err), file=sys.stderr)
         return 2
     log.info("study %s: %d trials %s; best %s", report.study, report.trials, report.states, report.best)
     return 0

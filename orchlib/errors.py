@@ -17,6 +17,14 @@ class OrchError(Exception):
     """Bad input or a failed precondition, with a one-line message meant for the user."""
 
 
+ERROR_PREFIX = "orch: error: "
+
+
+def error_line(message: object) -> str:
+    """The one line a CLI prints for bad input or a fault, before exiting with code 2: ``orch: error: <message>``."""
+    return f"{ERROR_PREFIX}{message}"
+
+
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)  # what a full disk or an exhausted quota raise
 
 

@@ -25,7 +25,7 @@ def train_command(
     print_config: Annotated[bool, typer.Option("--print-config", help="Print the composed config and exit.")] = False,
 ) -> None:
     """Train one agent with RL (rollouts, SNR-Aware Filtering, update, validation; metrics to MLflow)."""
-    from orchlib.errors import OrchError, fault_line
+    from orchlib.errors import OrchError, error_line, fault_line
     from recipes.config.resolve import resolve_cell
 
     arguments = [*(overrides or []), *ctx.args]
@@ -35,7 +35,7 @@ def train_command(
             raise OrchError("config key evaluation.source: set, but `orch train` trains; evaluate a checkpoint with "
                             "`orch eval SOURCE`, or every finished cell of a sweep with `orch eval --sweep S --best`")
     except OrchError as err:
-        typer.echo(f"orch: error: {err}", err=True)
+        typer.echo(error_line(err), err=True)
         raise typer.Exit(2) from None
     if print_config:
         import yaml
@@ -53,7 +53,7 @@ def train_command(
     try:
         check_run_targets(cfg.infra)  # before the backend's heavy imports (`tracked_run` checks again, for jobs)
     except OrchError as err:
-        typer.echo(f"orch: error: {err}", err=True)
+        typer.echo(error_line(err), err=True)
         raise typer.Exit(2) from None
     from recipes.run.progress import setup_logging
     from recipes.run.training import run_training
@@ -65,13 +65,13 @@ def train_command(
         with StopRequest() as stop_requested:
             result = run_training(cfg, should_stop=stop_requested)
     except OrchError as err:
-        typer.echo(f"orch: error: {err}", err=True)
+        typer.echo(error_line(err), err=True)
         raise typer.Exit(2) from None
     except OSError as err:
         line = fault_line(err)
         if line is None:
             raise
-        typer.echo(f"orch: error: {line}", err=True)
+        typer.echo(error_line(line), err=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         typer.echo("orch: interrupted (Ctrl-C twice): stopped at once, without a checkpoint of this step; the run "
