@@ -219,13 +219,16 @@ def _delta(base: Any, treated: Any, n_boot: int) -> Measured:
 
 
 def _change(base: Any, treated: Any, n_boot: int) -> Measured:
-    """The relative change from `base` to `treated`, % of the base (`analysis.stats.verdicts.change_interval`)."""
+    """The relative change from `base` to `treated`, % of the base (`analysis.stats.verdicts.change_interval`), with
+    both arms in % of the base's mean as its samples: the judge then takes Welch's t interval of their difference, the
+    interval `benchmarks/bench_judge.py` calibrates the effect path with (not the bootstrap's, which it never ran)."""
     base, treated = (np.asarray(v, dtype=np.float64) for v in (base, treated))
     base, treated = base[np.isfinite(base)], treated[np.isfinite(treated)]
     change = change_interval(base, treated, n_boot)
     if math.isnan(change[0]):
         return NONE
-    return Measurement(*change, int(min(base.size, treated.size)))
+    scale = 100.0 / base.mean()
+    return Measurement(*change, int(min(base.size, treated.size)), samples=(base * scale, treated * scale))
 
 
 def _filtered(runs: pd.DataFrame, on: bool) -> pd.DataFrame:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis import paper
 from analysis.reports.paper_report import Context, _scopes, decline_order, rehearsal_problems
@@ -156,3 +157,26 @@ def test_the_paper_report_prints_the_effect_paths_miss_beside_its_verdicts() -> 
 
     lines = verdict_lines({"table5": frame, "empty": pd.DataFrame()})  # the terminal's `orch report --paper`
     assert lines[0] == "table5: 2 reproduced" and any("is above the 5% target" in line for line in lines)
+
+
+def test_table5s_step_time_cut_is_judged_on_the_interval_the_bench_calibrated() -> None:
+    """The effect path's rates (bench_judge.py) are measured with Welch's t interval on both arms in % of the base's
+    mean; Table 5's measure hands the judge those arms, so the verdict it prints comes from that interval, not from
+    the bootstrap the bench never ran (the point value, the relative change, is the same either way)."""
+    from scipy.stats import ttest_ind
+
+    from analysis.reports.paper_report import SECTIONS
+
+    base, treated = np.array([10.0, 11.0, 9.5, 10.5, 10.2]), np.array([6.1, 6.5, 5.7, 6.3, 5.9])
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(10)], "task": "sokoban", "samples": 4,
+                         "filtered": [False] * 5 + [True] * 5, "step_time": [*base, *treated]})
+    data = RunData(runs=runs, metrics=pd.DataFrame(columns=["run_id", "key", "step", "value", "timestamp"]),
+                   tracking_uri="", reader="archive")
+    value = next(v for v in paper.BY_KEY["table5"].published
+                 if v.at.get("stat") == "time_change" and v.at.get("samples") == 4)
+    measured = SECTIONS["table5"](Context(data, runs, 200), value)
+    assert measured.value == pytest.approx(100 * (treated.mean() / base.mean() - 1))
+    scale = 100 / base.mean()
+    welch = ttest_ind(treated * scale, base * scale, equal_var=False).confidence_interval(0.95)
+    judged = verdicts.judge(value.value, value.kind, measured, margin=value.band)
+    assert (judged.lo, judged.hi) == pytest.approx((welch.low, welch.high))
