@@ -15,7 +15,7 @@ are per row).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,15 +64,25 @@ def _packed_attention_on(model: torch.nn.Module) -> Iterator[None]:
     from transformers import PretrainedConfig
 
     _register()
-    configs = {id(config): config for module in model.modules()
-               if isinstance(config := getattr(module, "config", None), PretrainedConfig)}
-    was = {key: config._attn_implementation_internal for key, config in configs.items()}
+    configs = [config for module in model.modules()
+               if isinstance(config := getattr(module, "config", None), PretrainedConfig)]
+    with attention_implementation(configs, PACKED_ATTENTION):
+        yield
+
+
+@contextlib.contextmanager
+def attention_implementation(configs: Iterable[Any], implementation: str) -> Iterator[None]:
+    """Each of `configs` (model configs; one object may come more than once) set to the attention `implementation`
+    (an AttentionInterface name) inside the block, its own implementation restored afterwards: the packed passes
+    here and the prefix cross-scoring (`recipes.stats.cross_scoring`) both switch a model's attention this way."""
+    distinct = {id(config): config for config in configs}
+    was = {key: config._attn_implementation_internal for key, config in distinct.items()}
     try:
-        for config in configs.values():
-            config._attn_implementation_internal = PACKED_ATTENTION
+        for config in distinct.values():
+            config._attn_implementation_internal = implementation
         yield
     finally:
-        for key, config in configs.items():
+        for key, config in distinct.items():
             config._attn_implementation_internal = was[key]
 
 

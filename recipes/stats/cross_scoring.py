@@ -143,15 +143,11 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, scaling,
 @contextmanager
 def _attention(model, implementation: str):
     """Run the model's attention layers with ``implementation`` (an AttentionInterface name) inside the block."""
-    configs = {id(m.config): m.config for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "config")}
-    saved = {key: config._attn_implementation_internal for key, config in configs.items()}
-    try:
-        for config in configs.values():
-            config._attn_implementation_internal = implementation
+    from recipes.policy.packing import attention_implementation
+
+    with attention_implementation((m.config for m in model.modules() if hasattr(m, "layer_idx")
+                                   and hasattr(m, "config")), implementation):
         yield
-    finally:
-        for key, config in configs.items():
-            config._attn_implementation_internal = saved[key]
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
