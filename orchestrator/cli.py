@@ -42,7 +42,7 @@ class OneLineErrors(TyperGroup):
         except click.ClickException as err:
             path = err.ctx.command_path if getattr(err, "ctx", None) else "orch"
             command = path.partition(" ")[2]  # the sub-command (`sweep`, `env play`); '' for orch itself
-            message = " ".join(err.format_message().split()).removesuffix(".")
+            message = " ".join(_usage_message(err).split()).removesuffix(".")
             click.echo(error_line(f"{command + ': ' if command else ''}{message} (see {path} --help)"), err=True)
             sys.exit(err.exit_code)
         except click.Abort:
@@ -55,6 +55,23 @@ class OneLineErrors(TyperGroup):
             click.echo(error_line(line), err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_message(err: click.ClickException) -> str:
+    """click's message, but an unknown command or option gets one suggestion, once (`did_you_mean`): click 8.4's own
+    'Did you mean' and Typer's on top of it named two, or the same one twice."""
+    from orchlib.errors import did_you_mean
+
+    if isinstance(err, click.exceptions.NoSuchOption):
+        params = err.ctx.command.get_params(err.ctx) if getattr(err, "ctx", None) else []
+        valid = [name for param in params if not getattr(param, "hidden", False)
+                 for name in param.opts + param.secondary_opts if name.startswith("-")] or err.possibilities or []
+        return f"No such option {err.option_name!r}{did_you_mean(err.option_name, valid)}"
+    if isinstance(err, click.exceptions.NoSuchCommand):
+        group = err.ctx.command if getattr(err, "ctx", None) else None
+        valid = group.list_commands(err.ctx) if isinstance(group, click.Group) else err.possibilities or []
+        return f"No such command {err.command_name!r}{did_you_mean(err.command_name, valid)}"
+    return err.format_message()
 
 
 def _after_stop(argv: list[str]) -> str:
@@ -113,6 +130,9 @@ from recipes.train_cli import train_command  # noqa: E402
 
 app.command("train", short_help="Train one agent with RL: one run, logged to MLflow.",
             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(train_command)
+from recipes.cache_cli import app as cache_app  # noqa: E402
+
+app.add_typer(cache_app, name="cache", short_help="List orch's cache; remove what killed writers left.")
 from analysis.cli import app as analysis_app  # noqa: E402
 
 app.add_typer(analysis_app)  # top-level: runs, report

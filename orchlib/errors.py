@@ -56,14 +56,19 @@ def choices_error(what: str, got: object, valid: list[str] | tuple[str, ...], wh
     """The standard 'unknown X' error: ``[where: ]unknown what 'got'; valid choices: a, b, c``, followed by
     ``; did you mean 'b'?`` when one valid choice is close to what was typed (`typed`, default `got`; a typo:
     `total_step` -> `total_steps`)."""
-    import difflib
-
     prefix = f"{where}: " if where else ""
     names = sorted(map(str, valid))
-    typo = str(got if typed is None else typed)
-    near = difflib.get_close_matches(typo, names, n=1, cutoff=CLOSE_MATCH_CUTOFF)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
-    return OrchError(f"{prefix}unknown {what} {got!r}; valid choices: {', '.join(names)}{hint}")
+    return OrchError(f"{prefix}unknown {what} {got!r}; valid choices: {', '.join(names)}"
+                     f"{did_you_mean(str(got if typed is None else typed), names)}")
+
+
+def did_you_mean(typed: str, valid: typing.Iterable[str]) -> str:
+    """``; did you mean 'b'?`` naming the one valid choice closest to `typed` when one is close (difflib's ratio at
+    least `CLOSE_MATCH_CUTOFF`), else ''. The one suggestion orch makes, for a key, a choice, a command or an option."""
+    import difflib
+
+    near = difflib.get_close_matches(typed, sorted(map(str, valid)), n=1, cutoff=CLOSE_MATCH_CUTOFF)
+    return f"; did you mean {near[0]!r}?" if near else ""
 
 
 CLOSE_MATCH_CUTOFF = 0.7  # difflib's similarity ratio above which a valid choice is offered as the one meant

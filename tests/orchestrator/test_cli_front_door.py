@@ -27,6 +27,14 @@ def test_version_prints_the_package_version() -> None:
         (["sweep", "--bogus"], "orch: error: sweep: No such option '--bogus' (see orch sweep --help)"),
         (["env", "play", "--bogus"], "orch: error: env play: No such option '--bogus' (see orch env play --help)"),
         (["sweep"], "orch: error: sweep: Missing argument 'FILE' (see orch sweep --help)"),
+        # a typo gets one suggestion, once (click and Typer each added theirs: two, or the same one twice)
+        (["statsu"], "orch: error: No such command 'statsu'; did you mean 'status'? (see orch --help)"),
+        (["cach"], "orch: error: No such command 'cach'; did you mean 'cache'? (see orch --help)"),
+        (["nothing-near"], "orch: error: No such command 'nothing-near' (see orch --help)"),
+        (["env", "plya"], "orch: error: env: No such command 'plya'; did you mean 'play'? (see orch env --help)"),
+        (["sweep", "x.yaml", "--dryrun"],
+         "orch: error: sweep: No such option '--dryrun'; did you mean '--dry-run'? (see orch sweep --help)"),
+        (["--verison"], "orch: error: No such option '--verison'; did you mean '--version'? (see orch --help)"),
     ],
 )
 def test_usage_error_is_one_line_with_one_prefix(argv: list[str], line: str) -> None:
