@@ -6,7 +6,7 @@ Filtering. `train` reads top to bottom, and `train_step` is one step (the entry 
                settings (`setup`; what the run holds: `recipes.torch_trainer.state.Run`), resume from the checkpoint
                (or validate at step 0)
     each step  1 rollout      prompts x samples episodes through envs.run_episodes (all samples of a prompt share
-                              its seed); DAPO's dynamic sampling tops up zero-variance groups; the whole batch as
+                              its seed); DAPO's dynamic sampling gathers groups with variance; the whole batch as
                               token tensors, built once (hooks and the update share it)
                2 hooks        registered step hooks on the unfiltered batch (MI cross-scoring goes here)
                3 filter       SNR-Aware Filtering on episode returns, the rollout table; an empty batch skips the
@@ -391,28 +391,23 @@ def play(cfg: TrainConfig, sampler: Sampler, seeds: list[int], samples: int) -> 
 
 
 def collect_rollouts(cfg: TrainConfig, sampler: Sampler, step: int) -> tuple[list[Any], dict[str, float]]:
-    """The step's trajectories, grouped by prompt (consecutive). With dynamic sampling (DAPO), zero-variance groups
-    are replaced by groups from up to `max_extra_gen_batches` extra generation batches of fresh prompts."""
-    from recipes.stats.filtering import group_stats
+    """The step's trajectories, grouped by prompt (consecutive). With dynamic sampling (DAPO), the groups with
+    reward variance of up to 1 + `max_extra_gen_batches` generation batches of fresh prompts, gathered and cut to
+    `prompts_per_step` (`recipes.stats.dynamic_sampling.gather_groups`, the rule of every backend)."""
+    from recipes.stats.dynamic_sampling import GEN_BATCHES, gather_groups
 
     prompts, samples = cfg.trainer.prompts_per_step, cfg.trainer.samples_per_prompt
-    trajectories = play(cfg, sampler, train_prompt_seeds(cfg.seed, step, prompts), samples)
-    metrics = {"rollout/gen_batches": 1.0}
     if not cfg.algorithm.dynamic_sampling:
-        return trajectories, metrics
-    kept: list[Any] = []
-    for extra in range(cfg.algorithm.max_extra_gen_batches + 1):
-        if extra:
+        return play(cfg, sampler, train_prompt_seeds(cfg.seed, step, prompts), samples), {GEN_BATCHES: 1.0}
+
+    def batches() -> Any:
+        for extra in range(cfg.algorithm.max_extra_gen_batches + 1):
             trajectories = play(cfg, sampler, train_prompt_seeds(cfg.seed, step, prompts, extra), samples)
-            metrics["rollout/gen_batches"] += 1
-        stats = group_stats([t.episode_return for t in trajectories], [t.seed for t in trajectories])
-        for group, zero in enumerate(stats.zero_variance):
-            if not zero:
-                kept.extend(trajectories[group * samples : (group + 1) * samples])
-        if len(kept) >= prompts * samples:
-            break
-    metrics["rollout/dynamic_sampling_groups"] = len(kept) / samples
-    return (kept[: prompts * samples] if kept else trajectories), metrics
+            yield trajectories, [t.episode_return for t in trajectories], [t.seed for t in trajectories]
+
+    gathered = gather_groups(batches(), prompts, cfg.algorithm.max_extra_gen_batches + 1)
+    kept = [t for trajectories, keep in gathered.parts for t, k in zip(trajectories, keep, strict=True) if k]
+    return kept, gathered.metrics()
 
 
 def validate(cfg: TrainConfig, policy: torch.nn.Module, encoder: ChatEncoder, step: int) -> dict[str, float]:

@@ -5,7 +5,7 @@ One step of `RayPPOTrainer.fit` (verl/trainer/ppo/ray_trainer.py) and where orch
     generate_sequences        the `orch_env` agent loop plays every environment (recipes.verl.agent_loop)
     _balance_batch            the rollout with its rewards, before any log-prob, value or update:
                                 * each turn's reward on the last token of its reply (as the torch backend)
-                                * DAPO's dynamic sampling: zero-variance groups replaced by fresh prompts
+                                * DAPO's dynamic sampling: groups with variance gathered from extra batches, cut
                                 * the rollout statistics (recipes.stats.rollout_stats) and the step hooks on the unfiltered
                                   batch (the `collapse` diagnostics, cross-scored through the actor workers)
                                 * SNR-Aware Filtering (recipes.stats.filtering.filter_groups): the batch shrinks to the kept
@@ -45,6 +45,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from recipes.run.progress import report
+from recipes.stats.dynamic_sampling import GEN_BATCHES, gather_groups
 from recipes.verl.agent_loop import blind_marks
 from recipes.verl.orch_base import (
     OrchTrainerBase,
@@ -146,7 +147,7 @@ class OrchPPOTrainer(OrchTrainerBase, RayPPOTrainer):
     def _orch_step(self, batch: DataProto, metrics: dict) -> None:
         """Rewards per turn, dynamic sampling, statistics, hooks and the filter on the step's rollout."""
         self._stop_inside_step("rollout")
-        self.step_metrics, self.step_tags = {"rollout/gen_batches": 1.0}, {}
+        self.step_metrics, self.step_tags = {GEN_BATCHES: 1.0}, {}
         self.skip_update, self.advantage_scale = False, 1.0
         place_turn_rewards(batch)
         if self.cfg.algorithm.dynamic_sampling:
@@ -192,38 +193,29 @@ class OrchPPOTrainer(OrchTrainerBase, RayPPOTrainer):
             metrics["rollout/pad_trajectories"] = float(pad)
 
     def _dynamic_sampling(self, batch: DataProto) -> None:
-        """DAPO's dynamic sampling: replace zero-variance groups with groups of fresh prompts from up to
-        `algorithm.max_extra_gen_batches` extra generation batches (the same seeds as the torch backend)."""
-        from recipes.stats import filtering
+        """DAPO's dynamic sampling, the rule of every backend (`recipes.stats.dynamic_sampling.gather_groups`): the
+        groups with reward variance of this batch and of up to `algorithm.max_extra_gen_batches` extra generation
+        batches (the same seeds as the torch backend), gathered and cut to the step's prompts, in place."""
         from recipes.verl.data import extra_prompt_batch
 
-        for extra in range(1, self.cfg.algorithm.max_extra_gen_batches + 1):
-            trajectories = list(batch.non_tensor_batch["orch_trajectory"])
-            stats = filtering.group_stats([t.episode_return for t in trajectories], batch.non_tensor_batch["uid"])
-            if not stats.zero_variance.any():
-                break
-            self.checkpoint_manager.wake_up_replicas()
-            fresh = extra_prompt_batch(self, int(self.global_steps), extra)
-            self.checkpoint_manager.sleep_replicas()
-            place_turn_rewards(fresh)
-            self.step_metrics["rollout/gen_batches"] += 1
-            fresh_trajectories = list(fresh.non_tensor_batch["orch_trajectory"])
-            fresh_stats = filtering.group_stats([t.episode_return for t in fresh_trajectories],
-                                                fresh.non_tensor_batch["uid"])
-            replacements = [key for key, zero in zip(fresh_stats.keys, fresh_stats.zero_variance, strict=True)
-                            if not zero]
-            holes = [key for key, zero in zip(stats.keys, stats.zero_variance, strict=True) if zero]
-            swap = dict(zip(holes, replacements, strict=False))
-            if not swap:
-                continue
-            keep_old = np.array([uid not in swap for uid in batch.non_tensor_batch["uid"]])
-            take_new = np.array([uid in swap.values() for uid in fresh.non_tensor_batch["uid"]])
-            merged = DataProto.concat([batch.select_idxs(np.flatnonzero(keep_old)),
-                                       fresh.select_idxs(np.flatnonzero(take_new))])
-            batch.batch, batch.non_tensor_batch = merged.batch, merged.non_tensor_batch
-        zero = filtering.group_stats([t.episode_return for t in batch.non_tensor_batch["orch_trajectory"]],
-                                     batch.non_tensor_batch["uid"]).zero_variance
-        self.step_metrics["rollout/dynamic_sampling_groups"] = float((~zero).sum())
+        def returns(rows: DataProto) -> list[float]:
+            return [t.episode_return for t in rows.non_tensor_batch["orch_trajectory"]]
+
+        def batches() -> Any:
+            yield batch, returns(batch), batch.non_tensor_batch["uid"]
+            for extra in range(1, self.cfg.algorithm.max_extra_gen_batches + 1):
+                self.checkpoint_manager.wake_up_replicas()
+                fresh = extra_prompt_batch(self, int(self.global_steps), extra)
+                self.checkpoint_manager.sleep_replicas()
+                place_turn_rewards(fresh)
+                yield fresh, returns(fresh), fresh.non_tensor_batch["uid"]
+
+        gathered = gather_groups(batches(), self.cfg.trainer.prompts_per_step,
+                                 self.cfg.algorithm.max_extra_gen_batches + 1)
+        merged = DataProto.concat([rows.select_idxs(np.flatnonzero(keep)) for rows, keep in gathered.parts
+                                   if keep.any()])
+        batch.batch, batch.non_tensor_batch = merged.batch, merged.non_tensor_batch
+        self.step_metrics.update(gathered.metrics())
 
     # -- the update ----------------------------------------------------------------------------------------------
 

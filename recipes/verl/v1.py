@@ -66,6 +66,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from recipes.run.progress import report
+from recipes.stats.dynamic_sampling import GEN_BATCHES, gather_groups
 from recipes.verl.agent_loop import blind_marks, train_config
 from recipes.verl.orch_base import (
     OrchTrainerBase,
@@ -238,7 +239,7 @@ class OrchV1Trainer(OrchTrainerBase, PPOTrainerSync):
         """orch's step on the whole rollout, before any update: rewards per turn, statistics, hooks, the filter.
         Returns the kept groups' trajectories (the dropped ones are cleared from TransferQueue)."""
         self._stop_inside_step("rollout")  # the agent loops ended their episodes early: drop the step
-        self.step_metrics, self.step_tags = {"rollout/gen_batches": 1.0}, {}
+        self.step_metrics, self.step_tags = {GEN_BATCHES: 1.0}, {}
         self.skip_update, self.advantage_scale = False, 1.0
         extras = extra_fields(fetch_extra(batch))
         place_turn_rewards(batch, extras)
@@ -489,39 +490,37 @@ def mark_blinded(prompts: TensorDict, cfg: Any) -> None:
 
 def dynamic_sampling(trainer: OrchV1Trainer, batch: KVBatchMeta,
                      extras: list[dict[str, Any]]) -> tuple[KVBatchMeta, list[dict[str, Any]]]:
-    """DAPO's dynamic sampling as the registry declares it and the legacy path runs it
-    (`recipes.verl.trainer.OrchPPOTrainer._dynamic_sampling`): zero-variance groups replaced, in order, by the
-    groups with variance of up to `algorithm.max_extra_gen_batches` extra generation batches of orch's seeds
-    (`extra_batch`); what is left zero-variance stays. Not V1's own refill (`algorithm.filter_groups`: evict k, refill 2k from veRL's
-    dataloader, replay_buffer.py:104-114, 469-486), which draws other prompts. Returns the batch (kept groups first,
-    then the replacements; the rest cleared from TransferQueue) and its rows' extra fields."""
-    from recipes.stats import filtering
+    """DAPO's dynamic sampling, the rule of every backend (`recipes.stats.dynamic_sampling.gather_groups`): the
+    groups with reward variance of the step's batch and of up to `algorithm.max_extra_gen_batches` extra
+    generation batches of orch's seeds (`extra_batch`), gathered and cut to the step's prompts. Not V1's own refill
+    (`algorithm.filter_groups`: evict k, refill 2k from veRL's dataloader, replay_buffer.py:104-114, 469-486),
+    which draws other prompts. Returns the batch (each generation batch's kept groups in turn; every other row
+    cleared from TransferQueue) and its rows' extra fields."""
 
-    def zero_variance(extra_rows: list[dict[str, Any]], keys: list[str]) -> Any:
-        return filtering.group_stats([row["orch_trajectory"].episode_return for row in extra_rows],
-                                     np.array([key.split("_")[0] for key in keys]))
+    def group_ids(keys: list[str]) -> np.ndarray:
+        return np.array([key.split("_")[0] for key in keys])
 
-    step, metrics = int(trainer.global_steps), trainer.step_metrics
-    for extra in range(1, trainer.cfg.algorithm.max_extra_gen_batches + 1):
-        stats = zero_variance(extras, batch.keys)
-        if not stats.zero_variance.any():
-            break
-        fresh = extra_batch(trainer, step, extra)
-        fresh_extras = extra_fields(fetch_extra(fresh))
-        place_turn_rewards(fresh, fresh_extras)
-        metrics["rollout/gen_batches"] += 1
-        fresh_stats = zero_variance(fresh_extras, fresh.keys)
-        replacements = [key for key, zero in zip(fresh_stats.keys, fresh_stats.zero_variance, strict=True) if not zero]
-        holes = [key for key, zero in zip(stats.keys, stats.zero_variance, strict=True) if zero]
-        swap = dict(zip(holes, replacements, strict=False))
-        keep_old = np.array([key.split("_")[0] not in swap for key in batch.keys])
-        take_new = np.array([key.split("_")[0] in swap.values() for key in fresh.keys])
-        kept, taken = shrink(batch, keep_old), shrink(fresh, take_new)
-        batch = KVBatchMeta(partition_id=batch.partition_id, keys=kept.keys + taken.keys, tags=kept.tags + taken.tags)
-        extras = ([row for row, k in zip(extras, keep_old, strict=True) if k]
-                  + [row for row, k in zip(fresh_extras, take_new, strict=True) if k])
-    metrics["rollout/dynamic_sampling_groups"] = float((~zero_variance(extras, batch.keys).zero_variance).sum())
-    return batch, extras
+    def returns(rows: list[dict[str, Any]]) -> list[float]:
+        return [row["orch_trajectory"].episode_return for row in rows]
+
+    step, cap = int(trainer.global_steps), trainer.cfg.algorithm.max_extra_gen_batches
+
+    def batches() -> Any:
+        yield (batch, extras), returns(extras), group_ids(batch.keys)
+        for extra in range(1, cap + 1):
+            fresh = extra_batch(trainer, step, extra)
+            fresh_extras = extra_fields(fetch_extra(fresh))
+            place_turn_rewards(fresh, fresh_extras)
+            yield (fresh, fresh_extras), returns(fresh_extras), group_ids(fresh.keys)
+
+    gathered = gather_groups(batches(), trainer.cfg.trainer.prompts_per_step, cap + 1)
+    keys, tags, rows = [], [], []
+    for (part, part_extras), keep in gathered.parts:
+        kept = shrink(part, keep)
+        keys, tags = keys + kept.keys, tags + kept.tags
+        rows += [row for row, k in zip(part_extras, keep, strict=True) if k]
+    trainer.step_metrics.update(gathered.metrics())
+    return KVBatchMeta(partition_id=batch.partition_id, keys=keys, tags=tags), rows
 
 
 def extra_batch(trainer: OrchV1Trainer, step: int, extra: int) -> KVBatchMeta:

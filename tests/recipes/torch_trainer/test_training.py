@@ -76,6 +76,34 @@ def test_two_steps_of_every_algorithm(train_overrides, extra) -> None:
     assert sorted(frame.groupby("prompt_id")["sample"].apply(list).sum()) == [0, 0, 1, 1]
 
 
+def test_dynamic_sampling_runs_the_shared_rule(monkeypatch) -> None:
+    """`collect_rollouts` with dynamic sampling is `recipes.stats.dynamic_sampling.gather_groups` on the step's
+    generation batches (the seeds of `train_prompt_seeds`, batch by batch): the shared scenario's groups and
+    metrics (tests/recipes/stats/test_dynamic_sampling.py), the batches it needs generated and no more."""
+    from types import SimpleNamespace
+
+    from recipes.runtime.seeds import train_prompt_seeds
+    from tests.recipes.stats import test_dynamic_sampling as shared
+
+    cfg = SimpleNamespace(seed=3, trainer=SimpleNamespace(prompts_per_step=shared.PROMPTS, samples_per_prompt=2),
+                          algorithm=SimpleNamespace(dynamic_sampling=True, max_extra_gen_batches=shared.MAX_EXTRA))
+    step, played = 5, []
+    batch_of = {tuple(train_prompt_seeds(cfg.seed, step, shared.PROMPTS, extra)): extra
+                for extra in range(shared.MAX_EXTRA + 1)}
+
+    def play(cfg_, sampler, seeds, samples):
+        extra = batch_of[tuple(seeds)]
+        played.append(extra)
+        groups = list(shared.SCENARIO[extra].items())
+        return [SimpleNamespace(seed=seed, name=name, episode_return=value)
+                for seed, (name, values) in zip(seeds, groups, strict=True) for value in values]
+
+    monkeypatch.setattr(torch_trainer, "play", play)
+    kept, metrics = torch_trainer.collect_rollouts(cfg, None, step)
+    assert list(dict.fromkeys(t.name for t in kept)) == shared.UPDATE_GROUPS and played == [0, 1, 2]
+    assert [t.episode_return for t in kept] == shared.UPDATE_RETURNS and metrics == shared.METRICS
+
+
 class Counting(hooks.StepHook):
     """A stateful hook: counts its calls, sees the step's metrics and the latest validation."""
 

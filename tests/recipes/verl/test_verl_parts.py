@@ -259,6 +259,48 @@ def verl_step(cfg, batch_trajectories, rows_multiple: int = 1, setup=None):
     return batch, trainer, metrics
 
 
+def test_dynamic_sampling_runs_the_shared_rule(monkeypatch) -> None:
+    """`OrchPPOTrainer._dynamic_sampling` is `recipes.stats.dynamic_sampling.gather_groups` on DataProtos (the
+    extra generation batches stubbed): the shared scenario's groups, rows and metrics
+    (tests/recipes/stats/test_dynamic_sampling.py), the batches it needs generated and no more, the replicas woken
+    for each and put back to sleep."""
+    from verl import DataProto
+
+    import recipes.verl.data
+    import recipes.verl.trainer as legacy
+    from tests.recipes.stats import test_dynamic_sampling as shared
+
+    def proto(groups: dict[str, list[float]]) -> DataProto:
+        keys, returns = shared.rows(groups)
+        batch = DataProto.from_single_dict({"responses": torch.arange(len(keys)).unsqueeze(1)})
+        batch.non_tensor_batch.update({
+            "uid": np.array(keys, dtype=object),
+            "orch_trajectory": np.array([SimpleNamespace(episode_return=r) for r in returns], dtype=object)})
+        return batch
+
+    generated, replicas = [], []
+
+    def extra_prompt_batch(trainer, step, extra):
+        assert step == 4 and replicas[-1] == "awake"
+        generated.append(extra)
+        return proto(shared.SCENARIO[extra])
+
+    monkeypatch.setattr(recipes.verl.data, "extra_prompt_batch", extra_prompt_batch)
+    monkeypatch.setattr(legacy, "place_turn_rewards", lambda batch: None)
+    trainer = object.__new__(legacy.OrchPPOTrainer)
+    trainer.global_steps, trainer.step_metrics = 4, {shared.GEN_BATCHES: 1.0}
+    trainer.cfg = SimpleNamespace(trainer=SimpleNamespace(prompts_per_step=shared.PROMPTS),
+                                  algorithm=SimpleNamespace(max_extra_gen_batches=shared.MAX_EXTRA))
+    trainer.checkpoint_manager = SimpleNamespace(wake_up_replicas=lambda: replicas.append("awake"),
+                                                 sleep_replicas=lambda: replicas.append("asleep"))
+    batch = proto(shared.SCENARIO[0])
+    trainer._dynamic_sampling(batch)
+    assert generated == [1, 2] and replicas == ["awake", "asleep"] * 2
+    assert list(dict.fromkeys(batch.non_tensor_batch["uid"])) == shared.UPDATE_GROUPS
+    assert [t.episode_return for t in batch.non_tensor_batch["orch_trajectory"]] == shared.UPDATE_RETURNS
+    assert len(batch.batch["responses"]) == len(shared.UPDATE_RETURNS) and trainer.step_metrics == shared.METRICS
+
+
 @pytest.mark.parametrize("filter_settings", [["filter=top_p"], ["filter=top_k", "filter.value=0.5"],
                                              ["filter=trajectory", "filter.value=1"], ["filter=none"]])
 def test_the_same_batch_gives_the_same_filter_decision_on_both_backends(filter_settings) -> None:

@@ -217,14 +217,15 @@ def test_ppo_with_a_critic_plays_a_multi_turn_task_and_splits_the_gradient(train
 
 
 @pytest.mark.full
-def test_dapo_dynamic_tops_up_zero_variance_groups_with_extra_generation_batches(train_overrides) -> None:
+def test_dapo_dynamic_draws_extra_generation_batches_while_groups_lack_variance(train_overrides) -> None:
     overrides = [*train_overrides, "backend=verl", "algorithm=dapo_dynamic", "task=countdown", "filter=none",
                  "trainer.total_steps=1", "trainer.val_every=0"]
     result = run_training(compose_train_config(overrides))
     assert result.status == "finished", result.reason
     metrics = client(overrides).get_run(result.mlflow_run_id).data.metrics
     # a random micro model earns the format penalty everywhere: every group has zero variance, so both extra
-    # batches (algorithm.max_extra_gen_batches=2) are generated
+    # batches (algorithm.max_extra_gen_batches=2) are generated, nothing is gathered and the step trains on its
+    # first batch (recipes.stats.dynamic_sampling.gather_groups)
     assert metrics["rollout/gen_batches"] == 3.0 and metrics["rollout/dynamic_sampling_groups"] == 0.0
 
 

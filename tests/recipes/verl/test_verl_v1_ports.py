@@ -83,17 +83,17 @@ def test_a_planted_collapse_fires_the_collapse_alert_on_v1(session_dir, tmp_path
 
 # -- the gradient split and PPO with a critic -------------------------------------------------------------------------
 
-def test_v1_dynamic_sampling_replaces_zero_variance_groups_in_order_and_clears_the_rest(monkeypatch) -> None:
-    """orch's refill on V1 (`recipes.verl.v1.dynamic_sampling`, the legacy `_dynamic_sampling`'s rule) on a batch
-    of TransferQueue keys, the extra generation batches stubbed: the step's zero-variance groups are replaced, in
-    order, by an extra batch's groups with variance; an extra batch whose groups all have zero variance replaces
-    nothing and the next is generated; generation stops once no hole is left; every group not kept is cleared from
-    TransferQueue."""
+def test_v1_dynamic_sampling_runs_the_shared_rule_and_clears_the_rest(monkeypatch) -> None:
+    """orch's dynamic sampling on V1 (`recipes.verl.v1.dynamic_sampling`) is `recipes.stats.dynamic_sampling.
+    gather_groups` on batches of TransferQueue keys (the extra generation batches stubbed): the shared scenario's
+    groups, rows and metrics (tests/recipes/stats/test_dynamic_sampling.py, as the torch and legacy backends), the
+    batches it needs generated and no more, and every generated row not kept cleared from TransferQueue."""
     from types import SimpleNamespace
 
     from transfer_queue import KVBatchMeta
 
     from recipes.verl import v1
+    from tests.recipes.stats import test_dynamic_sampling as shared
 
     def batch(groups: dict[str, list[float]]) -> tuple[KVBatchMeta, list[dict]]:
         keys = [f"{uid}_{session}_0" for uid, returns in groups.items() for session in range(len(returns))]
@@ -101,20 +101,20 @@ def test_v1_dynamic_sampling_replaces_zero_variance_groups_in_order_and_clears_t
                 for returns in groups.values() for value in returns]
         return KVBatchMeta(partition_id="train", keys=keys, tags=[{} for _ in keys]), rows
 
-    extras = {1: batch({"c": [0.0, 0.0], "d": [0.0, 1.0]}), 2: batch({"e": [1.0, 0.0], "f": [0.5, 0.0]}),
-              3: batch({"g": [1.0, 0.0]})}
+    extras = {extra: batch(groups) for extra, groups in enumerate(shared.SCENARIO) if extra}
     generated, cleared = [], []
     monkeypatch.setattr(v1, "extra_batch", lambda trainer, step, extra: generated.append(extra) or extras[extra][0])
     monkeypatch.setattr(v1, "fetch_extra", lambda fresh: fresh)
     monkeypatch.setattr(v1, "extra_fields", lambda fresh: next(rows for meta, rows in extras.values() if meta is fresh))
     monkeypatch.setattr(v1, "place_turn_rewards", lambda fresh, rows: None)
     monkeypatch.setattr(v1.tq, "kv_clear", lambda keys, partition_id: cleared.extend(keys))
-    trainer = SimpleNamespace(global_steps=4, step_metrics={"rollout/gen_batches": 1.0},
-                              cfg=SimpleNamespace(algorithm=SimpleNamespace(max_extra_gen_batches=3)))
-    first, rows = batch({"a": [0.0, 0.0], "b": [0.0, 1.0], "h": [-0.1, -0.1], "k": [0.5, 0.5]})
+    trainer = SimpleNamespace(global_steps=4, step_metrics={shared.GEN_BATCHES: 1.0},
+                              cfg=SimpleNamespace(trainer=SimpleNamespace(prompts_per_step=shared.PROMPTS),
+                                                  algorithm=SimpleNamespace(max_extra_gen_batches=shared.MAX_EXTRA)))
+    first, rows = batch(shared.SCENARIO[0])
     out, out_rows = v1.dynamic_sampling(trainer, first, rows)
-    assert generated == [1, 2]  # batch 2 fills the last holes: batch 3 is never generated
-    assert [key.split("_")[0] for key in out.keys] == ["b", "b", "d", "d", "e", "e", "f", "f"]
-    assert [row["orch_trajectory"].episode_return for row in out_rows] == [0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.5, 0.0]
-    assert sorted({key.split("_")[0] for key in cleared}) == ["a", "c", "h", "k"]
-    assert trainer.step_metrics == {"rollout/gen_batches": 3.0, "rollout/dynamic_sampling_groups": 4.0}
+    assert generated == [1, 2]  # batch 3 fills the update batch: batch 4 is never generated
+    assert list(dict.fromkeys(key.split("_")[0] for key in out.keys)) == shared.UPDATE_GROUPS
+    assert [row["orch_trajectory"].episode_return for row in out_rows] == shared.UPDATE_RETURNS
+    assert sorted({key.split("_")[0] for key in cleared}) == ["a", "c", "g", "h", "k", "m", "n", "p"]
+    assert trainer.step_metrics == shared.METRICS
