@@ -136,14 +136,23 @@ def _check_output(out: Path) -> None:
     check_writable_folder(out.parent, "--out")
 
 
-def _check_tracking(uri: str | None) -> None:
-    """The tracking URI answers and (SQLite) already holds an MLflow database: reading must not create one."""
+def _check_tracking(uri: str | None, archive: bool = False) -> None:
+    """The tracking URI answers and (SQLite) already holds an MLflow database: reading must not create one. When
+    the database is missing, the line says where one may be found (`archive`: the command reads archives too)."""
     import os
 
+    from orchlib.errors import OrchError
     from recipes.run.tracking import check_tracking_uri, default_tracking_uri
 
     key = "--tracking-uri" if uri else "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking URI"
-    check_tracking_uri(default_tracking_uri(uri), key, existing=True)
+    try:
+        check_tracking_uri(default_tracking_uri(uri), key, existing=True)
+    except OrchError as err:
+        if "no MLflow database there" not in str(err):
+            raise
+        where = ("pass --tracking-uri URI (e.g. sqlite:////path/to/mlflow.db), or run it in the sweep's folder, "
+                 "where its jobs wrote mlflow.db")
+        raise OrchError(f"{err}; {where}" + ("; or read an archive with --archive DIR" if archive else "")) from None
 
 
 @app.command("runs", short_help="Query MLflow runs as a table, CSV, JSON or Parquet.")
@@ -161,8 +170,11 @@ def runs(
     out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")] = None,
     tracking_uri: UriOpt = None,
     reader: Annotated[str, typer.Option(help="auto (bulk SQL where possible) | sql | client.")] = "auto",
+    archive: Annotated[list[Path] | None, typer.Option(
+        "--archive", help="Read the runs from this archive folder (`orch archive`) instead of the tracking store; "
+                          "repeatable (one sweep's archives from different sessions).")] = None,
 ) -> None:
-    """Query MLflow runs as a table (params, tags, status, metric values)."""
+    """Query MLflow runs as a table (params, tags, status, metric values), from the tracking store or archives."""
     from orchlib.errors import OrchError, choices_error
 
     try:
@@ -172,9 +184,13 @@ def runs(
             raise OrchError("--format parquet needs --out FILE")
         if agg not in AGGREGATES:
             raise choices_error("--agg", agg, AGGREGATES)
+        if archive and (tracking_uri or experiment or filter_string or reader != "auto"):
+            raise OrchError("orch runs: --archive reads archive folders: not with --tracking-uri, --experiment, "
+                            "--filter or --reader")
         if out is not None:
             _check_output(out)
-        _check_tracking(tracking_uri)
+        if not archive:
+            _check_tracking(tracking_uri, archive=True)
         from analysis.stores.mlflow_store import RunQuery, load_runs
 
         wanted = tuple(m.strip() for m in metrics.split(",") if m.strip()) if metrics else ()
@@ -182,12 +198,28 @@ def runs(
             experiments=tuple(experiment or ()), sweep=sweep, filter_string=filter_string,
             metrics=wanted if (wanted or not history) else None,
         )
-        with _progress_bar() as progress:
-            data = load_runs(query, tracking_uri, reader=reader, progress=progress)
+        if archive:
+            data = _archived_runs(archive, sweep, query.metrics)
+        else:
+            with _progress_bar() as progress:
+                data = load_runs(query, tracking_uri, reader=reader, progress=progress)
         frame = data.metrics if history else runs_frame(data, agg, wide)
     except OrchError as err:
         _fail(str(err))
     _emit(frame, fmt, out)
+
+
+def _archived_runs(folders: list[Path], sweep: str | None, metrics: tuple[str, ...] | None) -> RunData:
+    """The runs of archive folders (one sweep's; `sweep`: they must be its), with the metric histories `metrics`
+    selects as the tracking store's reader does (names or globs; None all, () none)."""
+    from dataclasses import replace
+
+    from analysis.stores.archive import read_archives
+    from analysis.stores.mlflow_query import select_metric_keys
+
+    data, _ = read_archives(list(folders), sweep)
+    keys = select_metric_keys(data.metrics["key"].unique(), metrics)
+    return replace(data, metrics=data.metrics[data.metrics["key"].isin(keys)].reset_index(drop=True))
 
 
 @app.command("rollouts", short_help="Write a run's rollout batches as JSONL or Parquet.")
@@ -266,6 +298,8 @@ def report(
     try:
         from analysis.reports.report import FORMATS, build_report, kaleido_available, write_report
 
+        if sweep is None and archive and not whole_paper:  # the sweep the archives name (archive.json)
+            sweep = _archived_sweep(archive)
         if (sweep is None) == (not whole_paper):
             raise OrchError("orch report: give a sweep name or --paper (not both)")
         if strict and not whole_paper:
@@ -286,7 +320,7 @@ def report(
             for folder in archive:
                 check_archive(folder)
         else:
-            _check_tracking(tracking_uri)
+            _check_tracking(tracking_uri, archive=True)
         if fmt != "html" and not kaleido_available():
             raise OrchError(f"--format {fmt} needs the kaleido package (pip install kaleido); use --format html")
         with _progress_bar() as progress:
@@ -313,6 +347,12 @@ def report(
     for gap in built.gaps:
         typer.echo(f"gap: {gap}", err=True)
     typer.echo(f"wrote {written[0]}" + (f" and {len(written) - 1} figure files" if len(written) > 1 else ""))
+    if built.held:
+        typer.echo(built.held)
+    for question, lines in built.headlines:  # the report's first screen, in brief
+        typer.echo(question)
+        for line in lines:
+            typer.echo(f"  {line}")
     if whole_paper and built.comparisons:  # the verdicts in brief, each path's measured error rates beside
         from analysis.reports.paper_report import verdict_lines
 
@@ -342,6 +382,18 @@ def report(
         typer.echo(f"orch report --strict: {len(built.gaps)} gap(s): a map item's metric without a finite value "
                    "in a finished cell", err=True)
         raise typer.Exit(1)
+
+
+def _archived_sweep(folders: list[Path]) -> str:
+    """The one sweep the archive folders name in their archive.json; OrchError when they name none or several."""
+    from analysis.stores.archive import check_archive
+    from orchlib.errors import OrchError
+
+    named = {str(check_archive(folder).get("sweep")): folder for folder in folders}
+    if len(named) != 1:
+        raise OrchError(f"--archive: the folders are archives of sweeps {', '.join(sorted(named))}; give the sweep "
+                        "name (orch report SWEEP --archive DIR ...)")
+    return next(iter(named))
 
 
 @app.command("paper", short_help="Map RAGEN-2's tables and figures to sweeps.")

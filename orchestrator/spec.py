@@ -35,7 +35,7 @@ from orchestrator.resources import ResourcesSpec
 from orchestrator.study import StudySpec
 from orchestrator.yamlsource import Loc, YamlLimitError, YamlSource, format_loc, load_yaml, parse_yaml
 from orchlib.commands import command_words
-from orchlib.errors import OrchError, choices_error, validation_issues
+from orchlib.errors import OrchError, choices_error, did_you_mean, validation_issues
 from orchlib.fields import integer
 
 KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
@@ -43,6 +43,7 @@ KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
 ORCHESTRATOR_KEYS = ("mlflow", "trainer.checkpoint_dir")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 PROFILES_FILE = "profiles.yaml"
+SHIPPED_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"  # the sweep files orch ships, found by name anywhere
 SPEC_SET_PREFIXES = ("cluster.", "resources.")
 SBATCH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
@@ -204,9 +205,33 @@ class SweepDefinition:
         return self.source.path
 
 
+def shipped_sweeps() -> list[str]:
+    """The names of the sweep files orch ships (`sweeps/*.yaml` but the profiles)."""
+    return sorted(path.stem for path in SHIPPED_SWEEPS.glob("*.yaml") if path.name != PROFILES_FILE)
+
+
+def sweep_file(path: str | Path) -> Path:
+    """The sweep file `path` names: the file itself when it exists; otherwise a shipped sweep by its name (`demo`,
+    `demo.yaml`, or `sweeps/demo.yaml` outside the repository). OrchError naming the shipped sweeps when neither is
+    found (a name near one of them suggested)."""
+    given = Path(path)
+    if given.exists() or given.is_absolute():
+        return given
+    name = given.stem if given.suffix in (".yaml", ".yml") else given.name
+    shipped = SHIPPED_SWEEPS / f"{name}.yaml"
+    if name != Path(PROFILES_FILE).stem and (given.parent in (Path(), Path("sweeps"))) and shipped.is_file():
+        return shipped
+    if given.suffix in (".yaml", ".yml") and given.parent not in (Path(), Path("sweeps")):
+        return given  # a path of the user's: load_yaml says it cannot be read
+    names = shipped_sweeps()
+    raise OrchError(f"sweep {str(path)!r}: no such file in {Path.cwd()}, nor a sweep orch ships; shipped "
+                    f"({SHIPPED_SWEEPS}): {', '.join(names)}{did_you_mean(name, names)}")
+
+
 def load_sweep(path: str | Path, profile: str | None = None, sets: list[str] | tuple[str, ...] = ()) -> SweepDefinition:
-    """Read and validate a sweep file, apply `profile` and `--set KEY=VALUE` overrides. Raises `OrchError`."""
-    source = load_yaml(path)
+    """Read and validate a sweep file (`sweep_file`: a shipped sweep by its name too), apply `profile` and `--set
+    KEY=VALUE` overrides. Raises `OrchError`."""
+    source = load_yaml(sweep_file(path))
     if not isinstance(source.data, dict):
         raise source.error((), "a sweep file is a mapping with at least `name:`")
     spec = validate_model(SweepSpec, source.data, source)

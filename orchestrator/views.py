@@ -55,7 +55,21 @@ def print_plan(plan: Plan, limit: int) -> None:
         values = plan.varied_values(cell)
         table.add_row(str(cell.index), cell.digest[:12], *(_text(values.get(key)) for key in plan.varied),
                       f"r{group_of[cell.resources]}")
-    console.print(table)
+    if console.measure(table, options=console.options.update(max_width=10**6)).maximum <= console.width:
+        console.print(table)
+    else:  # too wide for the terminal (80 columns): a line per cell, its settings as key=value, wrapped, none cut
+        import textwrap
+
+        width = len(str(shown[-1].index)) if shown else 1
+        console.print(f"{'#':>{width}}  cell          res  settings (the keys that vary, where set)", style="bold",
+                      highlight=False)
+        for cell in shown:
+            values = plan.varied_values(cell)
+            settings = " ".join(f"{key}={_text(values[key])}" for key in plan.varied if values.get(key) is not None)
+            head = f"{cell.index:>{width}}  {cell.digest[:12]}  r{group_of[cell.resources]:<3}"
+            for line in textwrap.wrap(f"{head}{settings}", width=max(console.width, 40),
+                                      subsequent_indent=" " * len(head), break_on_hyphens=False):
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
     if len(shown) < len(plan.cells):
         console.print(f"... {len(plan.cells) - len(shown)} more cells (--limit 0 shows all)")
     max_array = spec.cluster.max_array_size or DEFAULT_MAX_ARRAY

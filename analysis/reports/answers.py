@@ -47,6 +47,11 @@ class Answer:
     question: str
     words: list[str] = field(default_factory=list)
     figure: go.Figure | None = None
+    brief: list[str] | None = None  # the headline lines `orch report` prints in the terminal (None: every line)
+
+    def headline(self) -> list[str]:
+        """The lines a terminal shows: `brief`, else the whole answer."""
+        return self.words if self.brief is None else self.brief
 
 
 def _effect_words(row: pd.Series) -> str:
@@ -142,6 +147,7 @@ def collapse(data: RunData, summary: pd.DataFrame, trends: Readings | None = Non
         )
     else:
         answer.words.append("No run saw both MI and success decline, so there is no lead to measure.")
+    answer.brief = [answer.words[0], answer.words[-1]]  # the declines and the lead; the trends and the alert: the report
     answer.words.append(fired_text(data, leads))
     answer.words += [f"Its error rates: {line}." for line in alert_lines(rules_used(data))]
     answer.figure = figures.collapse_figure(data, summary)
@@ -185,6 +191,7 @@ def predictor(summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.Data
         if measured.empty:
             text += " No filtered run of this task to measure the effect against."
         answer.words.append(text)
+    answer.brief = list(answer.words)
     answer.words.append(hit_rate_line())  # how often this verdict has been right on orch's own runs
     if rows:
         answer.figure = figures.predictor_figure(pd.DataFrame(rows))

@@ -51,6 +51,8 @@ class Report:
     science: Science | None = None  # the tiny-scale reproduction's verdicts (reason set when not testable)
     gaps: list[str] = field(default_factory=list)  # `orch report --paper`: metrics a map item needs, missing in a run
     comparisons: dict[str, Any] = field(default_factory=dict)  # `orch report --paper`: item key -> comparison frame
+    held: str = ""  # what was read: how many of the sweep's cells the store or archives hold, by status
+    headlines: list[tuple[str, list[str]]] = field(default_factory=list)  # the answers' questions and headline lines
 
     def figures(self) -> list[go.Figure]:
         return [block for section in self.sections for block in section.blocks if not isinstance(block, str)]
@@ -302,21 +304,43 @@ def _predictor(
     return section
 
 
+def held_line(sweep: str, summary: pd.DataFrame, store: pd.DataFrame | None, archives: Sequence[Path] = (),
+              tracking_uri: str = "") -> str:
+    """How many of the sweep's cells were read, and from where, by MLflow status; with the orch store's cells, how
+    many it knows and in which states: `repro_long: 19 cells read from 1 archive (DIR): 19 finished`."""
+    from orchlib.errors import hide_password
+
+    def counted(counts: pd.Series) -> str:
+        return ", ".join(f"{count} {str(name).lower()}" for name, count in counts.items())
+
+    where = (f"{len(archives)} archive{'s' if len(archives) != 1 else ''} ({', '.join(map(str, archives))})"
+             if archives else f"the tracking store {hide_password(tracking_uri)}")
+    line = f"{sweep}: {len(summary)} cell{'s' if len(summary) != 1 else ''} read from {where}"
+    line += f": {counted(summary['status'].value_counts())}" if len(summary) else ""
+    if store is not None:
+        line += f"; the orch store knows {len(store)} cells: {counted(store['state'].value_counts())}"
+    elif not archives:
+        line += "; no orch store knows this sweep here (--store)"
+    return line
+
+
 def _answers(data: RunData, summary: pd.DataFrame, effects: pd.DataFrame, predictions: pd.DataFrame | None,
-             trends: Readings | None = None) -> Section:
+             trends: Readings | None = None) -> tuple[Section, list[Any]]:
     """The first screen: the user's three questions (analysis/reports/answers.py), each in words with one figure
-    (``trends``: the post-hoc trend readings when the findings already computed them for every scope)."""
+    (``trends``: the post-hoc trend readings when the findings already computed them for every scope); and the
+    answers themselves."""
     from analysis.reports.answers import answers
 
     section = Section("The answers: did filtering help, did MI collapse, what did the predictor say?")
-    for answer in answers(data, summary, effects, predictions, trends):
+    said = answers(data, summary, effects, predictions, trends)
+    for answer in said:
         section.blocks.append(
             f"<h3>{html.escape(answer.question)}</h3>"
             + "".join(f'<p class="answer">{html.escape(line)}</p>' for line in answer.words)
         )
         if answer.figure is not None:
             section.figure(answer.figure)
-    return section
+    return section, said
 
 
 def _science(result: Science) -> Section:
@@ -436,10 +460,12 @@ def build_report(
     sections.insert(0, _overview(data, summary, store, notes))
     effects = found.effects if found.effects is not None else filter_effect(summary)
     complete = not found.reason and not found.untested  # then the findings read every scope's trends
-    sections.insert(0, _answers(data, summary, effects, predictions, found.trends if complete else None))
+    first, said = _answers(data, summary, effects, predictions, found.trends if complete else None)
+    sections.insert(0, first)
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Report(sweep=sweep, tracking_uri=data.tracking_uri, generated=generated, notes=notes, sections=sections,
-                  science=found)
+                  science=found, held=held_line(sweep, summary, store, archives, data.tracking_uri),
+                  headlines=[(answer.question, answer.headline()) for answer in said])
 
 
 def archive_sweep(sweep: str, out: Path, tracking_uri: str | None = None, *, rollouts: bool = True,

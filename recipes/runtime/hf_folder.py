@@ -11,6 +11,17 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # one of 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 
 
+def missing_folder_line(folder: Path) -> str:
+    """A model folder that does not exist: its absolute path (a relative one is read from the current folder) and
+    where a checkpoint comes from."""
+    name = folder.name or str(folder)
+    repo = f"Qwen/{name}" if name.lower().startswith("qwen") else "ORG/MODEL"
+    shown = f"{folder} ({folder.absolute()})" if not folder.is_absolute() else str(folder)
+    return (f"{shown}: no such folder; a Hugging Face checkpoint folder is expected there: download one (e.g. `hf "
+            f"download {repo} --local-dir {folder.absolute()}`), copy it from your cluster's model store, or point "
+            "model.path at it (a relative path is read from the folder orch runs in)")
+
+
 def hf_folder_problems(path: str | Path) -> list[str]:
     """Why the folder at `path` is not a Hugging Face checkpoint this project can load, one line each (empty: it
     is one): config.json readable with an architecture transformers knows, a tokenizer, the weights (every shard an
@@ -19,7 +30,7 @@ def hf_folder_problems(path: str | Path) -> list[str]:
 
     folder = Path(str(path)).expanduser()
     if not folder.is_dir():
-        return [f"{folder}: no such folder (a Hugging Face checkpoint folder is expected)"]
+        return [missing_folder_line(folder)]
     problems = []
     try:
         config = json.loads((folder / "config.json").read_text())

@@ -47,7 +47,7 @@ def test_preflight_groups_cells_names_every_problem_and_writes_nothing(workdir: 
     assert "c2 models/Qwen2.5-7B on 1n x 1 GPU (verl): 2 cells, 1 configs" in out and "DOES NOT FIT" in out
     assert "memory: rollout needs ~" in out and "set verl.param_offload=true" in out
     assert out.count("no such folder") == 1 and "veRL validate_config: passed" in out  # a need, listed once
-    assert "needs from you" in out and "no such folder (a Hugging Face checkpoint folder is expected) [c1, c2]" in out
+    assert "needs from you" in out and "a relative path is read from the folder orch runs in) [c1, c2]" in out
     assert "GPU-hours" in out and "nothing written, nothing submitted" in out
     assert re.search(r"memory verdicts: (\d+) of \1 public runs called right", out)  # its measured record beside it
     assert not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
@@ -189,7 +189,7 @@ def test_a_sweep_that_cannot_fit_is_refused_before_anything_is_written(workdir: 
     [record] = [line for line in lines if "memory model's record" in line]
     assert "leave-one-out 8 of 9" in record and "3 are inferred" in record and "none seen to fail" in record
     assert "needs from you (a job stops at its start without it):" in lines
-    assert any("models/Qwen2.5-14B: no such folder" in line for line in lines)
+    assert any("models/Qwen2.5-14B (" in line and "): no such folder" in line for line in lines)
     assert submitted == [] and not (workdir / ".orch").exists() and not (workdir / "mlflow.db").exists()
 
 
@@ -273,7 +273,7 @@ def test_preflight_lists_needs_apart_and_they_do_not_fail_it(workdir: Path, swee
     result = invoke("sweep", str(path), "--preflight")
     assert result.exit_code == 0, result.output
     assert "needs from you" in result.output and "no problems" in result.output
-    assert "model.path: models/Qwen2.5-0.5B: no such folder" in result.output.split("needs from you")[1]
+    assert "model.path: models/Qwen2.5-0.5B (" in result.output.split("needs from you")[1]
     row = json.loads(invoke("sweep", str(path), "--preflight", "--json").stdout.splitlines()[0])
     assert row["problems"] == [] and len(row["needs"]) == 1 and row["fits"] is True
 

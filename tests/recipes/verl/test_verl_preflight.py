@@ -221,8 +221,8 @@ def test_hf_folder_problems_name_what_is_missing(tmp_path) -> None:
     from recipes.runtime.hf_folder import hf_folder_problems
 
     arch = BUILTIN["Qwen2.5-0.5B"]
-    assert hf_folder_problems(tmp_path / "nope")[0].endswith("no such folder (a Hugging Face checkpoint folder is "
-                                                             "expected)")
+    assert hf_folder_problems(tmp_path / "nope")[0].startswith(f"{tmp_path / 'nope'}: no such folder; a Hugging Face "
+                                                               "checkpoint folder is expected there")
     folder = _folder(tmp_path, arch)
     assert hf_folder_problems(folder) == []
     (folder / "tokenizer.json").unlink()
@@ -253,8 +253,9 @@ def _cell(*overrides: str) -> TrainConfig:
 def test_a_good_cell_passes_every_check_and_needs_only_its_missing_folder() -> None:
     report = preflight_cell(_cell("trainer.micro_batch_size=1"), nodes=1, gpus_per_node=4, gpu_mem_gb=80)
     assert report.problems == []  # the folder only the user can supply is a need, not a problem
-    assert report.needs == ["model.path: models/Qwen2.5-7B: no such folder (a Hugging Face checkpoint folder is "
-                            "expected)"]
+    (need,) = report.needs  # printed absolute too, with where a checkpoint comes from
+    assert need.startswith(f"model.path: models/Qwen2.5-7B ({Path('models/Qwen2.5-7B').absolute()}): no such folder")
+    assert f"hf download Qwen/Qwen2.5-7B --local-dir {Path('models/Qwen2.5-7B').absolute()}" in need
     assert report.architecture_source == "built-in table" and report.prompt_source == "characters"
     assert report.memory is not None and report.memory.fits and report.prompt_tokens > 0
 
