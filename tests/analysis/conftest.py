@@ -165,6 +165,16 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> DemoStore:
 
 
 @pytest.fixture(scope="session")
+def demo_report(demo_store: DemoStore):
+    """The demo sweep's report from MLflow alone (no orch store's cells), bootstrapped 100 times: built once per
+    session for every test that reads it (tests/analysis/reports/test_report.py, tests/analysis/stores/test_archive.py;
+    each built its own before, the costliest set-up of the analysis tests); treat it as read-only."""
+    from analysis.reports.report import build_report
+
+    return build_report("demo", demo_store.uri, n_boot=100)
+
+
+@pytest.fixture(scope="session")
 def demo_data(demo_store: DemoStore):
     """The demo sweep loaded through the bulk reader."""
     from analysis.stores.mlflow_store import RunQuery, load_runs

@@ -15,11 +15,6 @@ from orchlib.errors import OrchError
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None)
 
 
-@pytest.fixture(scope="module")
-def demo_report(demo_store, tmp_path_factory):
-    return build_report("demo", demo_store.uri, n_boot=100)  # no orch store's cells: MLflow alone
-
-
 def test_report_sections_and_missing_cells(demo_report):
     titles = [section.title for section in demo_report.sections]
     assert titles == [

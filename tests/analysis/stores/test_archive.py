@@ -44,8 +44,8 @@ def test_an_archive_keeps_the_finished_runs_and_their_histories(demo_store, arch
     assert sum(path.stat().st_size for path in folder.iterdir()) < 200_000
 
 
-def test_the_report_from_an_archive_finds_what_the_store_finds(demo_store, archived, tmp_path):
-    from_store = build_report("demo", demo_store.uri, n_boot=100)  # no orch store's cells: MLflow alone
+def test_the_report_from_an_archive_finds_what_the_store_finds(demo_report, archived, tmp_path):
+    from_store = demo_report  # build_report("demo", <the demo store>, n_boot=100): MLflow alone (tests/analysis/conftest.py)
     from_archive = build_report("demo", archives=[archived[0]], n_boot=100)
     assert [f.line() for f in from_archive.science.findings] == [f.line() for f in from_store.science.findings]
     assert [s.title for s in from_archive.sections] == [s.title for s in from_store.sections]
