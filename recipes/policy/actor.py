@@ -54,7 +54,7 @@ def token_log_probs(
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
     rows, cols = torch.nonzero(batch.loss_mask, as_tuple=True)  # position 0 is never in the loss
-    if packs(batch):  # the rows end to end, unpadded: one pass (recipes.policy.packing)
+    if packs(batch, model):  # the rows end to end, unpadded: one pass (recipes.policy.packing)
         packed = pack(batch)
         predicting = packed_forward(model.base_model, packed).last_hidden_state[0, packed.index(rows, cols - 1)]
     else:
@@ -74,7 +74,7 @@ def token_log_probs(
 def state_values(critic: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
     """(T, L) value of the state before each token: V(tokens < t) at position t; position 0 is 0."""
     values = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
-    if packs(batch):  # the rows end to end, unpadded (recipes.policy.packing); padding keeps 0
+    if packs(batch, critic):  # the rows end to end, unpadded (recipes.policy.packing); padding keeps 0
         packed = pack(batch)
         scores = packed_forward(critic, packed).logits[0, :, 0].float()
         rows, cols = torch.nonzero(batch.attention_mask[:, 1:], as_tuple=True)

@@ -8,8 +8,9 @@ MLP, output head) runs once over all N tokens, and attention runs per row with t
 attention function registered with transformers as `orch_packed`, switched on only for the packed call). A row's
 result is the one its own unpadded pass gives, to float tolerance (tests/recipes/policy/test_packing.py).
 
-Text models only: a vision-language batch (`batch.images`) keeps the padded path (its M-RoPE positions and frames
-are per row).
+Text models only: a vision-language model keeps the padded path (its M-RoPE positions and frames are per row),
+its text-only batches too (a VL cell reading the grid as text, Table 4's modality row): neither its policy nor its
+value model (`recipes.policy.vision.VisionCritic`) is packed.
 """
 
 from __future__ import annotations
@@ -103,9 +104,12 @@ class Packed:
         return self.starts[rows] + cols
 
 
-def packs(batch: TrainBatch) -> bool:
-    """Whether `packed_forward` takes `batch`: more than one row, text only."""
-    return len(batch) > 1 and batch.images is None
+def packs(batch: TrainBatch, model: torch.nn.Module) -> bool:
+    """Whether `packed_forward` takes `batch` for `model`: more than one row, no images, and a text model (no
+    `vision_config`; a model without a `config` of its own, such as a vision-language value head, is not packed)."""
+    config = getattr(model, "config", None)
+    return (len(batch) > 1 and batch.images is None and config is not None
+            and getattr(config, "vision_config", None) is None)
 
 
 def pack(batch: TrainBatch) -> Packed:

@@ -134,7 +134,7 @@ def supervised_epoch(
         step_batch = shuffled.select(list(range(start, min(start + batch_size, len(shuffled)))))
         tokens = step_batch.loss_mask[:, 1:].sum()
         optimizer.zero_grad(set_to_none=True)
-        if packs(step_batch):
+        if packs(step_batch, model):
             loss = packed_supervised_loss(model, step_batch) / tokens
             loss.backward()
             total = loss.item()

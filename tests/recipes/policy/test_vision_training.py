@@ -132,14 +132,19 @@ def test_kv_reuse_across_turns_is_exact_with_images(vl_policy, vl_encoder: ChatE
     assert torch.allclose(full, fresh_logits, atol=1e-4)
 
 
-def test_two_step_training_run_with_image_observations(train_overrides: list[str]) -> None:
+@pytest.mark.parametrize("observation", ["image", "text"])
+def test_two_step_training_run_with_image_observations(train_overrides: list[str], observation: str) -> None:
+    """Both modality rows of Table 4 (Qwen2.5-VL reading the grid as an image or as text): PPO's actor and critic
+    on the vision-language model. The text row's batches hold no image, and the packed passes
+    (`recipes.policy.packing.packs`) must still leave the VL policy and its value head (no `config` of its own) on
+    the padded path: the rehearsal's text row failed there once ('VisionCritic' object has no attribute 'config')."""
     from mlflow import MlflowClient
 
     from recipes.run.training import run_training
     from recipes.stats.rollouts import load_rollout_batch
 
     overrides = [*MICRO_VL, *train_overrides, "filter=none", "hooks=[collapse]", "diagnostics.mi_every=1",
-                 "diagnostics.num_samples=4"]
+                 "diagnostics.num_samples=4", f"task.env.observation={observation}"]
     result = run_training(compose_train_config(overrides))
     assert result.status == "finished" and result.steps_done == 2
     client = MlflowClient(next(o.split("=", 1)[1] for o in overrides if o.startswith("mlflow.tracking_uri=")))
@@ -148,6 +153,9 @@ def test_two_step_training_run_with_image_observations(train_overrides: list[str
     assert np.isfinite(metrics["critic/vf_loss"])
     frame = load_rollout_batch(client.download_artifacts(result.mlflow_run_id, "rollouts/step_0002.parquet",
                                                          str(Path.cwd())))
+    if observation == "text":
+        assert "images" not in frame.columns  # text turns: no frame references
+        return
     assert all(len(images) == turns for images, turns in zip(frame["images"], frame["turns"], strict=True))
     assert all(len(digest) == 64 for images in frame["images"] for digest in images)  # references, not bytes
 
