@@ -1,5 +1,6 @@
 """The rehearsal of the whole paper (issue: "The paper, cell for cell"): every paper sweep runs under the `rehearsal`
-profile (sweeps/profiles.yaml: the tiny model with a small warm start, 2 steps, one seed, a subset of cells) on the
+profile (sweeps/profiles.yaml: the tiny model with a small warm start, 2 steps -- 5 on FrozenLake, where MI and
+success are made to fall for the early warning --, one seed, a subset of cells) on the
 real local executor, then `orch report --paper --strict` must find, in every finished cell, a finite value of every
 metric its map items need, and render every item with at least one published value beside a measured one; no
 measured value may be NaN, no section below its item's declared coverage, no path of the judge unexercised.
@@ -8,7 +9,10 @@ Removing one metric from one cell must make the check fail, naming the item and 
 
 ORCH_REHEARSAL_KEEP=DIR keeps the rehearsal's runs: each paper sweep's `orch archive` goes to DIR/<sweep> (or to the
 path with {sweep} filled in), before the test alters its store; what it asserts is unchanged (docs/paper.md, "The
-rehearsal")."""
+rehearsal"). ORCH_REHEARSAL_DIR=DIR runs it in DIR instead of a temporary folder, so that an interrupted rehearsal
+resumes: each `orch sweep --wait` submits only the cells not finished there (a failed cell stays failed, and fails
+the test, until retried with `orch sweep FILE --profile rehearsal --retry-failed --wait` in DIR); the metric the test
+deletes at its end is put back."""
 
 from __future__ import annotations
 
@@ -39,6 +43,9 @@ def orch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @pytest.mark.full  # the full tier (`bash scripts/test.sh --full`; its cost: tests/README.md)
 def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.environ.get("ORCH_REHEARSAL_DIR"):  # a rehearsal that resumes (the module docstring)
+        tmp_path = Path(os.environ["ORCH_REHEARSAL_DIR"]).resolve()
+        tmp_path.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("ORCH_CACHE_DIR", str(tmp_path / "cache"))  # the warm starts, once per task
     for name in ("ORCH_STORE", "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(name, raising=False)
@@ -97,9 +104,17 @@ def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monk
         (run,) = db.execute("SELECT r.run_uuid FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
                             "JOIN params p ON p.run_uuid = r.run_uuid WHERE e.name = 'table6' AND "
                             "p.key = 'backend' LIMIT 1").fetchone()
-        db.execute("DELETE FROM metrics WHERE run_uuid = ? AND key = 'collapse/trajectory/mi_est'", (run,))
-        db.execute("DELETE FROM latest_metrics WHERE run_uuid = ? AND key = 'collapse/trajectory/mi_est'", (run,))
-    broken = orch("report", "--paper", "--strict", "--out", "paper.html", cwd=tmp_path)
-    assert broken.returncode == 1, broken.stderr[-2000:]
-    gaps = [line for line in broken.stderr.splitlines() if line.startswith("gap:")]
-    assert gaps == [f"gap: Table 6 (table6): run {run} (table6) has no finite value of collapse/trajectory/mi_est"]
+        kept = {table: db.execute(f"SELECT * FROM {table} WHERE run_uuid = ? AND key = 'collapse/trajectory/mi_est'",
+                                  (run,)).fetchall() for table in ("metrics", "latest_metrics")}
+        for table in kept:
+            db.execute(f"DELETE FROM {table} WHERE run_uuid = ? AND key = 'collapse/trajectory/mi_est'", (run,))
+    try:
+        broken = orch("report", "--paper", "--strict", "--out", "paper.html", cwd=tmp_path)
+        assert broken.returncode == 1, broken.stderr[-2000:]
+        gaps = [line for line in broken.stderr.splitlines() if line.startswith("gap:")]
+        assert gaps == [f"gap: Table 6 (table6): run {run} (table6) has no finite value of collapse/trajectory/mi_est"]
+    finally:  # the store as it was (a resumed rehearsal reads it again)
+        with sqlite3.connect(tmp_path / "mlflow.db") as db:
+            for table, rows in kept.items():
+                if rows:
+                    db.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
