@@ -23,6 +23,7 @@ GROUPS = {
     "cluster": ("orchestrator/test_sweep_e2e.py", "orchestrator/test_sweep_slurm.py",
                 "orchestrator/test_sweep_slurm_verl.py", "orchestrator/test_sweep_injection.py",
                 "recipes/verl/test_verl_training.py", "recipes/verl/test_verl_parts.py", "recipes/verl/test_vllm_cpu.py",
+                "recipes/verl/test_verl_v1_faults.py",
                 "test_gpu_stack.py"),
     # test_deepcoder asserts no sandbox process is left anywhere on the machine
     "deepcoder": ("envs/test_deepcoder.py", "recipes/torch_trainer/test_train_deepcoder.py"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -67,6 +68,9 @@ def mlflow_client(uri: str) -> Any:
     PostgreSQL advisory lock. Other stores (a tracking server, a folder) are opened as they are."""
     from mlflow import MlflowClient
 
+    # MLflow's SQL store logs every database error with its traceback before raising it; orch turns the raised error
+    # into one line (an unwritable store) or buffers the metrics (`RunTracker.flush`), so the traceback is noise
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     with _first_use_lock(uri):
         return MlflowClient(tracking_uri=uri)  # opens the store: creates or checks MLflow's tables
 
@@ -329,6 +333,27 @@ def check_cache_folder() -> None:
     check_writable_folder(cache_root(), "$ORCH_CACHE_DIR" if os.environ.get("ORCH_CACHE_DIR") else "cache folder")
 
 
+UNWRITABLE = ("readonly database", "read-only file system", "unable to open database file", "permission denied",
+              "operation not permitted")
+
+
+def unwritable_store(err: BaseException) -> str | None:
+    """What SQLite (through SQLAlchemy and MLflow) says when the tracking store cannot be written -- a read-only
+    file, folder or mount, an immutable file -- found down the exception's chain, or None for any other error."""
+    todo: list[Any] = [err]
+    seen: set[int] = set()
+    while todo:
+        exc = todo.pop()
+        if not isinstance(exc, BaseException) or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        line = next((line for line in str(exc).splitlines() if any(w in line.lower() for w in UNWRITABLE)), None)
+        if line is not None:  # SQLAlchemy's "(sqlite3.OperationalError) attempt to write a readonly database"
+            return re.sub(r"^\((?:sqlite3|raised)[^)]*\)\s*", "", " ".join(line.split()))[:200]
+        todo += [exc.__cause__, exc.__context__, getattr(exc, "orig", None)]
+    return None
+
+
 class RunTracker:
     """One MLflow run, created or attached.
 
@@ -343,22 +368,31 @@ class RunTracker:
                  outage_s: float = 1800.0) -> None:
         from mlflow.exceptions import MlflowException
 
-        self.client = mlflow_client(uri)
         self.outage_s = outage_s
         self.pending: list[Any] = []  # metrics the store has not taken yet (`flush`)
         self.outage_since: float | None = None
         self.outage_error = ""
         self._next_try = 0.0
-        if run_id is not None:
-            try:
-                run = self.client.get_run(run_id)
-            except MlflowException as err:
-                raise OrchError(f"config key mlflow.run_id: no run {run_id!r} at {uri} ({err.message})") from None
-            self.run_id = run.info.run_id
-            self.client.update_run(self.run_id, status="RUNNING")
-        else:
-            experiment_id = experiment_of(self.client, experiment_name).experiment_id
-            self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        try:
+            self.client = mlflow_client(uri)
+            if run_id is not None:
+                try:
+                    run = self.client.get_run(run_id)
+                except MlflowException as err:
+                    raise OrchError(f"config key mlflow.run_id: no run {run_id!r} at {uri} ({err.message})") from None
+                self.run_id = run.info.run_id
+                self.client.update_run(self.run_id, status="RUNNING")
+            else:
+                experiment_id = experiment_of(self.client, experiment_name).experiment_id
+                self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        except OrchError:
+            raise
+        except Exception as err:  # a store that cannot be written at the run's start: bad input, before any work
+            why = unwritable_store(err)
+            if why is None:
+                raise
+            raise OrchError(f"config key mlflow.tracking_uri: {hide_password(uri)} cannot be written ({why}); make "
+                            "it writable or choose another store (mlflow.tracking_uri, --tracking-uri)") from None
 
     def log_params(self, params: dict[str, str]) -> None:
         """Log params not yet on the run (a resumed run keeps its original values)."""
@@ -370,8 +404,16 @@ class RunTracker:
             self.client.log_batch(self.run_id, params=new[start : start + 100])
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        for key, value in tags.items():
-            self.client.set_tag(self.run_id, key, value)
+        """Set the run's tags; while the store cannot be written (`flush` failed) they are skipped with a warning,
+        as artifacts are (a hook's tag is set again at its next change; the metrics are not lost)."""
+        try:
+            for key, value in tags.items():
+                self.client.set_tag(self.run_id, key, value)
+        except Exception as err:  # noqa: BLE001 - the store is down: the run trains on
+            if self.outage_since is None:
+                raise
+            log.warning("tags %s not set, the tracking store is down (%s)", sorted(tags),
+                        " ".join(str(err).split())[:200])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log one step's metrics. While the store cannot be written they are buffered (`flush`): training goes on."""
@@ -393,7 +435,7 @@ class RunTracker:
             except Exception as err:  # noqa: BLE001 - whatever the store's client raises, the run trains on
                 if getattr(err, "error_code", None) == "INVALID_PARAMETER_VALUE":
                     raise  # a metric MLflow refuses (a bad name or value) is a bug to show, not an outage to wait out
-                self.outage_error = " ".join(str(err).split())[:300]
+                self.outage_error = unwritable_store(err) or " ".join(str(err).split())[:300]
                 self._next_try = time.monotonic() + RETRY_S
                 if self.outage_since is None:
                     self.outage_since = time.monotonic()
@@ -406,6 +448,16 @@ class RunTracker:
                         time.monotonic() - self.outage_since)
             self.outage_since = None
         return True
+
+    def adopt(self, rows: list[list[Any]], error: str) -> None:
+        """Take over metrics another tracker of this run could not write (`[key, value, timestamp, step]` rows: a veRL
+        trainer's, in its Ray process), as if this tracker had failed to write them: `tracked_run` then writes them or
+        keeps them beside the checkpoint and fails the run resumably."""
+        from mlflow.entities import Metric
+
+        self.pending.extend(Metric(key, float(value), int(stamp), int(step)) for key, value, stamp, step in rows)
+        if rows and self.outage_since is None:
+            self.outage_since, self.outage_error = time.monotonic(), error
 
     @property
     def store_down(self) -> bool:

@@ -109,19 +109,77 @@ def train(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
             summary = _unless_stopped_before_the_loop(runner, runner.run.remote(config), should_stop, started_file)
     except StopRequested as stop:  # while Ray started (recipes.verl.cluster): nothing of this attempt to keep
         return preempted(str(stop))
-    except ray.exceptions.RayError:
-        if not should_stop():
+    except ray.exceptions.RayError as err:
+        logged_now = tracker.last_logged_step("timing_s/step")
+        saved = resume_step(checkpoint_dir / "verl", logged_now) or 0
+        if should_stop():
+            # SIGTERM (preemption, scancel) reaches Ray's processes too and ends them before the trainer can
+            # checkpoint: the next attempt resumes from the last periodic checkpoint (trainer.save_every).
+            return TrainResult(status="preempted", steps_done=saved, mlflow_run_id=tracker.run_id,
+                               reason=f"stopped by a signal that also ended Ray's processes; resumes after step {saved}")
+        full = disk_full_in(err)
+        if full is not None:  # the trainer's checkpoint (OrchTrainerBase.writing_checkpoint): one line, exit 1
+            raise full from None
+        died = dead_worker(err)
+        if died is None:
             raise
-        # SIGTERM (preemption, scancel) reaches Ray's processes too and ends them before the trainer can checkpoint:
-        # the next attempt resumes from the last periodic checkpoint (trainer.save_every).
-        saved = resume_step(checkpoint_dir / "verl", tracker.last_logged_step("timing_s/step")) or 0
-        return TrainResult(status="preempted", steps_done=saved, mlflow_run_id=tracker.run_id,
-                           reason=f"stopped by a signal that also ended Ray's processes; resumes after step {saved}")
+        kept = (f"the checkpoint of step {saved} is kept and the next attempt resumes from it" if saved else
+                "no checkpoint of a logged step yet: the next attempt starts afresh")
+        return TrainResult(status="failed", steps_done=saved, mlflow_run_id=tracker.run_id,
+                           reason=f"{died} during step {(logged_now or 0) + 1}; {kept} (run the same command again; "
+                                  "a sweep cell: orch resume --retry-failed)")
     if summary is None:
         return preempted("stop requested while veRL's workers started (nothing to keep); "
                          + (f"resumes after step {resume}" if resume else "starts afresh"))
+    tracker.adopt(summary.get("pending") or [], summary.get("outage_error", ""))  # kept by tracked_run
     return TrainResult(status=summary["status"], steps_done=int(summary["steps_done"]),
                        mlflow_run_id=tracker.run_id, reason=summary["reason"])
+
+
+def _chain(err: BaseException) -> list[BaseException]:
+    """`err`, its causes and contexts, and the errors Ray wrapped (`RayTaskError.cause`: a task's own error)."""
+    seen: list[BaseException] = []
+    todo: list[Any] = [err]
+    while todo:
+        exc = todo.pop()
+        if isinstance(exc, BaseException) and all(exc is not other for other in seen):
+            seen.append(exc)
+            todo += [exc.__cause__, exc.__context__, getattr(exc, "cause", None)]
+    return seen
+
+
+def disk_full_in(err: BaseException) -> OSError | None:
+    """The full disk's `OSError` a Ray task raised (a checkpoint's write: `OrchTrainerBase.writing_checkpoint`)."""
+    from orchlib.errors import DISK_FULL_ERRNOS
+
+    return next((exc for exc in _chain(err) if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS), None)
+
+
+def dead_worker(err: BaseException) -> str | None:
+    """`a Ray worker died (WorkerDict, pid 123: killed by a signal or the OOM killer)` when one of the run's Ray
+    processes (an actor: the FSDP workers, the rollout, TransferQueue) or its node died under the trainer, else
+    None (an error of the trainer itself keeps its traceback)."""
+    import re
+
+    import ray.exceptions as rayerr
+
+    dead = (rayerr.RayActorError, rayerr.WorkerCrashedError, rayerr.NodeDiedError, rayerr.OutOfMemoryError,
+            rayerr.LocalRayletDiedError)
+    chain = _chain(err)
+    if any(getattr(exc, "actor_init_failed", False) or "error raised in its creation task" in str(exc)
+           for exc in chain if isinstance(exc, rayerr.RayActorError)):
+        return None  # an actor whose constructor raised: an error of the set-up, with its traceback, not a death
+    exc = next((exc for exc in chain if isinstance(exc, dead)), None)
+    if exc is None:
+        return None
+    text = str(exc)
+    name = re.search(r"class_name: (\S+)", text)
+    pid = re.search(r"\bpid: (\d+)", text)
+    who = ", ".join(part for part in (name and name.group(1).rsplit(".", 1)[-1], pid and f"pid {pid.group(1)}")
+                    if part)
+    how = "out of memory" if isinstance(exc, rayerr.OutOfMemoryError) else (
+        "its node died" if isinstance(exc, rayerr.NodeDiedError) else "killed by a signal or the OOM killer")
+    return f"a Ray worker died ({who + ': ' if who else ''}{how})"
 
 
 def keep_trainer(folder: Path, trainer: str, resume: int | None) -> None:

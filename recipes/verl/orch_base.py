@@ -9,7 +9,7 @@
     stops            `stop_at_step_end` (the stop file, the time limit, a decided stop checkpoint the step),
                      `_stop_inside_step` (a stop before the update drops the step, rewound to `resume_point`)
     checkpoints      orch's state file beside veRL's checkpoint (`write_state`, `restore_state`), the best checkpoint
-                     (`keep_if_best`: `keep_best`, `kept_best`)
+                     (`keep_if_best`: `keep_best`, `kept_best`), a full disk while one is written (`writing_checkpoint`)
     cross-scoring    `cross_score`: the MI diagnostics' scores through the actor workers
     metrics          `log_step`: what one veRL log call puts into the cell's MLflow run (`logged_metrics`), names made
                      MLflow-safe (`metric_name`), values made floats (`scalar`)
@@ -20,11 +20,14 @@ seen, how the batch shrinks), so retiring the legacy trainer is deleting recipes
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import math
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +74,8 @@ class OrchTrainerBase:
         self.orch = orch
         # `trainer.time_limit`, counted from the driver's start (before the warm start and Ray's start-up)
         self.time_limit = TimeLimit(self.cfg.infra.time_limit, time.time() - orch.get("started_at", time.time()))
-        self.tracker = RunTracker(orch["tracking_uri"], self.cfg.infra.mlflow.experiment_name, run_id=orch["run_id"])
+        self.tracker = RunTracker(orch["tracking_uri"], self.cfg.infra.mlflow.experiment_name, run_id=orch["run_id"],
+                                  outage_s=self.cfg.infra.mlflow.outage_s)
         self.hooks = build_hooks(self.cfg.hooks, self.cfg)
         self.empty_steps = 0
         self.validation: dict[str, float] = {}
@@ -97,9 +101,20 @@ class OrchTrainerBase:
             with reporting(ProgressFile(folder, self.cfg.trainer.total_steps)):
                 loop()
         except Stop as stop:
-            return {"status": stop.status, "reason": stop.reason, "steps_done": int(self.global_steps)}
+            return {"status": stop.status, "reason": stop.reason, "steps_done": int(self.global_steps),
+                    **self.unwritten_metrics()}
         return {"status": "finished", "reason": f"completed {self.cfg.trainer.total_steps} steps",
-                "steps_done": int(self.global_steps) - 1}  # fit counts one past its last step
+                "steps_done": int(self.global_steps) - 1,  # fit counts one past its last step
+                **self.unwritten_metrics()}
+
+    def unwritten_metrics(self) -> dict[str, Any]:
+        """The metrics this trainer's tracker still holds because the tracking store could not be written (a
+        read-only or locked database, a server gone), tried once more: `{"pending": rows, "outage_error": why}` for
+        the driver, whose tracker keeps them beside the checkpoint (`RunTracker.adopt`, then `tracked_run`), or {}."""
+        if self.tracker.flush():
+            return {}
+        return {"pending": [[m.key, m.value, m.timestamp, m.step] for m in self.tracker.pending],
+                "outage_error": self.tracker.outage_error}
 
     # -- stops ---------------------------------------------------------------------------------------------------
 
@@ -110,7 +125,9 @@ class OrchTrainerBase:
         from recipes.step.phases import boundary_stop
 
         step = int(self.global_steps)
-        requested = self.pending_stop is None and Path(self.orch["stop_file"]).exists()
+        # the stop file, or a tracking store unwritable for `mlflow.outage_s` (the driver then fails the run with
+        # the metrics kept beside the checkpoint, as on the torch backend: `tracked_run`)
+        requested = self.pending_stop is None and (Path(self.orch["stop_file"]).exists() or self.tracker.store_down)
         self.time_limit.took(time.perf_counter() - self._step_started)
         if self.pending_stop is None:  # a requested stop before the time limit (the torch loop asks the clock first)
             reason = boundary_stop(step, requested, None if requested else self.time_limit.would_overrun())
@@ -153,6 +170,35 @@ class OrchTrainerBase:
     def _checkpointed_step(self) -> int | None:
         tracker = Path(self.config.trainer.default_local_dir) / ITERATION_FILE
         return int(tracker.read_text().strip()) if tracker.is_file() else None
+
+    @contextlib.contextmanager
+    def writing_checkpoint(self) -> Iterator[None]:
+        """Around veRL's checkpoint of the current step (both trainers' `_save_checkpoint`): a write that ran out of
+        disk (ENOSPC from a worker, or torch's C++ stream error with under 16 MiB left, judged as the torch backend's
+        `save_checkpoint` does) removes the step's half-written folder, keeps veRL's pointer at the previous
+        checkpoint, and raises one `OSError(ENOSPC)` naming the step and the checkpoint that stays the latest (the
+        driver prints it as one line: `recipes.verl.backend.train`)."""
+        from ray.exceptions import RayError
+
+        from recipes.runtime.checkpoint import _disk_full
+
+        root = Path(self.config.trainer.default_local_dir)
+        previous, step = self._checkpointed_step(), int(self.global_steps)
+        try:
+            yield
+        except (OSError, RuntimeError, RayError) as err:
+            cause = getattr(err, "cause", None)  # a worker's error, as Ray hands it over
+            if not (_disk_full(err, root) or (isinstance(cause, BaseException) and _disk_full(cause, root))):
+                raise
+            if previous != step:  # the step's own folder is half-written: free its space
+                shutil.rmtree(root / f"global_step_{step}", ignore_errors=True)
+            pointer = root / ITERATION_FILE
+            if previous is not None and (not pointer.is_file() or pointer.read_text().strip() != str(previous)):
+                with contextlib.suppress(OSError):  # truncated by a failed write: point it back
+                    pointer.write_text(str(previous))
+            kept = f"the checkpoint global_step_{previous} stays the latest" if previous else "no earlier checkpoint"
+            raise OSError(errno.ENOSPC, f"No space left on device while writing the checkpoint of step {step} "
+                                        f"({kept})", str(root)) from None
 
     def write_state(self, folder: Path) -> None:
         """orch's own state beside veRL's checkpoint of a step (empty steps, latest validation, hook states, and

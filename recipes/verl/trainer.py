@@ -239,12 +239,13 @@ class OrchPPOTrainer(OrchTrainerBase, RayPPOTrainer):
 
     def _save_checkpoint(self) -> None:
         started = time.perf_counter()
-        super()._save_checkpoint()
-        folder = Path(self.config.trainer.default_local_dir) / f"global_step_{int(self.global_steps)}"
-        if self.loader_state is not None:  # a rewound checkpoint: the dataloader's position at that step's end
-            torch.save(self.loader_state, folder / "data.pt")
-            self.loader_state = None
-        self.write_state(folder)
+        with self.writing_checkpoint():
+            super()._save_checkpoint()
+            folder = Path(self.config.trainer.default_local_dir) / f"global_step_{int(self.global_steps)}"
+            if self.loader_state is not None:  # a rewound checkpoint: the dataloader's position at that step's end
+                torch.save(self.loader_state, folder / "data.pt")
+                self.loader_state = None
+            self.write_state(folder)
         self.time_limit.took(0.0, checkpoint=time.perf_counter() - started)
 
     def _load_checkpoint(self) -> Any:

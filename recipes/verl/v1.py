@@ -19,9 +19,11 @@ One step of V1's `_step_once` (trainer_base.py:562-612) and where orch plugs in:
                               orch's legacy `noop_rows` is not needed
     log-probs, values, advantages (veRL), on the kept rows only
     _update_actor/_critic     skipped when the filter kept nothing; advantages x the filter's loss scale
-                              (the only overrides of veRL methods here, with `_init_resource_pool_mgr`)
-    _save_checkpoint (veRL)   orch's state beside it through `trainer.checkpoint_callback_class` (public,
-                              trainer_base.py:1027): `OrchCheckpointCallback`
+                              (the only overrides of veRL methods here, with `_init_resource_pool_mgr` and
+                              `_save_checkpoint`)
+    _save_checkpoint          veRL's, with orch's state beside it through `trainer.checkpoint_callback_class` (public,
+                              trainer_base.py:1027): `OrchCheckpointCallback`; a full disk is one error naming the
+                              step, its half-written folder removed (`OrchTrainerBase.writing_checkpoint`)
     on_step_end (hook)        the step's weights to the rollout replicas (veRL's), then orch's stop decisions: a
                               requested stop (the stop file), the time limit, empty steps, the collapse alarm
                               checkpoint the step; the run ends once it is logged
@@ -267,6 +269,12 @@ class OrchV1Trainer(OrchTrainerBase, PPOTrainerSync):
 
             self._encoder = ChatEncoder(self.tokenizer)
         return self._encoder
+
+    def _save_checkpoint(self) -> None:
+        """veRL's checkpoint (orch's state beside it: `OrchCheckpointCallback`); a full disk is one error naming the
+        step, its half-written folder removed (`writing_checkpoint`)."""
+        with self.writing_checkpoint():
+            super()._save_checkpoint()
 
     def _update_critic(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         self._stop_inside_step("log-prob, reference and value passes")  # the critic updates first: the last exit
