@@ -24,6 +24,8 @@ def _color(index: int) -> str:
 def training_curves(data: RunData, summary: pd.DataFrame, key: str) -> go.Figure:
     """Mean over seeds of ``key`` against step, one panel per task, one line per (variant, filter setting);
     filter-off lines dashed, a band of ± one std across seeds."""
+    import numpy as np
+    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     history = data.history(key).merge(summary[["run_id", "task", "variant", "filter", "filtered"]], on="run_id")
@@ -31,6 +33,7 @@ def training_curves(data: RunData, summary: pd.DataFrame, key: str) -> go.Figure
     figure = make_subplots(rows=1, cols=max(1, len(tasks)), subplot_titles=tasks, shared_yaxes=True)
     variants = {v: i for i, v in enumerate(sorted(summary["variant"].dropna().unique()))}
     shown = set()
+    traces, columns = [], []  # added at once: add_scatter per trace lays out the grid each time (issue 60)
     for column, task in enumerate(tasks, start=1):
         rows = history[history["task"] == task]
         for (variant, setting), group in rows.groupby(["variant", "filter"], sort=True):
@@ -40,18 +43,22 @@ def training_curves(data: RunData, summary: pd.DataFrame, key: str) -> go.Figure
             dash = "dash" if setting == "none" else "solid"
             band = stats.dropna(subset=["std"])
             if not band.empty:
-                figure.add_scatter(
-                    x=list(band["step"]) + list(band["step"])[::-1],
-                    y=list(band["mean"] + band["std"]) + list(band["mean"] - band["std"])[::-1],
+                steps, upper, lower = (band["step"].to_numpy(), (band["mean"] + band["std"]).to_numpy(),
+                                       (band["mean"] - band["std"]).to_numpy())
+                traces.append(go.Scatter(  # arrays, not lists: plotly validates a list value by value
+                    x=np.concatenate([steps, steps[::-1]]), y=np.concatenate([upper, lower[::-1]]),
                     fill="toself", fillcolor=color, opacity=0.12, line={"width": 0}, hoverinfo="skip",
-                    showlegend=False, legendgroup=name, row=1, col=column,
-                )
-            figure.add_scatter(
+                    showlegend=False, legendgroup=name,
+                ))
+                columns.append(column)
+            traces.append(go.Scatter(
                 x=stats["step"], y=stats["mean"], mode="lines+markers", marker={"size": 4},
-                line={"color": color, "dash": dash}, name=name, legendgroup=name,
-                showlegend=name not in shown, row=1, col=column,
-            )
+                line={"color": color, "dash": dash}, name=name, legendgroup=name, showlegend=name not in shown,
+            ))
+            columns.append(column)
             shown.add(name)
+    if traces:
+        figure.add_traces(traces, rows=[1] * len(traces), cols=columns)
     figure.update_layout(title=key, **LAYOUT)
     figure.update_xaxes(title_text="step")
     return figure
@@ -238,6 +245,7 @@ def collapse_figure(data: RunData, summary: pd.DataFrame) -> go.Figure:
     """Mean over seeds against step of success, retrieval's excess over chance (0 = chance), MI-ZScore-EMA and
     entropy, one panel each; one line per (task, variant, filter setting), filter-off lines dashed; dotted lines
     at the steps where the collapse alert first fired."""
+    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from analysis import names
@@ -248,6 +256,7 @@ def collapse_figure(data: RunData, summary: pd.DataFrame) -> go.Figure:
     keys = summary[["run_id", "task", "variant", "filter"]]
     lines = sorted({(t, v, f) for t, v, f in keys[["task", "variant", "filter"]].itertuples(index=False)}, key=str)
     colors = {pair: _color(index) for index, pair in enumerate(dict.fromkeys((t, v) for t, v, _ in lines))}
+    traces, trace_rows = [], []  # added at once (as training_curves')
     for row, key in enumerate(panels, start=1):
         history = data.history(key).merge(keys, on="run_id")
         for task, variant, setting in lines:
@@ -256,16 +265,24 @@ def collapse_figure(data: RunData, summary: pd.DataFrame) -> go.Figure:
                 continue
             stats = rows.groupby("step")["value"].mean().reset_index()
             name = " · ".join(str(p) for p in (task, None if variant == "base" else variant, setting) if p)
-            figure.add_scatter(
+            traces.append(go.Scatter(
                 x=stats["step"], y=stats["value"], mode="lines+markers", marker={"size": 4}, name=name,
-                legendgroup=name, showlegend=row == 1, row=row, col=1,
+                legendgroup=name, showlegend=row == 1,
                 line={"color": colors[task, variant], "dash": "dash" if setting == "none" else "solid"},
-            )
+            ))
+            trace_rows.append(row)
+    if traces:
+        figure.add_traces(traces, rows=trace_rows, cols=[1] * len(traces))
     figure.add_hline(y=0, line={"dash": "dot", "color": "grey"}, row=2, col=1)
     alerts = data.history(names.COLLAPSE_ALERT)
     first = alerts[alerts["value"] >= 0.5].groupby("run_id")["step"].min()
-    for step in sorted(set(first.astype(int))):
-        figure.add_vline(x=step, line={"dash": "dot", "color": "#d62728", "width": 1})
+    # what add_vline draws on every panel with a line (one shape per step and panel), set at once: add_vline scans
+    # every trace of every panel for each line (44 s for 28 steps at lab scale, issue 60)
+    drawn = sorted({int(trace.xaxis[1:] or 1) for trace in figure.data})
+    figure.update_layout(shapes=[*figure.layout.shapes, *(
+        {"type": "line", "x0": step, "x1": step, "y0": 0, "y1": 1, "xref": f"x{'' if row == 1 else row}",
+         "yref": f"y{'' if row == 1 else row} domain", "line": {"dash": "dot", "color": "#d62728", "width": 1}}
+        for step in sorted(set(first.astype(int))) for row in drawn)])
     figure.update_layout(title="did MI collapse before success? (mean over seeds; red dotted: collapse alert fired)",
                          **{**LAYOUT, "height": 820})
     figure.update_xaxes(title_text="step", row=len(panels), col=1)

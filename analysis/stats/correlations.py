@@ -80,19 +80,33 @@ def _group_counts(groups: np.ndarray, n_boot: int, rng: np.random.Generator) -> 
     return counts, member_of.reshape(-1)
 
 
-def _weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+def _weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray, flat: np.ndarray | None = None) -> np.ndarray:
     """Pearson's r of each row of (B, n) values with (B, n) weights (a value counted w times); NaN where a row's
-    values with weight are all equal."""
+    values with weight are all equal (``flat``: (B,) those rows, when the caller knows them; else found here)."""
     total = w.sum(axis=1, keepdims=True)
     xc = x - (w * x).sum(axis=1, keepdims=True) / total
     yc = y - (w * y).sum(axis=1, keepdims=True) / total
     with np.errstate(invalid="ignore", divide="ignore"):
         r = (w * xc * yc).sum(axis=1) / np.sqrt((w * xc * xc).sum(axis=1) * (w * yc * yc).sum(axis=1))
-    used = w > 0
-    for values in (x, y):
-        flat = np.where(used, values, np.inf).min(axis=1) == np.where(used, values, -np.inf).max(axis=1)
-        r[flat] = np.nan
+    if flat is None:
+        used = w > 0
+        flat = np.zeros(len(r), dtype=bool)
+        for values in (x, y):
+            flat |= np.where(used, values, np.inf).min(axis=1) == np.where(used, values, -np.inf).max(axis=1)
+    r[flat] = np.nan
     return np.clip(r, -1.0, 1.0)
+
+
+def _flat_rows(values: np.ndarray, member_of: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """(B,) whether the values of the groups each resample picked (``counts``: (B, groups)) are all equal, from
+    each group's least and largest value: what :func:`_weighted_pearson` finds over the (B, n) values, on (B,
+    groups). Ranks are equal exactly where the values are, so it serves both coefficients."""
+    size = counts.shape[1]
+    least, most = np.full(size, np.inf), np.full(size, -np.inf)
+    np.minimum.at(least, member_of, values)
+    np.maximum.at(most, member_of, values)
+    picked = counts > 0
+    return np.where(picked, least, np.inf).min(axis=1) == np.where(picked, most, -np.inf).max(axis=1)
 
 
 def _ranker(values: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
@@ -122,9 +136,12 @@ def _bootstrap_groups(x: np.ndarray, y: np.ndarray, groups: np.ndarray, n_boot: 
     step = max(1, BOOT_CELLS // max(x.size, 1))
     parts = []
     for start in range(0, n_boot, step):
-        w = counts[start:start + step][:, member_of]
+        chunk = counts[start:start + step]
+        w = chunk[:, member_of]
         xs, ys = np.broadcast_to(x, w.shape), np.broadcast_to(y, w.shape)
-        parts.append(np.column_stack([_weighted_pearson(rank_x(w), rank_y(w), w), _weighted_pearson(xs, ys, w)]))
+        flat = _flat_rows(x, member_of, chunk) | _flat_rows(y, member_of, chunk)  # found once, on the groups
+        parts.append(np.column_stack([_weighted_pearson(rank_x(w), rank_y(w), w, flat),
+                                      _weighted_pearson(xs, ys, w, flat)]))
     return np.concatenate(parts)
 
 

@@ -41,6 +41,7 @@ measured by ``benchmarks/bench_judge.py`` and recorded in ``analysis/stats/judge
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,12 +348,21 @@ def _judge_order(m: Measurement) -> Judgement:
 
 
 def load_rates(path: Path = RATES_FILE) -> dict:
-    """The judge's recorded error rates (``benchmarks/bench_judge.py --record``); {} when none is recorded."""
-    import yaml
-
+    """The judge's recorded error rates (``benchmarks/bench_judge.py --record``); {} when none is recorded. Read once
+    per version of the file (a report judges hundreds of values, each reading the record: 20 s of YAML at lab
+    scale, issue 60); the dict is shared: read it, do not change it."""
     if not path.is_file():
         return {}
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    stat = path.stat()
+    return _parsed_rates(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_rates(path: str, mtime_ns: int, size: int) -> dict:
+    """:func:`load_rates`'s parse of ``path`` at one version (its modification time and size key the cache)."""
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
 
 
 def rate_line(kind: str, n: int, record: dict | None = None) -> str | None:

@@ -182,3 +182,43 @@ def test_the_block_length_follows_the_autocorrelation():
     assert trend.block_length(100, 0.0) == 5  # ceil(100^(1/3))
     assert trend.block_length(21, 0.8) == 9  # Carlstein: (sqrt(6) 0.8 / 0.36)^(2/3) 21^(1/3) = 8.5
     assert trend.block_length(8, 0.8) == 4  # at least two blocks
+
+
+def test_the_verdict_alone_is_the_verdict_of_the_interval():
+    """A run of an arm of several is read for its verdict alone (``interval=False``, issue 60: the arm's interval is
+    over the runs): the same verdict as its interval's, from the same draws, on flat, falling and rising series,
+    white and autocorrelated, with tied values and repeated steps; the generator is left where the interval leaves
+    it, so the arm's next run draws the same."""
+    rng = np.random.default_rng(21)
+    said, alone_decided = set(), 0
+    for index in range(60):
+        n = (6, 8, 21, 40)[index % 4]
+        steps = np.linspace(1, 100, n).round()
+        if index % 9 == 0:
+            steps[1] = steps[0]  # a step logged twice: its pair has no slope
+        change = (0.0, -0.3, 0.3, -0.05)[index % 4 if index % 3 else 0]
+        values = 1.0 + change * (steps - 1) / 99 + _noise(n, (0.0, 0.8)[index % 2], rng)
+        if index % 10 == 0:
+            values = values.round(1)  # ties, and a change of exactly 0
+        full, alone = np.random.default_rng(index), np.random.default_rng(index)
+        reading = trend.run_trend(steps, values, 100, full)
+        verdict = trend.run_trend(steps, values, 100, alone, interval=False)
+        assert verdict.verdict == reading.verdict and verdict.runs == reading.runs, (index, reading, verdict)
+        assert (verdict.value, verdict.change) == (reading.value, reading.change)
+        assert full.integers(1 << 30) == alone.integers(1 << 30)
+        said.add(reading.verdict)
+        alone_decided += math.isnan(verdict.lo)  # else too close to call without the interval, which was computed
+    assert said == {trend.FELL, trend.ROSE, trend.NO_TREND} and alone_decided >= 50
+
+
+def test_the_resampled_theil_sen_equals_the_batched_one_value_for_value():
+    """run_trend's interval on series of SORT_PAIRS pairs or more (issue 60): the medians from running sums along
+    the series' sorted slopes are theil_sen's, bit for bit, with tied values and a repeated step."""
+    rng = np.random.default_rng(22)
+    for n, block in ((40, 4), (41, 1), (60, 20)):
+        steps = np.arange(n, dtype=float)
+        steps[5] = steps[4]  # a repeated step: its pair has no slope
+        values = rng.standard_normal(n).round(1)  # ties
+        picks = trend.block_indices(n, block, 50, rng)
+        assert np.array_equal(trend.resampled_theil_sen(steps, values, picks),
+                              trend.theil_sen(steps[picks], values[picks]))
