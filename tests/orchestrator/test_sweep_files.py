@@ -3,6 +3,7 @@ torch-backend rehearsal."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,13 @@ def test_table4_rows_match_the_paper() -> None:
 def test_table4_dry_run_lists_the_modality_rows(workdir: Path) -> None:
     result = CliRunner().invoke(app, ["sweep", str(SWEEPS / "table4.yaml"), "--dry-run", "--limit", "0"])
     assert result.exit_code == 0, result.output
-    rows = [line.split() for line in result.output.splitlines() if "Qwen2.5-VL" in line]
+    cells: list[str] = []  # one entry per cell: a row of the table, or a cell's wrapped lines (a narrow terminal)
+    for line in result.output.splitlines():
+        if re.match(r"\s*\d+\s+[0-9a-f]{12}\s", line):
+            cells.append(line)
+        elif cells and line.startswith(" ") and line.strip():
+            cells[-1] += " " + line.strip()
+    rows = [re.split(r"[\s=]+", cell) for cell in cells if "Qwen2.5-VL" in cell]
     assert len(rows) == 2 * 2 * 2 * 3  # 2 modalities x 2 grid tasks x 2 filters x 3 seeds
     assert sum("image" in row for row in rows) == sum("text" in row for row in rows) == 12
     assert not (workdir / ".orch").exists()

@@ -186,7 +186,7 @@ def test_bad_set_and_profile(workdir: Path, sweep_file) -> None:
 
 
 def test_missing_file() -> None:
-    with pytest.raises(OrchError, match="nope.yaml: cannot read sweep file"):
+    with pytest.raises(OrchError, match="sweep 'nope.yaml': no such file in .*, nor a sweep orch ships; shipped"):
         load_sweep("nope.yaml")
 
 
