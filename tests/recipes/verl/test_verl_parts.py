@@ -992,6 +992,7 @@ def test_the_time_limit_stops_the_verl_trainer_before_a_step_that_would_overrun_
     torch backend, counted from the driver's start (`spent_s`): while the next step and a checkpoint fit, the run
     goes on; once they would not, the step is checkpointed and the run ends `preempted` naming the limit."""
     import time
+    import types
 
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
@@ -1004,6 +1005,7 @@ def test_the_time_limit_stops_the_verl_trainer_before_a_step_that_would_overrun_
     trainer.orch, trainer.pending_stop, trainer.validation_pending = {"stop_file": str(tmp_path / "STOP")}, None, False
     trainer._checkpointed_step, trainer._save_checkpoint = lambda: None, lambda: saves.append(trainer.global_steps)
     trainer.resume_point = lambda: {}
+    trainer.tracker = types.SimpleNamespace(store_down=False)  # the tracking store writable (2620596 reads it here)
     trainer.time_limit = TimeLimit(60.0, spent_s=30.0)  # the driver used 30 s of the 60 s budget
     trainer.global_steps, trainer._step_started = 1, time.perf_counter() - 10  # a 10 s step: 10 x 1.5 + 5 fits
     trainer._stop_profiling(False)

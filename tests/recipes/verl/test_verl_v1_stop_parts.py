@@ -32,7 +32,7 @@ def v1_trainer(tmp_path: Path, **fields):
     trainer.orch = {"stop_file": str(tmp_path / "STOP")}
     trainer.pending_stop, trainer.validation_pending, trainer.loader_state, trainer._training = None, False, None, True
     trainer.empty_steps, trainer.validation, trainer.hooks, trainer._validated = 0, {}, {}, False
-    trainer.tracker, trainer.time_limit, trainer.use_critic = SimpleNamespace(run_id="r"), TimeLimit(None), False
+    trainer.tracker, trainer.time_limit, trainer.use_critic = SimpleNamespace(run_id="r", store_down=False), TimeLimit(None), False
     trainer.checkpoint_manager, trainer.timing_raw = SimpleNamespace(update_weights=lambda step=None: None), {}
     for key, value in fields.items():
         setattr(trainer, key, value)
