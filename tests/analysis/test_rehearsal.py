@@ -104,9 +104,9 @@ def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monk
         (run,) = db.execute("SELECT r.run_uuid FROM runs r JOIN experiments e ON r.experiment_id = e.experiment_id "
                             "JOIN params p ON p.run_uuid = r.run_uuid WHERE e.name = 'table6' AND "
                             "p.key = 'backend' LIMIT 1").fetchone()
-        kept = {table: db.execute(f"SELECT * FROM {table} WHERE run_uuid = ? AND key = 'collapse/trajectory/mi_est'",
+        deleted = {table: db.execute(f"SELECT * FROM {table} WHERE run_uuid = ? AND key = 'collapse/trajectory/mi_est'",
                                   (run,)).fetchall() for table in ("metrics", "latest_metrics")}
-        for table in kept:
+        for table in deleted:
             db.execute(f"DELETE FROM {table} WHERE run_uuid = ? AND key = 'collapse/trajectory/mi_est'", (run,))
     try:
         broken = orch("report", "--paper", "--strict", "--out", "paper.html", cwd=tmp_path)
@@ -115,6 +115,6 @@ def test_every_paper_sweep_rehearses_into_the_papers_report(tmp_path: Path, monk
         assert gaps == [f"gap: Table 6 (table6): run {run} (table6) has no finite value of collapse/trajectory/mi_est"]
     finally:  # the store as it was (a resumed rehearsal reads it again)
         with sqlite3.connect(tmp_path / "mlflow.db") as db:
-            for table, rows in kept.items():
+            for table, rows in deleted.items():
                 if rows:
                     db.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
