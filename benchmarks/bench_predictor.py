@@ -110,10 +110,12 @@ def main() -> None:
           f"{record['best'] or 'none decided'} (kept: {KEPT})")
     for sweep in sorted({row["sweep"] for row in rows} | set(skipped)):
         from analysis.stats.summary import summarize
-        from analysis.stores.archive import read_archives
+        from analysis.stores.archive import evidence_sessions, read_archives
 
-        folder = args.results / sweep
-        data, _ = read_archives(sorted(path for path in folder.iterdir() if path.is_dir()), sweep)
+        sessions = evidence_sessions(args.results / sweep)
+        if not sessions:
+            continue
+        data, _ = read_archives(sessions, sweep)
         for power in power_table(summarize(data)):
             print(f"power {sweep} {power['task']} {power['variant']} {power['filter']}: sd none {power['sd_base']}, "
                   f"filtered {power['sd_filtered']} ({power['seeds']} seeds) -> seeds per arm for 5 points "

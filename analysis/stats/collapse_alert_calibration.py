@@ -345,7 +345,7 @@ def archived_cells(results: Path, live: dict[str, RunData] | None = None) -> tup
     named relative to ``results``' parent."""
     import dataclasses
 
-    from analysis.stores.archive import read_archives
+    from analysis.stores.archive import evidence_sessions, read_archives
 
     cells, sources = [], []
     for sweep_dir in sorted(path for path in results.iterdir() if path.is_dir()):
@@ -353,7 +353,10 @@ def archived_cells(results: Path, live: dict[str, RunData] | None = None) -> tup
         if live and sweep in live:
             data, where = live[sweep], f"{sweep} (live store)"
         else:
-            data, _ = read_archives(sorted(p for p in sweep_dir.iterdir() if p.is_dir()), sweep)
+            sessions = evidence_sessions(sweep_dir)  # the rehearsal's archives are generated data, not plants
+            if not sessions:
+                continue
+            data, _ = read_archives(sessions, sweep)
             where = f"{results.parent.name}/{results.name}/{sweep}"
         data = dataclasses.replace(data, runs=data.runs[data.runs["status"] == "FINISHED"])  # whole runs only
         found = cells_from(data, sweep)

@@ -348,15 +348,16 @@ def measure(results: Path = RESULTS) -> tuple[list[dict[str, Any]], dict[str, st
     """The conditions of every archived sweep under ``results`` (one folder per sweep, one archive folder per
     session inside it) and the sweeps left out, each with why."""
     from analysis.stats.summary import summarize
-    from analysis.stores.archive import read_archives
+    from analysis.stores.archive import evidence_sessions, read_archives
 
     if not Path(results).is_dir():
         raise OrchError(f"{results}: no such folder of archived sweeps (docs/results/<sweep>/<session>/)")
     rows, skipped = [], {}
     for folder in sorted(path for path in Path(results).iterdir() if path.is_dir()):
-        sessions = sorted(path for path in folder.iterdir() if path.is_dir())
+        sessions = evidence_sessions(folder)
         if not sessions:
-            skipped[folder.name] = "no archive folder"
+            skipped[folder.name] = ("rehearsal archives only (generated data, not evidence)"
+                                    if any(path.is_dir() for path in folder.iterdir()) else "no archive folder")
             continue
         data, predictions = read_archives(sessions, folder.name)
         found = sweep_rows(folder.name, summarize(data), predictions)

@@ -14,7 +14,12 @@ Files of an archive folder:
     runs.parquet         RunData.runs (analysis.stores.mlflow_store), one row per run
     metrics.parquet      RunData.metrics, one row per logged value
     predictions.parquet  the predictor's rows (analysis.stores.rollout_artifacts.PREDICTION_COLUMNS)
-    archive.json         {"format": 1, "sweep": ..., "tracking_uri": ..., "written": ..., "runs": N}
+    archive.json         {"format": 1, "sweep": ..., "tracking_uri": ..., "written": ..., "runs": N, "profile": ...}
+
+``profile`` is the profile the sweep ran under (``orch sweep --profile``, the sweep's parent run's ``profile``
+param), ``null`` for none. An archive of the ``rehearsal`` profile (tiny model, 2 steps, planted collapses: the paper
+report's dress rehearsal) is generated data, not evidence: :func:`evidence_sessions` leaves it out of what the
+calibration records (the collapse alert's rates, the predictor's record) are computed from.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
 FORMAT = 1
 FILES = ("runs.parquet", "metrics.parquet", "predictions.parquet", "archive.json")
 READER = "archive"
+REHEARSAL = "rehearsal"  # the profile whose runs are a rehearsal (sweeps/profiles.yaml), never evidence
 
 
 def write_archive(data: RunData, predictions: pd.DataFrame, sweep: str, folder: Path) -> Path:
@@ -56,7 +62,8 @@ def write_archive(data: RunData, predictions: pd.DataFrame, sweep: str, folder: 
         data.metrics.to_parquet(staging / "metrics.parquet", index=False)
         predictions.to_parquet(staging / "predictions.parquet", index=False)
         meta = {"format": FORMAT, "sweep": sweep, "tracking_uri": data.tracking_uri,
-                "written": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "runs": len(data.runs)}
+                "written": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "runs": len(data.runs),
+                "profile": runs_profile(data.runs)}
         (staging / "archive.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         os.replace(staging, folder)
     except OSError as err:  # a full disk, a folder made unwritable meanwhile: one line, nothing left behind
@@ -66,6 +73,32 @@ def write_archive(data: RunData, predictions: pd.DataFrame, sweep: str, folder: 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return folder
+
+
+def runs_profile(runs: pd.DataFrame) -> str | None:
+    """The profile the runs' sweep ran under (the sweep's parent run's ``profile`` param; None for none or unknown)."""
+    if "params.profile" not in runs.columns:
+        return None
+    named = {str(value) for value in runs["params.profile"].dropna() if str(value)}
+    return named.pop() if len(named) == 1 else None
+
+
+def archive_profile(folder: Path) -> str | None:
+    """The profile of the archive in ``folder``: its ``archive.json``'s, or, for an archive written before that key,
+    its runs'."""
+    import pandas as pd
+
+    meta = check_archive(folder)
+    if "profile" in meta:
+        return meta["profile"] or None
+    return runs_profile(pd.read_parquet(Path(folder) / "runs.parquet", columns=None))
+
+
+def evidence_sessions(sweep_dir: Path) -> list[Path]:
+    """The archive folders of one sweep's folder (docs/results/<sweep>/<session>/) whose runs are evidence: every one
+    but those of the rehearsal profile (generated data, kept so the paper report renders from committed files)."""
+    sessions = sorted(path for path in Path(sweep_dir).iterdir() if path.is_dir())
+    return [folder for folder in sessions if archive_profile(folder) != REHEARSAL]
 
 
 def check_archive(folder: Path) -> dict:

@@ -136,3 +136,24 @@ def test_an_archive_that_cannot_be_written_is_one_error_and_leaves_nothing(archi
     with pytest.raises(OrchError, match="could not be written \\(No space left on device\\)"):
         write_archive(data, predictions, "demo", tmp_path / "full")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rehearsal_archive_says_so_and_is_never_evidence(archived, tmp_path):
+    """The profile a sweep ran under goes into archive.json; the calibration records (the collapse alert's rates, the
+    predictor's record) read every archive of a sweep but the rehearsal's, whose runs are generated data."""
+    from analysis.stores.archive import archive_profile, evidence_sessions
+
+    data, predictions = read_archives([archived[0]])
+    assert json.loads((archived[0] / "archive.json").read_text())["profile"] is None  # the demo ran without one
+    sweep_dir = tmp_path / "demo"
+    evidence = write_archive(data, predictions, "demo", sweep_dir / "session1")
+    rehearsed = data.runs.copy()
+    rehearsed["params.profile"] = rehearsed["tags.orch.role"].map({"sweep": "rehearsal"})  # the sweep's parent run
+    rehearsal = write_archive(RunData(rehearsed, data.metrics, data.tracking_uri, data.reader), predictions, "demo",
+                              sweep_dir / "rehearsal-1")
+    assert archive_profile(rehearsal) == "rehearsal"
+    assert evidence_sessions(sweep_dir) == [evidence]
+    meta = json.loads((rehearsal / "archive.json").read_text())
+    del meta["profile"]  # an archive written before the key: its runs say which profile
+    (rehearsal / "archive.json").write_text(json.dumps(meta))
+    assert archive_profile(rehearsal) == "rehearsal" and evidence_sessions(sweep_dir) == [evidence]
