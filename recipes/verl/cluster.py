@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,11 +258,45 @@ def _wait_until(condition, timeout_s: float, message: str,  # noqa: ANN001
 
 
 def _end(process: subprocess.Popen) -> None:
-    """SIGTERM (a blocking `ray start` then stops its node's Ray processes), SIGKILL if it lingers."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """SIGTERM (a blocking `ray start` then stops its node's Ray processes), SIGKILL if it lingers. A `ray start`
+    that still ignores SIGTERM (the `_start_ignoring` disposition: Ray has not installed its teardown handler yet, it
+    is still starting its node) is killed at once with what it started: a stop in the first moments of a head's start
+    took 30 s to honour, waiting on a SIGTERM it could not act on (tests/recipes/verl/test_verl_parts.py)."""
+    if process.poll() is not None:
+        return
+    if _ignores_sigterm(process.pid):
+        _kill_tree(process)
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        _kill_tree(process)
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    """Whether process `pid` has SIGTERM ignored (its /proc status's SigIgn mask); False when it cannot be read."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split(":", 1)[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL `process` and every process it started (a half-started node's GCS server and raylet)."""
+    import psutil
+
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.Error:
+        children = []
+    process.kill()
+    for child in children:
+        with suppress(psutil.Error):
+            child.kill()
+    process.wait()
+    psutil.wait_procs(children, timeout=10)
