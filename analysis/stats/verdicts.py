@@ -222,7 +222,9 @@ def correlation_interval(x, y, coefficient: str = "pearson", groups=None) -> tup
         runs = np.unique(groups)
         if runs.size < 3:
             return math.nan, math.nan
-        left_out = np.array([_coefficient(x[groups != run], y[groups != run], coefficient) for run in runs])
+        from analysis.stats.correlations import leave_one_group_out
+
+        left_out = leave_one_group_out(x, y, groups, coefficient)  # one coefficient per run left out, to rounding
         if not np.isfinite(left_out).all():
             return math.nan, math.nan
         zs = np.arctanh(np.clip(left_out, -0.999999, 0.999999))

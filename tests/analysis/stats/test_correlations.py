@@ -106,3 +106,46 @@ def test_rv_proxy_correlations_on_the_demo_sweep(demo_data):
     length = table[table["proxy"] == "response_length/mean"].iloc[0]
     assert length["runs"] == 16 and length["n"] == 16 * 60
     assert length["spearman"] == pytest.approx(1.0)  # both fall linearly with the step
+
+
+def _grouped_fixture(seed: int):
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(12), [3, 5, 4, 6, 2, 5, 3, 4, 7, 1, 5, 4])  # unequal sizes, a single-value group
+    x = rng.normal(size=groups.size) + groups % 3
+    y = 0.5 * x + rng.normal(size=groups.size)
+    x[::4] = np.round(x[::4])  # ties within and across groups
+    y[groups == 1] = 2.0  # a constant group: resamples of it alone are flat
+    return x, y, groups
+
+
+def test_grouped_bootstrap_equals_the_concatenated_resamples():
+    """The grouped bootstrap's coefficients (from group counts: sums of the groups, weighted ranks) are those of
+    each concatenated resample, ranked and correlated as rowwise_spearman/pearson do: the same draws, to rounding."""
+    from analysis.stats.correlations import _bootstrap_concatenated, _bootstrap_groups
+
+    for seed in range(3):
+        x, y, groups = _grouped_fixture(seed)
+        fast, slow = _bootstrap_groups(x, y, groups, 400, seed), _bootstrap_concatenated(x, y, groups, 400, seed)
+        assert (np.isnan(fast) == np.isnan(slow)).all()
+        assert np.nanmax(np.abs(fast - slow)) < 1e-12
+    x, y, groups = _grouped_fixture(0)  # and a resample of one group picked every time is flat: NaN in both
+    assert np.isnan(_bootstrap_groups(x[groups == 1], y[groups == 1], groups[groups == 1], 5, 0)).all()
+
+
+def test_leave_one_group_out_equals_scipy_per_group():
+    """The closed-form jackknife's coefficients are scipy's on the pairs left when each group is left out; NaN where
+    scipy's would be undefined (fewer than 3 pairs left, or one side constant)."""
+    from analysis.stats.correlations import leave_one_group_out
+
+    for seed in range(3):
+        x, y, groups = _grouped_fixture(seed)
+        groups = np.asarray([f"run-{g:02d}" for g in groups])  # run ids: np.unique order
+        for coefficient, scipy_call in (("pearson", pearsonr), ("spearman", spearmanr)):
+            fast = leave_one_group_out(x, y, groups, coefficient)
+            slow = [scipy_call(x[groups != g], y[groups != g]).statistic for g in np.unique(groups)]
+            assert fast == pytest.approx(slow, abs=1e-12)
+    x = np.r_[np.ones(6), 0.0, 5.0]  # leaving out the group of the two distinct values leaves x constant
+    y = np.arange(8.0)
+    groups = np.r_[0, 0, 1, 1, 2, 2, 3, 3]
+    assert np.isnan(leave_one_group_out(x, y, groups, "spearman")).tolist() == [False, False, False, True]
+    assert np.isnan(leave_one_group_out(x[:4], y[:4], groups[:4])).all()  # 2 pairs left: too few
