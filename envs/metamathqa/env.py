@@ -6,19 +6,20 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from envs.base import DataSource, Env, EnvConfig, reject_options
 from envs.metamathqa.answers import answers_match
 from envs.metamathqa.dataset import load_problems
 from envs.metamathqa.problem import MathProblem
-from envs.metamathqa.wordproblems import generate_problem
+from envs.metamathqa.wordproblems import PROBLEM_SETS
 from envs.records import SUFFIXES as RECORD_SUFFIXES
 from envs.registry import register_env
 from envs.split import record_index
 
 
 class MetaMathQAConfig(EnvConfig):
+    late_keys = ("problems",)  # the small sums came after MetaMathQA cells had run
     max_turns: int = Field(3, ge=1, description="Turns per episode: one answer each.")
     max_actions_per_turn: int = Field(1, ge=1, description="Answers read from one reply.")
     max_actions: int = Field(3, ge=1, description="Attempts per episode.")
@@ -26,6 +27,25 @@ class MetaMathQAConfig(EnvConfig):
         None,
         description="MetaMathQA file (.json/.jsonl/.parquet); problem: a training record; evaluation seeds play the held-out 10% (envs.split). None: generated.",
     )
+    problems: str = Field(
+        "word",
+        description="The generated problems without data_path: word (arithmetic word problems, eight templates) or "
+                    "small_sums (two numbers from 1 to 4 added: a set a micro model answers some of).",
+    )
+
+    @field_validator("problems")
+    @classmethod
+    def _known_problems(cls, problems: str) -> str:
+        if problems not in PROBLEM_SETS:
+            raise ValueError(f"{problems!r} is not a problem set; valid choices: {', '.join(PROBLEM_SETS)}")
+        return problems
+
+    @model_validator(mode="after")
+    def _problems_generated(self) -> MetaMathQAConfig:
+        if self.data_path is not None and self.problems != "word":
+            raise ValueError(f"problems={self.problems} chooses generated problems, but data_path is set: the "
+                             "problems are the file's (leave problems at word)")
+        return self
 
 
 @register_env("metamathqa")
@@ -53,7 +73,7 @@ class MetaMathQAEnv(Env):
     def _reset(self, rng: random.Random, options: dict[str, Any]) -> None:
         reject_options(self, options, ())
         if self.config.data_path is None:
-            self.problem = generate_problem(rng)
+            self.problem = PROBLEM_SETS[self.config.problems](rng)
         else:
             problems = load_problems(self.config.data_path)
             self.problem = problems[record_index(self.seed, len(problems))]

@@ -1,6 +1,8 @@
 """Offline generator of arithmetic word problems with exact answers and worked solutions, so that the math
 task runs without downloading MetaMathQA. Each template draws its numbers from the rng and computes the answer
-with exact rationals."""
+with exact rationals. `PROBLEM_SETS` names the generators a config chooses from (`problems`): the word problems of
+the templates below, and one-digit sums, a set small enough for a micro model to answer some of
+(tests/analysis/test_rehearsal.py's MetaMathQA cells)."""
 
 from __future__ import annotations
 
@@ -156,3 +158,21 @@ def fraction_of_group(rng: random.Random) -> MathProblem:
 def generate_problem(rng: random.Random) -> MathProblem:
     """One word problem from a template chosen by `rng`."""
     return rng.choice(TEMPLATES)(rng)
+
+
+SMALL_MAX = 4  # the largest addend of a small sum: answers 2..8
+
+
+def small_sum(rng: random.Random) -> MathProblem:
+    """One addition of two numbers from 1 to `SMALL_MAX` in a one-sentence story."""
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    first, second = rng.randint(1, SMALL_MAX), rng.randint(1, SMALL_MAX)
+    return MathProblem(
+        f"{name} has {first} {item} and finds {second} more. How many {item} does {name} have now?",
+        _n(first + second),
+        f"{first} + {second} = {first + second}.",
+    )
+
+
+# The built-in problem sets by name (`MetaMathQAConfig.problems`): the first is the default
+PROBLEM_SETS: dict[str, Callable[[random.Random], MathProblem]] = {"word": generate_problem, "small_sums": small_sum}

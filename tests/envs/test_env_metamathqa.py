@@ -13,7 +13,7 @@ import pytest
 from envs import make_env
 from envs.metamathqa.answers import answers_match, as_number, format_number, split_response
 from envs.metamathqa.dataset import load_problems
-from envs.metamathqa.wordproblems import TEMPLATES, generate_problem
+from envs.metamathqa.wordproblems import SMALL_MAX, TEMPLATES, generate_problem
 from orchlib.errors import OrchError
 
 RECORDS = [
@@ -203,3 +203,36 @@ def test_generated_env_accepts_its_answer_first_time():
     for seed in range(20):
         env.reset(seed)
         assert env.step(env.problem.answer)[1] == 1.0
+
+
+def test_small_sums_add_two_numbers_from_the_question():
+    env = make_env("metamathqa", problems="small_sums")
+    answers = set()
+    for seed in range(200):
+        obs = env.reset(seed)[0]
+        first, second = (int(n) for n in re.findall(r"\d+", env.problem.question))
+        assert 1 <= first <= SMALL_MAX and 1 <= second <= SMALL_MAX and env.problem.question in obs
+        assert env.problem.answer == str(first + second) == _last_number(env.problem.solution)
+        answers.add(env.problem.answer)
+        assert env.step(env.problem.answer)[1] == 1.0
+    assert answers == {str(n) for n in range(2, 2 * SMALL_MAX + 1)}
+
+
+def test_problem_set_choices_and_defaults():
+    assert make_env("metamathqa").config.problems == "word"
+    with pytest.raises(OrchError, match="valid choices: word, small_sums"):
+        make_env("metamathqa", problems="hard")
+    with pytest.raises(OrchError, match="data_path is set"):
+        make_env("metamathqa", problems="small_sums", data_path="x.jsonl")
+
+
+def test_problems_at_its_default_leaves_a_cell_identity_unchanged():
+    from recipes.config.schema import compose_train_config
+
+    base = ["task=metamathqa", "model=tiny"]
+    default = compose_train_config(base, host=False)
+    assert "problems" in default.task.env  # conf/task/metamathqa.yaml writes it
+    before = default.model_copy(update={"task": default.task.model_copy(
+        update={"env": {k: v for k, v in default.task.env.items() if k != "problems"}})})
+    assert default.digest() == before.digest()
+    assert compose_train_config([*base, "task.env.problems=small_sums"], host=False).digest() != default.digest()
