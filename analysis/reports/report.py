@@ -249,6 +249,14 @@ def _early_warning(data: RunData, summary: pd.DataFrame) -> Section:
     return section
 
 
+def _artifact_uris(data: RunData) -> dict[str, str]:
+    """run_id -> its artifact URI, as the runs frame read it (none from an archive)."""
+    if "artifact_uri" not in data.runs:
+        return {}
+    return {run: uri for run, uri in zip(data.runs["run_id"], data.runs["artifact_uri"], strict=True)
+            if isinstance(uri, str)}
+
+
 def _first_batches(
     data: RunData, summary: pd.DataFrame, progress: Progress | None, which: str = "first"
 ) -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[str]]:
@@ -261,7 +269,7 @@ def _first_batches(
     with_results = summary[summary["peak_success"].notna()]
     baseline = with_results[with_results["filtered"].eq(False).fillna(False)].sort_values(["task", "variant", "seed"])
     first = rollout_artifacts.load_batches(data.tracking_uri, list(baseline["run_id"]), which=which,
-                                           progress=progress)
+                                           progress=progress, artifact_uris=_artifact_uris(data))
     predictions, notes = predict_batches(first)
     return first, predictions, notes
 
@@ -296,7 +304,8 @@ def _predictor(
         return section
     baseline = summary[summary["run_id"].isin(first)].sort_values(["task", "variant", "seed"])
     picked = baseline.drop_duplicates("task")
-    every = rollout_artifacts.load_batches(data.tracking_uri, list(picked["run_id"]), which="all", progress=progress)
+    every = rollout_artifacts.load_batches(data.tracking_uri, list(picked["run_id"]), which="all", progress=progress,
+                                           artifact_uris=_artifact_uris(data))
     rv = rollout_artifacts.prompt_rv(every)
     if not rv.empty:
         labels = {row.run_id: f"{row.task} · {row.variant} · {row.filter} · seed {row.seed}" for row in picked.itertuples()}

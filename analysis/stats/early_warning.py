@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from analysis import names
 from analysis.stats.verdicts import Measurement
 from recipes.stats.collapse_alert import LEGACY_RULE, CollapseRule, decline_onset
@@ -63,6 +65,12 @@ def _outcome(mi: int | None, success: int | None, has_data: bool) -> str:
     return "MI first" if mi < success else "success first" if mi > success else "together"
 
 
+def _peak_step(steps: np.ndarray, values: np.ndarray) -> int | None:
+    """The step of a series' largest value (the first, NaN left out); None when it has none."""
+    finite = ~np.isnan(values)
+    return int(steps[np.flatnonzero(finite)[np.argmax(values[finite])]]) if finite.any() else None
+
+
 def early_warning(
     data: RunData,
     *,
@@ -73,29 +81,27 @@ def early_warning(
     """The per-run lead frame of the module docstring, for every run that logged MI or success."""
     import pandas as pd
 
-    mi_all, success_all = data.history(mi_key), data.history(success_key)
+    mi_all, success_all = data.series(mi_key), data.series(success_key)  # per run, in step order
     alerts = data.history(names.COLLAPSE_ALERT)
     first_alert = alerts[alerts["value"] >= 0.5].groupby("run_id")["step"].min()
+    none = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
     rows = []
-    for run_id in sorted(set(mi_all["run_id"]) | set(success_all["run_id"])):
-        mi = mi_all[mi_all["run_id"] == run_id].sort_values("step")
-        success = success_all[success_all["run_id"] == run_id].sort_values("step")
-        mi_step = decline_onset(mi["step"].to_numpy(), mi["value"].to_numpy(), rule)
-        success_step = decline_onset(success["step"].to_numpy(), success["value"].to_numpy(), rule)
+    for run_id in sorted(set(mi_all) | set(success_all)):
+        (mi_steps, mi), (success_steps, success) = mi_all.get(run_id, none), success_all.get(run_id, none)
+        mi_step = decline_onset(mi_steps, mi, rule)
+        success_step = decline_onset(success_steps, success, rule)
         alert = first_alert.get(run_id)
         rows.append(
             {
                 "run_id": run_id,
-                "mi_peak_step": mi.loc[mi["value"].idxmax(), "step"] if mi["value"].notna().any() else None,
+                "mi_peak_step": _peak_step(mi_steps, mi),
                 "mi_decline_step": mi_step,
-                "success_peak_step": (
-                    success.loc[success["value"].idxmax(), "step"] if success["value"].notna().any() else None
-                ),
+                "success_peak_step": _peak_step(success_steps, success),
                 "success_decline_step": success_step,
                 "lead_steps": None if mi_step is None or success_step is None else success_step - mi_step,
                 "alert_step": alert,
                 "alert_lead_steps": None if alert is None or success_step is None else success_step - alert,
-                "outcome": _outcome(mi_step, success_step, not mi.empty and not success.empty),
+                "outcome": _outcome(mi_step, success_step, bool(mi.size) and bool(success.size)),
             }
         )
     columns = [

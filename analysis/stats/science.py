@@ -151,8 +151,6 @@ def with_retrieval_excess(data: RunData) -> RunData:
     retrieval accuracy and its chance level were logged (chance > 0), from :func:`recipes.stats.mi.retrieval_excess`."""
     import pandas as pd
 
-    from analysis.stores.mlflow_store import RunData
-
     acc = data.history(names.RETRIEVAL_ACC)
     chance = data.history(names.RETRIEVAL_CHANCE).rename(columns={"value": "chance"})
     both = acc.merge(chance, on=["run_id", "step"])
@@ -162,8 +160,7 @@ def with_retrieval_excess(data: RunData) -> RunData:
     derived = pd.DataFrame({"run_id": both["run_id"], "key": names.RETRIEVAL_EXCESS, "step": both["step"],
                             "timestamp": 0,
                             "value": retrieval_excess(both["value"], both["chance"])})
-    metrics = pd.concat([data.metrics, derived.astype(data.metrics.dtypes.to_dict())], ignore_index=True)
-    return RunData(runs=data.runs, metrics=metrics, tracking_uri=data.tracking_uri, reader=data.reader)
+    return data.with_rows(derived)  # the histories found so far kept
 
 
 def falls(data: RunData, keys: tuple[str, ...]) -> pd.DataFrame:

@@ -332,25 +332,26 @@ def _verdict(steps: np.ndarray, values: np.ndarray, picks: np.ndarray, span: flo
     if not math.isfinite(factor) or not factor > 0:
         return None
     n, boots = steps.size, len(picks)
-    left, right = np.triu_indices(n, 1)
-    dx = steps[right] - steps[left]
+    all_left, all_right = np.triu_indices(n, 1)
+    dx = steps[all_right] - steps[all_left]
     valid = dx != 0  # the pairs with a slope, exactly as theil_sen computes it
-    left, right = left[valid], right[valid]
+    left, right = all_left[valid], all_right[valid]
     slopes = (values[right] - values[left]) / dx[valid]
     threshold = change - change / factor
     band = 1e-9 * (abs(change) + abs(threshold))  # 0 when the change is 0: then every sign below is exact
-    # U of the pairs below t - band (strictly), at or below t + band, and (with repeated steps) of every pair
-    selections = [slopes < (threshold - band) / span, slopes <= (threshold + band) / span]
-    if not valid.all():
-        selections.append(np.ones(left.size, dtype=bool))
-    upper = np.zeros((n, len(selections) * n), dtype=_exact_dtype(n))
-    for index, selected in enumerate(selections):
-        upper[left[selected], index * n + right[selected]] = 1
-    counts = np.bincount((np.arange(boots)[:, None] * n + picks).ravel(), minlength=boots * n)
-    counts = counts.reshape(boots, n).astype(upper.dtype)
-    products = (counts @ upper).reshape(boots, len(selections), n)
-    weights = np.einsum("bki,bi->kb", products, counts)  # each replicate's slopes in each selection
-    total = weights[2] if not valid.all() else (n * n - np.einsum("bi,bi->b", counts, counts)) / 2
+    # U of the pairs below t - band (strictly) by one matrix product; the pairs at or below t + band are those and
+    # the few in the band (counted pair by pair, unless they are many: then a second product), and (with repeated
+    # steps) every pair with a slope is all pairs less those without (issue 60: one product, not three)
+    below = slopes < (threshold - band) / span
+    counts = np.bincount((np.arange(boots)[:, None] * n + picks).ravel(), minlength=boots * n).reshape(boots, n)
+    counts = counts.astype(_exact_dtype(n))
+    upper = np.zeros((n, n), dtype=counts.dtype)
+    upper[left[below], right[below]] = 1
+    under = np.einsum("bi,bi->b", counts @ upper, counts).astype(np.float64)  # each replicate's slopes below
+    upto = under + _pair_weights(counts, *_pairs(left, right, below ^ (slopes <= (threshold + band) / span)))
+    every = (n * n - np.einsum("bi,bi->b", counts, counts, dtype=np.float64)) / 2  # pairs of distinct points
+    total = every - _pair_weights(counts, *_pairs(all_left, all_right, ~valid)) if not valid.all() else every
+    weights = (under, upto)
     low_middle, high_middle = (total - 1) // 2, total // 2
     finite = total > 0  # a replicate without a pair with a slope draws NaN, which the percentiles leave out
     kept = int(finite.sum())
@@ -372,6 +373,21 @@ def _verdict(steps: np.ndarray, values: np.ndarray, picks: np.ndarray, span: flo
     if possibly_under <= math.floor(high_rank - 1e-6) and surely_upto >= math.ceil(low_rank + 1e-6) + 1:
         return NO_TREND  # the upper percentile's both at or above t, the lower one's both at or below it
     return None
+
+
+def _pairs(left: np.ndarray, right: np.ndarray, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return left[chosen], right[chosen]
+
+
+def _pair_weights(counts: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """(B,) each replicate's count of the pairs (left[k], right[k]): sum of c_i c_j, exact; pair by pair when
+    they are few, else as one product over their upper-triangular indicator."""
+    n = counts.shape[1]
+    if left.size <= n:
+        return np.einsum("bk,bk->b", counts[:, left], counts[:, right], dtype=np.float64)
+    upper = np.zeros((n, n), dtype=counts.dtype)
+    upper[left, right] = 1
+    return np.einsum("bi,bi->b", counts @ upper, counts).astype(np.float64)
 
 
 def _exact_dtype(n: int) -> type:
@@ -486,16 +502,15 @@ def trends(data: RunData, keys: tuple[str, ...], run_ids, n_boot: int = N_BOOT) 
     metric; a metric no run logged on :data:`MIN_POINTS` steps is left out. Seeded per metric: the same runs read
     the same."""
     readings = {}
-    wanted = set(run_ids)
+    wanted = sorted(set(run_ids))
     for key in keys:
-        history = data.history(key)
+        logged = data.series(key)  # each run's (steps, values), found once per key (issue 60)
         rng = np.random.default_rng(BOOT_SEED)
-        groups = [group for _, group in history[history["run_id"].isin(wanted)].groupby("run_id", sort=True)]
+        groups = [logged[run] for run in wanted if run in logged]  # by run id, as the runs were always read
         alone = len(groups) == 1  # one run: its own test, whose detectable change is simulated (arm_trend)
         # several: the arm's interval is over the runs' changes, and of each run only its verdict is shown
-        series = [run for group in groups
-                  if (run := run_trend(group["step"], group["value"], n_boot, rng, detect=alone,
-                                       interval=alone)) is not None]
+        series = [run for steps, values in groups
+                  if (run := run_trend(steps, values, n_boot, rng, detect=alone, interval=alone)) is not None]
         if series:
             readings[key] = arm_trend(series)
     return readings

@@ -61,6 +61,51 @@ class RunData:
             found = self._histories[key] = rows[["run_id", "step", "value"]].reset_index(drop=True)
         return found.copy()
 
+    def with_rows(self, rows: pd.DataFrame) -> RunData:
+        """This data with ``rows`` (the metrics frame's columns, e.g. a derived metric) appended; what was already
+        found of the keys ``rows`` leaves alone (histories, series, row positions) is kept, not found again over
+        the whole frame."""
+        import numpy as np
+        import pandas as pd
+
+        metrics = pd.concat([self.metrics, rows.astype(self.metrics.dtypes.to_dict())], ignore_index=True)
+        out = RunData(runs=self.runs, metrics=metrics, tracking_uri=self.tracking_uri, reader=self.reader)
+        added = {str(key): positions + len(self.metrics)
+                 for key, positions in rows.reset_index(drop=True).groupby("key", sort=False).indices.items()}
+        out._histories.update({key: found for key, found in self._histories.items() if key not in added})
+        out._series.update({key: found for key, found in self._series.items() if key not in added})
+        if "_rows_by_key" in self.__dict__:  # found already: the old rows keep their positions
+            by_key = dict(self._rows_by_key)
+            for key, positions in added.items():
+                by_key[key] = np.concatenate([by_key.get(key, np.empty(0, dtype=np.intp)), positions])
+            out.__dict__["_rows_by_key"] = by_key
+        return out
+
+    def series(self, key: str) -> dict[str, tuple[Any, Any]]:
+        """Each run's (steps, values) numpy arrays of one metric (:meth:`history`'s rows, in step order), by run id
+        in sorted order: found once per key (the trend test, the early warning and the figures ask per run, and a
+        frame's rows of one run found by comparing run ids cost seconds at a Table-4 sweep, issue 60). Shared:
+        do not modify the arrays."""
+        import numpy as np
+
+        found = self._series.get(key)
+        if found is None:
+            history = self._histories.get(key)
+            history = self.history(key) if history is None else history
+            steps, values = history["step"].to_numpy(dtype=np.int64), history["value"].to_numpy(dtype=np.float64)
+            ids = history["run_id"].to_numpy(dtype=object)
+            order = np.lexsort((steps, ids.astype(str)))  # by run, then step
+            steps, values, ids = steps[order], values[order], ids[order]
+            cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1 if ids.size else np.empty(0, dtype=np.intp)
+            found = self._series[key] = {str(ids[part[0]]): (steps[part], values[part])
+                                         for part in np.split(np.arange(ids.size), cuts) if part.size}
+        return found
+
+    @cached_property
+    def _series(self) -> dict[str, dict[str, tuple[Any, Any]]]:
+        """:meth:`series`' dictionaries, by key."""
+        return {}
+
     @cached_property
     def _histories(self) -> dict[str, pd.DataFrame]:
         """:meth:`history`'s frames, by key, as first found."""

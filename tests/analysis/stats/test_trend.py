@@ -222,3 +222,16 @@ def test_the_resampled_theil_sen_equals_the_batched_one_value_for_value():
         picks = trend.block_indices(n, block, 50, rng)
         assert np.array_equal(trend.resampled_theil_sen(steps, values, picks),
                               trend.theil_sen(steps[picks], values[picks]))
+
+
+def test_pair_weights_count_each_replicates_pairs_exactly():
+    """_verdict's counts of a replicate's slopes among chosen pairs, sum over pairs (i, j) of c_i c_j: pair by pair
+    (few pairs) and by one product (many) alike, equal to the sum written out."""
+    rng = np.random.default_rng(3)
+    n = 12
+    counts = rng.multinomial(n, np.full(n, 1 / n), size=50).astype(trend._exact_dtype(n))
+    left, right = np.triu_indices(n, 1)
+    for chosen in (rng.random(left.size) < 0.1, rng.random(left.size) < 0.8, np.zeros(left.size, dtype=bool)):
+        expected = [sum(float(row[i] * row[j]) for i, j in zip(left[chosen], right[chosen], strict=True))
+                    for row in counts]
+        assert trend._pair_weights(counts, left[chosen], right[chosen]).tolist() == expected

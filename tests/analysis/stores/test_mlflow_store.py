@@ -15,6 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pandas.testing as pdt
 import pytest
@@ -271,3 +272,31 @@ def test_postgresql_store_bulk_and_client_readers_agree(postgres_uri, tmp_path):
     assert data.reader == "sql" and len(data.runs) == 3 and len(data.metrics) == 15
     assert data.metrics["value"].isna().sum() == 3
     assert len(both(RunQuery(sweep="pg", filter_string="params.seed = '1'"), postgres_uri).runs) == 1
+
+
+def test_series_and_appended_rows_equal_the_histories(demo_data):
+    """RunData.series (each run's steps and values, found once per key) holds the history's rows of each run in step
+    order; RunData.with_rows appends rows and keeps what was found of the other keys, with every history equal to
+    a fresh RunData's over the same rows (issue 60)."""
+    import pandas as pd
+
+    from analysis.stores.mlflow_store import RunData
+
+    for key in ("val/success_rate", "actor/entropy", "no/such/key"):
+        history = demo_data.history(key)
+        series = demo_data.series(key)
+        assert list(series) == sorted(history["run_id"].unique())
+        for run_id, (steps, values) in series.items():
+            rows = history[history["run_id"] == run_id].sort_values("step")
+            assert steps.tolist() == rows["step"].tolist()
+            np.testing.assert_array_equal(values, rows["value"].to_numpy())
+    run_id = demo_data.runs["run_id"].iloc[1]
+    derived = pd.DataFrame({"run_id": [run_id] * 3, "key": ["derived", "derived", "actor/entropy"],
+                            "step": [1, 2, 999], "timestamp": 0, "value": [0.5, 0.25, 7.0]})
+    grown = demo_data.with_rows(derived)
+    fresh = RunData(runs=demo_data.runs, metrics=pd.concat([demo_data.metrics, derived.astype(
+        demo_data.metrics.dtypes.to_dict())], ignore_index=True), tracking_uri="", reader="sql")
+    for key in ("val/success_rate", "actor/entropy", "derived"):
+        pd.testing.assert_frame_equal(grown.history(key), fresh.history(key))
+    assert grown.series("derived")[run_id][0].tolist() == [1, 2]
+    assert grown.series("actor/entropy")[run_id][0][-1] == 999  # a key with rows added is found again
