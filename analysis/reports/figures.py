@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     import plotly.graph_objects as go
 
@@ -25,7 +26,6 @@ def training_curves(data: RunData, summary: pd.DataFrame, key: str) -> go.Figure
     """Mean over seeds of ``key`` against step, one panel per task, one line per (variant, filter setting);
     filter-off lines dashed, a band of ± one std across seeds."""
     import numpy as np
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     history = data.history(key).merge(summary[["run_id", "task", "variant", "filter", "filtered"]], on="run_id")
@@ -33,35 +33,67 @@ def training_curves(data: RunData, summary: pd.DataFrame, key: str) -> go.Figure
     figure = make_subplots(rows=1, cols=max(1, len(tasks)), subplot_titles=tasks, shared_yaxes=True)
     variants = {v: i for i, v in enumerate(sorted(summary["variant"].dropna().unique()))}
     shown = set()
-    traces, columns = [], []  # added at once: add_scatter per trace lays out the grid each time (issue 60)
+    traces = []  # plain dicts, set at once without plotly's validation of each value (_with_traces, issue 60)
+    lines = _per_step(history, ["task", "variant", "filter"], ["mean", "std"])
     for column, task in enumerate(tasks, start=1):
-        rows = history[history["task"] == task]
-        for (variant, setting), group in rows.groupby(["variant", "filter"], sort=True):
-            stats = group.groupby("step")["value"].agg(["mean", "std"]).reset_index()
+        axes = _axes(figure, 1, column)
+        for (_, variant, setting), stats in sorted(((line, s) for line, s in lines.items() if line[0] == task),
+                                                   key=lambda item: item[0]):
             name = f"{variant} · {setting}"
             color = _color(variants.get(variant, 0))
             dash = "dash" if setting == "none" else "solid"
-            band = stats.dropna(subset=["std"])
-            if not band.empty:
-                steps, upper, lower = (band["step"].to_numpy(), (band["mean"] + band["std"]).to_numpy(),
-                                       (band["mean"] - band["std"]).to_numpy())
-                traces.append(go.Scatter(  # arrays, not lists: plotly validates a list value by value
-                    x=np.concatenate([steps, steps[::-1]]), y=np.concatenate([upper, lower[::-1]]),
-                    fill="toself", fillcolor=color, opacity=0.12, line={"width": 0}, hoverinfo="skip",
-                    showlegend=False, legendgroup=name,
-                ))
-                columns.append(column)
-            traces.append(go.Scatter(
-                x=stats["step"], y=stats["mean"], mode="lines+markers", marker={"size": 4},
-                line={"color": color, "dash": dash}, name=name, legendgroup=name, showlegend=name not in shown,
-            ))
-            columns.append(column)
+            band = ~np.isnan(stats["std"])
+            if band.any():
+                steps, mean, std = stats["step"][band], stats["mean"][band], stats["std"][band]
+                upper, lower = mean + std, mean - std
+                traces.append({
+                    "type": "scatter", "x": np.concatenate([steps, steps[::-1]]),
+                    "y": np.concatenate([upper, lower[::-1]]), "fill": "toself", "fillcolor": color, "opacity": 0.12,
+                    "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False, "legendgroup": name, **axes,
+                })
+            traces.append({
+                "type": "scatter", "x": stats["step"], "y": stats["mean"],
+                "mode": "lines+markers", "marker": {"size": 4}, "line": {"color": color, "dash": dash}, "name": name,
+                "legendgroup": name, "showlegend": name not in shown, **axes,
+            })
             shown.add(name)
-    if traces:
-        figure.add_traces(traces, rows=[1] * len(traces), cols=columns)
+    figure = _with_traces(figure, traces)
     figure.update_layout(title=key, **LAYOUT)
     figure.update_xaxes(title_text="step")
     return figure
+
+
+def _per_step(history: pd.DataFrame, by: list[str], how: list[str]) -> dict[tuple, dict[str, np.ndarray]]:
+    """Per line (the values of ``by``, none missing): each step's ``how`` (e.g. mean, std) over the line's runs,
+    arrays by column (step and those). One grouping for every line: the same values as grouping each line's rows by
+    step (pandas reduces each group alike), without selecting each line's rows from the history (issue 60)."""
+    stats = history.groupby([*by, "step"], sort=True)["value"].agg(how).reset_index()
+    columns = {column: stats[column].to_numpy() for column in ("step", *how)}
+    return {tuple(line): {column: values[positions] for column, values in columns.items()}
+            for line, positions in stats.groupby(by, sort=True).indices.items()}
+
+
+def _axes(figure: go.Figure, row: int, col: int) -> dict[str, str]:
+    """The axes a trace on subplot (row, col) of a `make_subplots` figure is drawn on (as ``add_trace(row=, col=)``
+    sets them)."""
+    axes = figure.get_subplot(row, col)
+    return {"xaxis": axes.xaxis.plotly_name.replace("axis", ""), "yaxis": axes.yaxis.plotly_name.replace("axis", "")}
+
+
+def _with_traces(figure: go.Figure, traces: list[dict]) -> go.Figure:
+    """``figure`` (its layout and subplot grid, as built and validated) with ``traces`` appended: plain trace
+    dicts of orch's own properties (numpy arrays, strings, numbers), taken as they are rather than validated
+    property by property and value by value (3,571 traces in a Table-4 sweep's training curves: seconds, issue 60).
+    The figure is the same; what is set on it afterwards is validated again."""
+    import plotly.graph_objects as go
+
+    built = figure.to_dict()
+    spec = {"data": [*built["data"], *traces], "layout": built["layout"], "_grid_ref": figure._grid_ref,
+            "_grid_str": figure._grid_str}
+    out = go.Figure(spec, _validate=False)
+    out._validate = True
+    out._layout_obj._validate = True
+    return out
 
 
 def diagnostic_scatter(frame: pd.DataFrame, diagnostic: str, target: str, stats: dict | None) -> go.Figure:
@@ -245,7 +277,6 @@ def collapse_figure(data: RunData, summary: pd.DataFrame) -> go.Figure:
     """Mean over seeds against step of success, retrieval's excess over chance (0 = chance), MI-ZScore-EMA and
     entropy, one panel each; one line per (task, variant, filter setting), filter-off lines dashed; dotted lines
     at the steps where the collapse alert first fired."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from analysis import names
@@ -256,23 +287,22 @@ def collapse_figure(data: RunData, summary: pd.DataFrame) -> go.Figure:
     keys = summary[["run_id", "task", "variant", "filter"]]
     lines = sorted({(t, v, f) for t, v, f in keys[["task", "variant", "filter"]].itertuples(index=False)}, key=str)
     colors = {pair: _color(index) for index, pair in enumerate(dict.fromkeys((t, v) for t, v, _ in lines))}
-    traces, trace_rows = [], []  # added at once (as training_curves')
+    traces = []  # set at once, as training_curves'
     for row, key in enumerate(panels, start=1):
-        history = data.history(key).merge(keys, on="run_id")
+        means = _per_step(data.history(key).merge(keys, on="run_id"), ["task", "variant", "filter"], ["mean"])
+        axes = _axes(figure, row, 1)
         for task, variant, setting in lines:
-            rows = history[(history["task"] == task) & (history["variant"] == variant) & (history["filter"] == setting)]
-            if rows.empty:
+            stats = means.get((task, variant, setting))
+            if stats is None:
                 continue
-            stats = rows.groupby("step")["value"].mean().reset_index()
             name = " · ".join(str(p) for p in (task, None if variant == "base" else variant, setting) if p)
-            traces.append(go.Scatter(
-                x=stats["step"], y=stats["value"], mode="lines+markers", marker={"size": 4}, name=name,
-                legendgroup=name, showlegend=row == 1,
-                line={"color": colors[task, variant], "dash": "dash" if setting == "none" else "solid"},
-            ))
-            trace_rows.append(row)
-    if traces:
-        figure.add_traces(traces, rows=trace_rows, cols=[1] * len(traces))
+            traces.append({
+                "type": "scatter", "x": stats["step"], "y": stats["mean"],
+                "mode": "lines+markers", "marker": {"size": 4}, "name": name, "legendgroup": name,
+                "showlegend": row == 1,
+                "line": {"color": colors[task, variant], "dash": "dash" if setting == "none" else "solid"}, **axes,
+            })
+    figure = _with_traces(figure, traces)
     figure.add_hline(y=0, line={"dash": "dot", "color": "grey"}, row=2, col=1)
     alerts = data.history(names.COLLAPSE_ALERT)
     first = alerts[alerts["value"] >= 0.5].groupby("run_id")["step"].min()
