@@ -6,6 +6,9 @@ on held-out seeds are both well-formed (format validity at the target) and **rea
 retrieval accuracy of the MI diagnostics (`recipes.diagnostics.monitor`, in-batch cross-scoring of the held-out episodes'
 first-turn reasoning under every held-out prompt) at least `TARGET_RETRIEVAL_OVER_CHANCE` times its chance level,
 and more hits than an input-blind policy scores by luck (binomial p < `RETRIEVAL_SIGNIFICANCE`).
+An epoch is evaluated only once its training loss has levelled off (`levelled_off`: an epoch whose loss still fell
+by more than half from its first half to its second is still learning the reply format), and the last epoch always
+is; each evaluation samples from a torch random stream of its own, so which epochs are evaluated changes no weights.
 It also stops at the epoch cap, or once replies are well-formed but `RETRIEVAL_PATIENCE` well-formed evaluations in a
 row bring no better one (a task whose reasoning the model does not learn to ground costs a few epochs, not the cap;
 a warning says so). The weights kept are those of the best evaluated epoch (`evaluation_rank`: well-formed first,
@@ -14,7 +17,8 @@ whose reasoning never depended on its prompt has no input dependence for templat
 collapse to destroy (RAGEN-2, arXiv 2604.06268). The result is a Hugging Face folder cached by the hash of all
 inputs (base model, task, env config, demonstrations, settings), so a sweep trains it once; `warm_start.json` in it
 records the kept epoch's figures (validity, success, first-turn retrieval and its chance level), the epochs trained,
-the seconds and every evaluation (`history`).
+the seconds, the CPU seconds by phase (`cpu_seconds`: training, evaluations, total), every evaluation (`history`) and
+every epoch's loss (`trained`).
 """
 
 from __future__ import annotations
@@ -50,8 +54,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 PARTIAL_FILE = "epoch.pt"  # the state after the last completed epoch of an interrupted warm start
 REPORT_FILE = "warm_start.json"
-WARM_START_FORMAT = 5  # bump when the procedure changes (4: reading means 4x chance at p < 0.001, patience 3;
-# 5: a step's chats packed into one forward pass, its held-out sampling decoded by the lean step: issue 59)
+WARM_START_FORMAT = 6  # bump when the procedure changes (4: reading means 4x chance at p < 0.001, patience 3;
+# 5: a step's chats packed into one forward pass, its held-out sampling decoded by the lean step: issue 59;
+# 6: an epoch evaluated only once its loss has levelled off, each evaluation on a random stream of its own: issue 59)
 # Reading its input, the early stop: held-out first-turn retrieval accuracy at least this many times chance ...
 TARGET_RETRIEVAL_OVER_CHANCE = 4.0
 # ... and no likelier than this for an input-blind policy (recipes.stats.mi.retrieval_p_value). A warm start looks up to
@@ -60,6 +65,11 @@ TARGET_RETRIEVAL_OVER_CHANCE = 4.0
 # Countdown reading only how many numbers it had.
 RETRIEVAL_SIGNIFICANCE = 0.001
 RETRIEVAL_PATIENCE = 3  # well-formed but not reading: evaluations without a better one before giving up
+# An epoch is evaluated only once its loss has levelled off (`levelled_off`): its second half's mean loss at least this
+# share of its first half's (issue 59: a FrozenLake first epoch falls from 7 to under 0.5, and its replies are not yet
+# well-formed; a levelled epoch's halves differ by a few percent to a third).
+LEVELLED_OFF = 0.5
+EVALUATION_SEED = 0  # each held-out evaluation samples from its own torch stream (seeded by this and its epoch)
 
 
 def heldout_figures(
@@ -120,13 +130,14 @@ def evaluation_rank(figures: dict[str, float], target_validity: float) -> tuple[
 
 def supervised_epoch(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any, batch_size: int, grad_clip: float,
-    should_stop: Callable[[], bool] | None = None,
+    should_stop: Callable[[], bool] | None = None, step_losses: list[float] | None = None,
 ) -> float:
     """One shuffled pass of next-token cross-entropy on the loss-masked tokens (token mean per optimiser step of
     `batch_size` chats, packed end to end into one unpadded forward pass, `recipes.policy.packing`; a
-    vision-language model's chats one per pass); returns the mean loss. `should_stop` is polled before every
-    optimiser step: `StopRequested` when it says so (the epoch's work is dropped)."""
-    losses = []
+    vision-language model's chats one per pass); returns the mean loss, and appends each optimiser step's to
+    `step_losses` when given. `should_stop` is polled before every optimiser step: `StopRequested` when it says so
+    (the epoch's work is dropped)."""
+    losses = [] if step_losses is None else step_losses
     shuffled = batch.select(torch.randperm(len(batch)).numpy())
     for start in range(0, len(shuffled), batch_size):
         if should_stop is not None and should_stop():
@@ -154,6 +165,18 @@ def supervised_epoch(
     return sum(losses) / len(losses)
 
 
+def levelled_off(step_losses: list[float]) -> bool:
+    """Whether an epoch's training loss has levelled off: the mean over its second half of optimiser steps at least
+    `LEVELLED_OFF` of the mean over its first half. An epoch whose loss still fell faster than that is still learning
+    the reply format (every such epoch measured was below the validity target: docs/training.md), so its held-out
+    evaluation is skipped. One step (no halves) counts as levelled."""
+    half = len(step_losses) // 2
+    if half == 0:
+        return True
+    first, second = step_losses[:half], step_losses[len(step_losses) - half:]
+    return sum(second) / len(second) >= LEVELLED_OFF * sum(first) / len(first)
+
+
 def packed_supervised_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
     """The summed next-token cross-entropy of `batch`'s loss-masked tokens, its rows packed into one forward pass;
     the output head runs only where a loss token is predicted."""
@@ -179,7 +202,7 @@ def train_warm_start(
     optimiser steps and before each evaluation, and raises `StopRequested` (the interrupted epoch is redone on
     resume), so a warm start preempted again and again still finishes."""
     seed_everything(0)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     tokenizer = load_tokenizer(base_folder)
     model = load_policy(base_folder, "float32", device)
     encoder = ChatEncoder(tokenizer, vision=ImageTokens.from_folder(base_folder, tokenizer))
@@ -187,7 +210,8 @@ def train_warm_start(
     batch = build_batch(demos, turn_counts, range(len(demos)), encoder, frames=frames).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
     seeds = heldout_seeds(settings["eval_episodes"])
-    history = []
+    history = []  # the evaluated epochs' figures
+    trained: list[dict[str, Any]] = []  # every epoch's loss, its halves' means, and whether it was evaluated
     best: dict[str, Any] | None = None  # the best evaluation so far (evaluation_rank) and the weights it scored
     best_state: dict[str, torch.Tensor] = {}
     stalled = 0  # well-formed evaluations since the best one
@@ -197,23 +221,37 @@ def train_warm_start(
         model.load_state_dict(kept["model"])
         optimizer.load_state_dict(kept["optimizer"])
         history, best, best_state, stalled = kept["history"], kept["best"], kept["best_state"], kept["stalled"]
+        trained = kept["trained"]
         restore_rng_states(kept["rng"])
         first = kept["epoch"] + 1
         log.info("warm start %s: resumes after epoch %d (a stop interrupted it)", task, kept["epoch"])
     for epoch in range(first, settings["epochs"] + 1):
-        epoch_start = time.perf_counter()
+        epoch_start, epoch_cpu = time.perf_counter(), time.process_time()
+        step_losses: list[float] = []
         loss = supervised_epoch(model, optimizer, batch, settings["batch_size"], grad_clip=1.0,
-                                should_stop=should_stop)
-        if epoch % settings["eval_every"] and epoch != settings["epochs"]:
-            _keep_epoch(partial, epoch, model, optimizer, history, best, best_state, stalled)
+                                should_stop=should_stop, step_losses=step_losses)
+        half = max(1, len(step_losses) // 2)
+        evaluated = epoch == settings["epochs"] or (epoch % settings["eval_every"] == 0 and levelled_off(step_losses))
+        trained.append({"epoch": epoch, "loss": loss, "loss_first_half": sum(step_losses[:half]) / half,
+                        "loss_second_half": sum(step_losses[-half:]) / half, "evaluated": evaluated,
+                        "train_seconds": time.perf_counter() - epoch_start,
+                        "train_cpu_seconds": time.process_time() - epoch_cpu})
+        if not evaluated:
+            log.info("warm start %s epoch %d: loss %.3f (halves %.3f, %.3f), not evaluated", task, epoch, loss,
+                     trained[-1]["loss_first_half"], trained[-1]["loss_second_half"])
+            _keep_epoch(partial, epoch, model, optimizer, history, trained, best, best_state, stalled)
             continue
         if should_stop is not None and should_stop():
             raise StopRequested("stop requested during the warm start")
-        eval_start = time.perf_counter()
+        eval_start, eval_cpu = time.perf_counter(), time.process_time()
         sampler = Sampler(model, encoder, settings["max_response_tokens"], settings["eval_temperature"], 1 << 20)
-        figures = heldout_figures(sampler, task, env_config, seeds)
-        history.append({"epoch": epoch, "loss": loss, **figures, "train_seconds": eval_start - epoch_start,
-                        "eval_seconds": time.perf_counter() - eval_start})
+        with torch.random.fork_rng(devices=[]):  # the evaluations leave training's random stream as it was
+            torch.manual_seed(EVALUATION_SEED + epoch)
+            figures = heldout_figures(sampler, task, env_config, seeds)
+        history.append({"epoch": epoch, "loss": loss, **figures, "train_seconds": trained[-1]["train_seconds"],
+                        "eval_seconds": time.perf_counter() - eval_start,
+                        "train_cpu_seconds": trained[-1]["train_cpu_seconds"],
+                        "eval_cpu_seconds": time.process_time() - eval_cpu})
         log.info("warm start %s epoch %d: loss %.3f, format validity %.3f, first-turn retrieval %.3f (chance %.3f)",
                  task, epoch, loss, figures["format_validity"], figures["first_turn_retrieval"],
                  figures["retrieval_chance"])
@@ -226,7 +264,7 @@ def train_warm_start(
             stalled += 1
         if well_formed and (reads_its_input(figures) or stalled >= RETRIEVAL_PATIENCE):
             break
-        _keep_epoch(partial, epoch, model, optimizer, history, best, best_state, stalled)
+        _keep_epoch(partial, epoch, model, optimizer, history, trained, best, best_state, stalled)
     if best is not history[-1]:
         log.info("warm start %s: keeps epoch %d, its best held-out evaluation (validity %.3f, first-turn retrieval "
                  "%.3f, chance %.3f), not the last (epoch %d)", task, best["epoch"], best["format_validity"],
@@ -245,20 +283,24 @@ def train_warm_start(
     if encoder.vision is not None:
         encoder.vision.image_processor.save_pretrained(out)
     report = {**best, "epochs": history[-1]["epoch"], "seconds": time.perf_counter() - started,
-              "demonstrations": len(demos), "heldout_episodes": len(seeds), "history": history}
+              "demonstrations": len(demos), "heldout_episodes": len(seeds), "history": history,
+              "trained": trained, "cpu_seconds": {  # this process's CPU time (all its threads), by phase
+                  "total": time.process_time() - started_cpu,
+                  "training": sum(entry["train_cpu_seconds"] for entry in trained),
+                  "evaluations": sum(entry["eval_cpu_seconds"] for entry in history)}}
     (out / REPORT_FILE).write_text(json.dumps(report, indent=1))
     return report
 
 
 def _keep_epoch(partial: Path | None, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                history: list, best: dict | None, best_state: dict, stalled: int) -> None:
+                history: list, trained: list, best: dict | None, best_state: dict, stalled: int) -> None:
     """The warm start's state after `epoch`, written atomically into `partial` (nothing without one)."""
     if partial is None:
         return
     partial.mkdir(parents=True, exist_ok=True)
     scratch = partial / f".{PARTIAL_FILE}.tmp-{os.getpid()}"
     torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "history": history,
-                "best": best, "best_state": best_state, "stalled": stalled, "rng": rng_states()}, scratch)
+                "trained": trained, "best": best, "best_state": best_state, "stalled": stalled, "rng": rng_states()}, scratch)
     os.replace(scratch, partial / PARTIAL_FILE)
 
 

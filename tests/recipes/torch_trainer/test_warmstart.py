@@ -152,3 +152,51 @@ def test_a_stopped_warm_start_keeps_its_epochs_and_resumes_to_the_same_weights(m
     one = AutoModelForCausalLM.from_pretrained(tmp_path / "straight").state_dict()
     two = AutoModelForCausalLM.from_pretrained(tmp_path / "second").state_dict()
     assert all(torch.equal(one[name], two[name]) for name in one)
+
+
+def test_an_epoch_is_evaluated_only_once_its_loss_has_levelled_off() -> None:
+    """Issue 59: an epoch whose loss still fell by more than half from its first half of optimiser steps to its
+    second (a first epoch learning the reply format) is not evaluated; a levelled one, or a single step, is."""
+    assert warmstart.LEVELLED_OFF == 0.5
+    assert not warmstart.levelled_off([7.0, 4.0, 1.0, 0.5])  # 0.75 against 5.5
+    assert not warmstart.levelled_off([2.0, 1.0, 0.9, 0.4, 0.3])  # odd: the middle step in neither half
+    assert warmstart.levelled_off([0.30, 0.26, 0.22, 0.20])  # 0.21 against 0.28
+    assert warmstart.levelled_off([1.0, 0.5])  # exactly half: levelled
+    assert warmstart.levelled_off([5.0])
+
+
+def test_skipped_evaluations_change_nothing_but_the_time(micro_folder, tmp_path, monkeypatch) -> None:
+    """Epochs whose loss has not levelled off are not evaluated (the last always is), and evaluations sample from
+    a stream of their own: the weights after every epoch, and the kept evaluation's figures, are those of a warm
+    start that evaluated every epoch (real held-out episodes; the scripted levels below stand in for the loss)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from envs import demonstrations
+
+    cfg = compose_train_config([*MICRO, "task=frozenlake", *SETTINGS, "model.warm_start.epochs=3",
+                                "model.warm_start.demos=6", "model.warm_start.eval_episodes=3"])
+    settings = cfg.model.warm_start.model_dump(exclude={"enabled"})
+    demos = demonstrations("frozenlake", 6, seed=0, env_config=cfg.task.env)
+    args = (micro_folder, "frozenlake", dict(cfg.task.env), demos, settings, "cpu")
+    reports = {}
+    for name, levels in (("every", [True, True, True]), ("some", [False, True, False])):
+        verdicts = iter(levels)
+        monkeypatch.setattr(warmstart, "levelled_off", lambda losses, verdicts=verdicts: next(verdicts))
+        monkeypatch.setattr(warmstart, "reads_its_input", lambda figures: False)  # train every epoch
+        reports[name] = warmstart.train_warm_start(*args, tmp_path / name)
+    every, some = reports["every"], reports["some"]
+    assert [e["epoch"] for e in every["history"]] == [1, 2, 3]
+    assert [e["epoch"] for e in some["history"]] == [2, 3]  # epoch 3: the last, evaluated whatever its loss
+    assert [e["evaluated"] for e in some["trained"]] == [False, True, True]
+    assert [e["loss"] for e in some["trained"]] == [e["loss"] for e in every["trained"]]
+    figures = ("format_validity", "first_turn_retrieval", "retrieval_chance", "success", "mean_return")
+    for epoch in (2, 3):  # as JSON: a NaN retrieval (no first-turn reasoning) equals itself
+        one, two = (next(e for e in r["history"] if e["epoch"] == epoch) for r in (every, some))
+        assert json.dumps([one[key] for key in figures]) == json.dumps([two[key] for key in figures])
+    assert set(some["cpu_seconds"]) == {"total", "training", "evaluations"}
+    if every["epoch"] != 1:  # the same epoch kept: the same weights saved
+        one = AutoModelForCausalLM.from_pretrained(tmp_path / "every").state_dict()
+        two = AutoModelForCausalLM.from_pretrained(tmp_path / "some").state_dict()
+        assert some["epoch"] == every["epoch"]
+        assert all(torch.equal(one[name], two[name]) for name in one)
