@@ -89,9 +89,10 @@ def collapsed(cell: Cell) -> bool:
     return bool(fell or broke)
 
 
-def _series(frame, run_id: str) -> tuple[np.ndarray, np.ndarray]:
-    rows = frame[frame["run_id"] == run_id].sort_values("step")
-    return rows["step"].to_numpy(dtype=np.int64), rows["value"].to_numpy(dtype=np.float64)
+def _series(series: dict, run_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """One run's (steps, values) in step order, from ``RunData.series`` (copies: a cell keeps them)."""
+    steps, values = series.get(run_id, (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)))
+    return steps.copy(), values.copy()
 
 
 def _number(row, key: str, default: float) -> float:
@@ -131,7 +132,7 @@ def cells_from(data: RunData, sweep: str) -> list[Cell]:
     runs = _cell_runs(data)
     keys = (names.MI_ZSCORE_EMA, names.RETRIEVAL_ACC, names.RETRIEVAL_CHANCE, names.VAL_SUCCESS,
             names.VAL_FORMAT_VALID, ROLLOUT_SUCCESS, names.COLLAPSE_ALERT)
-    history = {key: data.history(key) for key in keys}
+    history = {key: data.series(key) for key in keys}  # per run, found once (issue 60)
     cells = []
     for _, row in runs.iterrows():
         run_id = row["run_id"]

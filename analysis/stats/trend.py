@@ -501,16 +501,24 @@ def trends(data: RunData, keys: tuple[str, ...], run_ids, n_boot: int = N_BOOT) 
     """Each metric's arm trend (:func:`arm_trend`) over the runs ``run_ids`` (their histories in ``data``), keyed by
     metric; a metric no run logged on :data:`MIN_POINTS` steps is left out. Seeded per metric: the same runs read
     the same."""
+    from threadpoolctl import threadpool_limits
+
     readings = {}
     wanted = sorted(set(run_ids))
-    for key in keys:
-        logged = data.series(key)  # each run's (steps, values), found once per key (issue 60)
-        rng = np.random.default_rng(BOOT_SEED)
-        groups = [logged[run] for run in wanted if run in logged]  # by run id, as the runs were always read
-        alone = len(groups) == 1  # one run: its own test, whose detectable change is simulated (arm_trend)
-        # several: the arm's interval is over the runs' changes, and of each run only its verdict is shown
-        series = [run for steps, values in groups
-                  if (run := run_trend(steps, values, n_boot, rng, detect=alone, interval=alone)) is not None]
-        if series:
-            readings[key] = arm_trend(series)
+    with threadpool_limits(1, user_api="blas"):  # one thread: the verdict's products (B x n x n) are too small
+        # for BLAS threads to pay, and on a shared machine they wait for each other (3x slower at load 4, issue 60)
+        for key in keys:
+            readings.update(_key_trends(data, key, wanted, n_boot))
     return readings
+
+
+def _key_trends(data: RunData, key: str, wanted: list[str], n_boot: int) -> dict[str, Trend]:
+    """:func:`trends` of one metric (empty when no run logged it on :data:`MIN_POINTS` steps)."""
+    logged = data.series(key)  # each run's (steps, values), found once per key (issue 60)
+    rng = np.random.default_rng(BOOT_SEED)
+    groups = [logged[run] for run in wanted if run in logged]  # by run id, as the runs were always read
+    alone = len(groups) == 1  # one run: its own test, whose detectable change is simulated (arm_trend)
+    # several: the arm's interval is over the runs' changes, and of each run only its verdict is shown
+    series = [run for steps, values in groups
+              if (run := run_trend(steps, values, n_boot, rng, detect=alone, interval=alone)) is not None]
+    return {key: arm_trend(series)} if series else {}

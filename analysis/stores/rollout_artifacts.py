@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from analysis import names
@@ -73,17 +74,27 @@ def _quiet_downloads() -> Iterator[None]:
             os.environ[QUIET_DOWNLOADS] = previous
 
 
-def local_repository(artifact_uri: str | None) -> Any:
-    """A run's artifact repository straight from its artifact URI when that is a local folder (a path or
-    ``file://``), else None (then MLflow's client finds it: one query of the tracking store per run, seconds at a
-    Table-4 sweep, issue 60)."""
-    from urllib.parse import urlparse
+def local_folder(artifact_uri: str | None) -> Path | None:
+    """A run's artifact folder when its artifact URI is a local one (a path or ``file://``), else None (then
+    MLflow's client finds the run's artifacts: one query of the tracking store per run, seconds at a Table-4
+    sweep, issue 60)."""
+    from urllib.parse import unquote, urlparse
 
-    if not isinstance(artifact_uri, str) or not artifact_uri or urlparse(artifact_uri).scheme not in ("", "file"):
+    if not isinstance(artifact_uri, str) or not artifact_uri:
         return None
-    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        return Path(unquote(parsed.path))
+    return Path(artifact_uri) if parsed.scheme == "" else None
 
-    return LocalArtifactRepository(artifact_uri)
+
+def _local_steps(folder: Path) -> dict[int, str]:
+    """:func:`dumped_steps` of a local artifact folder, as MLflow lists it (paths relative to the folder)."""
+    batches = folder / names.ROLLOUT_DIR
+    if not batches.is_dir():
+        return {}
+    return _steps_of(SimpleNamespace(path=f"{names.ROLLOUT_DIR}/{entry.name}", is_dir=entry.is_dir())
+                     for entry in batches.iterdir())
 
 
 def load_batches(
@@ -92,7 +103,7 @@ def load_batches(
 ) -> dict[str, pd.DataFrame]:
     """run_id -> validated rollout-batch frame (the ``which`` dumped step(s) concatenated, with a ``step``
     column); runs without dumped batches are left out. ``artifact_uris``: run_id -> its artifact URI (the runs
-    frame's ``artifact_uri``), read directly where local (:func:`local_repository`)."""
+    frame's ``artifact_uri``), read directly where local (:func:`local_folder`)."""
     import pandas as pd
 
     from recipes.run.tracking import mlflow_client
@@ -102,16 +113,15 @@ def load_batches(
     batches = {}
     with _quiet_downloads(), tempfile.TemporaryDirectory(prefix="orch-rollouts-") as tmp:
         for done, run_id in enumerate(run_ids, start=1):
-            repository = local_repository((artifact_uris or {}).get(run_id))
-            if repository is None:
+            folder = local_folder((artifact_uris or {}).get(run_id))
+            if folder is None:
                 client = mlflow_client(tracking_uri) if client is None else client
                 listed = dumped_steps(client, run_id)
             else:
-                listed = _steps_of(repository.list_artifacts(names.ROLLOUT_DIR))
+                listed = _local_steps(folder)
             frames = []
-            for step, path in _pick(listed, which).items():
-                local = Path(client.download_artifacts(run_id, path, tmp) if repository is None
-                             else repository.download_artifacts(path, tmp))
+            for step, path in _pick(listed, which).items():  # a local batch is read where it is
+                local = Path(client.download_artifacts(run_id, path, tmp)) if folder is None else folder / path
                 frame = load_rollout_batch(local)
                 frames.append(frame.assign(step=step) if "step" not in frame.columns else frame)
             if frames:

@@ -191,3 +191,24 @@ def test_table8_puts_the_predictor_beside_the_realised_gain(demo_data):
     assert frozen["ratio_mean"] == pytest.approx(0.0) and frozen["verdict"] == "unlikely to help"
     assert frozen["gain"] == pytest.approx(2.0) and not frozen["agrees"]
     assert t8.loc[("grpo", "frozenlake"), "agrees"]  # unlikely to help, and it hurt (-3)
+
+
+def test_local_rollout_batches_are_read_as_mlflows_client_reads_them(demo_data):
+    """Batches read straight from the runs' local artifact folders (artifact_uris, issue 60) are those MLflow's
+    client lists and downloads: the same steps and frames; a remote URI goes through the client."""
+    import pandas as pd
+
+    from analysis.stores.rollout_artifacts import _local_steps, dumped_steps, load_batches, local_folder
+    from recipes.run.tracking import mlflow_client
+
+    runs = list(demo_data.runs["run_id"])
+    uris = dict(zip(demo_data.runs["run_id"], demo_data.runs["artifact_uri"], strict=True))
+    client = mlflow_client(demo_data.tracking_uri)
+    for run_id in runs:
+        assert _local_steps(local_folder(uris[run_id])) == dumped_steps(client, run_id)
+    local = load_batches(demo_data.tracking_uri, runs, which="all", artifact_uris=uris)
+    through_client = load_batches(demo_data.tracking_uri, runs, which="all")
+    assert local.keys() == through_client.keys() and local
+    for run_id, frame in local.items():
+        pd.testing.assert_frame_equal(frame, through_client[run_id])
+    assert local_folder("s3://bucket/artifacts") is None and local_folder("mlflow-artifacts:/1/x") is None
