@@ -187,10 +187,10 @@ def _bootstrap_groups(x: np.ndarray, y: np.ndarray, groups: np.ndarray, n_boot: 
 
 
 def _bootstrap(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None, n_boot: int, seed: int) -> np.ndarray:
-    """(n_boot, 2) array of (spearman, pearson) over resamples."""
-    if groups is not None:
-        return _bootstrap_groups(x, y, groups, n_boot, seed)
-    return _bootstrap_concatenated(x, y, groups, n_boot, seed)
+    """(n_boot, 2) array of (spearman, pearson) over resamples: with ``groups``, whole groups resampled; without,
+    single pairs, which is resampling groups of one pair each (the same draws: :func:`_group_counts` of
+    ``0..n-1`` draws as :func:`_resample_indices` does), so both go the counts' way (:func:`_bootstrap_groups`)."""
+    return _bootstrap_groups(x, y, np.arange(x.size) if groups is None else groups, n_boot, seed)
 
 
 def _bootstrap_concatenated(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None, n_boot: int,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from analysis import names
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from analysis.stores.mlflow_store import RunData
@@ -196,11 +197,12 @@ def metric_stats(data: RunData, key: str) -> pd.DataFrame:
         return pd.DataFrame(columns=columns, index=pd.Index([], name="run_id"), dtype="float64")
     grouped = history.groupby("run_id", sort=False)["value"]
     peak_rows = history.loc[history["value"].fillna(-float("inf")).groupby(history["run_id"], sort=False).idxmax()]
+    peak = grouped.max()
     stats = pd.DataFrame(
         {
-            "peak": grouped.max(),
+            "peak": peak,
             "last": grouped.last(),
-            "final": grouped.apply(lambda v: v.tail(TAIL).mean()),
+            "final": pd.Series(_tail_means(history), index=peak.index),  # the runs in the same order
             "mean": grouped.mean(),
             "min": grouped.min(),
             "n": grouped.count(),
@@ -208,6 +210,27 @@ def metric_stats(data: RunData, key: str) -> pd.DataFrame:
     )
     stats["peak_step"] = peak_rows.set_index("run_id")["step"].astype("Int64")
     return stats[columns]
+
+
+def _tail_means(history: pd.DataFrame) -> np.ndarray:
+    """Per run (``history`` sorted by run_id then step), the mean of its last :data:`TAIL` values, NaN left out:
+    what ``Series.tail(TAIL).mean()`` of each run's values gives, the same sum in the same order (from 0.0, NaN as
+    0) over the count, for every run at once (a report asks for it 36 times over 264 runs: seconds, issue 60)."""
+    import numpy as np
+
+    values = history["value"].to_numpy(dtype=np.float64)
+    runs = history["run_id"].to_numpy(dtype=object)
+    ends = np.r_[np.flatnonzero(runs[1:] != runs[:-1]) + 1, runs.size]  # each run's rows are contiguous
+    starts = np.r_[0, ends[:-1]]
+    total, count = np.zeros(ends.size), np.zeros(ends.size)
+    for back in range(min(TAIL, runs.size), 0, -1):  # the tail's oldest value first, as the sum reads it
+        at = ends - back
+        value = values[np.maximum(at, 0)]
+        used = (at >= starts) & ~np.isnan(value)
+        total += np.where(used, value, 0.0)
+        count += used
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / count, np.nan)
 
 
 def metric_summary(data: RunData, keys: list[str] | tuple[str, ...], how: str = "mean") -> pd.DataFrame:

@@ -128,6 +128,9 @@ def test_grouped_bootstrap_equals_the_concatenated_resamples():
         fast, slow = _bootstrap_groups(x, y, groups, 400, seed), _bootstrap_concatenated(x, y, groups, 400, seed)
         assert (np.isnan(fast) == np.isnan(slow)).all()
         assert np.nanmax(np.abs(fast - slow)) < 1e-12
+        single = _bootstrap_concatenated(x, y, None, 400, seed)  # pairs resampled one by one: groups of one pair
+        paired = _bootstrap_groups(x, y, np.arange(x.size), 400, seed)
+        assert (np.isnan(paired) == np.isnan(single)).all() and np.nanmax(np.abs(paired - single)) < 1e-12
     x, y, groups = _grouped_fixture(0)  # and a resample of one group picked every time is flat: NaN in both
     assert np.isnan(_bootstrap_groups(x[groups == 1], y[groups == 1], groups[groups == 1], 5, 0)).all()
 

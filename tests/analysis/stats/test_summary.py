@@ -91,3 +91,24 @@ def test_metric_stats_and_summary(demo_store, demo_data):
     assert wide.loc[run_id, "actor/entropy"] == pytest.approx(1.0 + 0.01 * 30.5)
     with pytest.raises(Exception, match="unknown summary statistic"):
         metric_summary(demo_data, ["actor/entropy"], "median")
+
+
+def test_tail_means_are_pandas_tail_means_bit_for_bit():
+    """metric_stats' final (summary._tail_means, every run at once) is each run's Series.tail(TAIL).mean(), bit for
+    bit: NaN left out, runs shorter than the tail, all-NaN tails, negative zeros."""
+    import numpy as np
+
+    from analysis.stats.summary import TAIL, _tail_means
+
+    rng = np.random.default_rng(6)
+    sizes = [1, 2, 3, 5, 8, 2, 4]
+    runs = np.repeat([f"run-{i}" for i in range(len(sizes))], sizes)
+    values = rng.normal(size=runs.size) * 1e3
+    values[[1, 4, 9]] = np.nan
+    values[-4:] = [-0.0, -0.0, -0.0, -0.0]
+    values[sizes[0] + sizes[1]:sizes[0] + sizes[1] + 3] = np.nan  # a run of NaN only
+    history = pd.DataFrame({"run_id": runs, "step": np.arange(runs.size), "value": values})
+    expected = history.groupby("run_id", sort=False)["value"].apply(lambda v: v.tail(TAIL).mean()).to_numpy()
+    found = _tail_means(history)
+    assert np.array_equal(found, expected, equal_nan=True)
+    assert (np.signbit(found) == np.signbit(expected)).all()

@@ -235,3 +235,16 @@ def test_pair_weights_count_each_replicates_pairs_exactly():
         expected = [sum(float(row[i] * row[j]) for i, j in zip(left[chosen], right[chosen], strict=True))
                     for row in counts]
         assert trend._pair_weights(counts, left[chosen], right[chosen]).tolist() == expected
+
+
+def test_the_theil_sen_line_is_scipys():
+    """run_trend's line (trend.theil_sen_line) is scipy.stats.theilslopes' slope and intercept, number for number,
+    on series with ties and repeated steps."""
+    from scipy.stats import theilslopes
+
+    rng = np.random.default_rng(8)
+    for n in (4, 7, 40, 200):
+        steps = np.sort(rng.integers(0, 3 * n, n)).astype(float)  # repeated steps among them
+        values = np.round(rng.normal(size=n), 1)  # ties
+        fit, line = theilslopes(values, steps), trend.theil_sen_line(steps, values)
+        assert (line.slope, line.intercept) == (fit.slope, fit.intercept)
