@@ -479,19 +479,26 @@ def detectable_mean_change(changes: np.ndarray) -> float:
     """The smallest mean change that an arm's t interval over runs whose changes spread like ``changes`` (k,) would
     exclude from 0 with :data:`POWER` probability: the noncentral-t power of the two-sided test at the level
     :data:`analysis.stats.verdicts.CI` (NaN with fewer than 2 runs or no spread)."""
-    from scipy import optimize, stats
-
     k = changes.size
     spread = float(np.std(changes, ddof=1)) if k > 1 else float("nan")
     if not spread > 0:
         return float("nan")
+    return _detectable_shift(k) * spread / math.sqrt(k)
+
+
+@functools.lru_cache(maxsize=64)
+def _detectable_shift(k: int) -> float:
+    """The noncentrality (mean change over its standard error) at which the two-sided t test of ``k`` runs has
+    :data:`POWER`: it depends on ``k`` alone, so it is solved once per run count (a report asks for 264 arms')."""
+    from scipy import optimize, stats
+
     critical = stats.t.ppf((1 + CI) / 2, k - 1)
 
     def shortfall(shift: float) -> float:  # power at noncentrality ``shift`` (mean change over its standard error)
         far = float(np.nan_to_num(stats.nct.cdf(-critical, k - 1, shift)))  # the wrong-sign tail: ~0, NaN far out
         return float(np.nan_to_num(stats.nct.sf(critical, k - 1, shift), nan=1.0)) + far - POWER
 
-    return float(optimize.brentq(shortfall, 0.0, 3 * critical + 10)) * spread / math.sqrt(k)
+    return float(optimize.brentq(shortfall, 0.0, 3 * critical + 10))
 
 
 def arm_trend(series: list[Trend]) -> Trend | None:

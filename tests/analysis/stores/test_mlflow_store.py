@@ -300,3 +300,21 @@ def test_series_and_appended_rows_equal_the_histories(demo_data):
         pd.testing.assert_frame_equal(grown.history(key), fresh.history(key))
     assert grown.series("derived")[run_id][0].tolist() == [1, 2]
     assert grown.series("actor/entropy")[run_id][0][-1] == 999  # a key with rows added is found again
+
+
+def test_metrics_frame_strings_are_pandas_str_arrays():
+    """The metrics frame's run_id and key columns, decoded from codes by Arrow (issue 60), are the "str" arrays
+    pandas builds from the Python strings, row for row, and the frame is sorted as before."""
+    from analysis.stores.mlflow_store import _metrics_frame
+
+    blocks = {"run-b": [("b/key", 1, 10, 0.5), ("a/key", 2, 11, None)], "run-a": [("é/key", 0, 9, 1.0)],
+              "run-c": []}
+    frame = _metrics_frame(blocks)
+    rows = [(run, *row) for run, block in blocks.items() for row in block]
+    expected = pd.DataFrame(rows, columns=["run_id", "key", "step", "timestamp", "value"])
+    expected = expected.astype({"run_id": "str", "key": "str", "step": "int64", "timestamp": "int64",
+                                "value": "float64"})
+    expected = expected.sort_values(["run_id", "key", "step", "timestamp", "value"]).reset_index(drop=True)
+    pdt.assert_frame_equal(frame, expected)
+    assert frame["run_id"].array._pa_array.type == pd.array(["x"], dtype="str")._pa_array.type
+    assert _metrics_frame({}).empty
