@@ -75,10 +75,10 @@ def _group_counts(groups: np.ndarray, n_boot: int, rng: np.random.Generator) -> 
     """The resamples of :func:`_resample_indices` (the same draws) as counts: (n_boot, groups) times each group is
     picked, and each value's group."""
     labels, member_of = np.unique(groups, return_inverse=True)
-    picks = rng.integers(0, len(labels), size=(n_boot, len(labels)))
-    counts = np.zeros((n_boot, len(labels)))
-    np.add.at(counts, (np.arange(n_boot)[:, None], picks), 1.0)
-    return counts, member_of.reshape(-1)
+    size = len(labels)
+    picks = rng.integers(0, size, size=(n_boot, size))
+    counts = np.bincount((np.arange(n_boot)[:, None] * size + picks).ravel(), minlength=n_boot * size)
+    return counts.reshape(n_boot, size).astype(np.float64), member_of.reshape(-1)
 
 
 EXACT = 2.0 ** 53  # float64 holds every integer below this: sums of rank products below it are exact
@@ -88,12 +88,22 @@ def _flat_rows(values: np.ndarray, member_of: np.ndarray, counts: np.ndarray) ->
     """(B,) whether the values of the groups each resample picked (``counts``: (B, groups)) are all equal, from
     each group's least and largest value. Ranks are equal exactly where the values are, so it serves both
     coefficients."""
-    size = counts.shape[1]
-    least, most = np.full(size, np.inf), np.full(size, -np.inf)
-    np.minimum.at(least, member_of, values)
-    np.maximum.at(most, member_of, values)
+    least, most = _group_extremes(values, member_of, counts.shape[1])
     picked = counts > 0
     return np.where(picked, least, np.inf).min(axis=1) == np.where(picked, most, -np.inf).max(axis=1)
+
+
+def _group_extremes(values: np.ndarray, member_of: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's least and largest value (``member_of``: each value's group, 0..size-1; a group without a value:
+    inf and -inf)."""
+    least, most = np.full(size, np.inf), np.full(size, -np.inf)
+    if values.size:
+        order = np.argsort(member_of, kind="stable")
+        grouped = member_of[order]
+        starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+        least[grouped[starts]] = np.minimum.reduceat(values[order], starts)
+        most[grouped[starts]] = np.maximum.reduceat(values[order], starts)
+    return least, most
 
 
 def _pearson_from_sums(total: np.ndarray, sx: np.ndarray, sy: np.ndarray, sxx: np.ndarray, syy: np.ndarray,
@@ -331,9 +341,7 @@ def leave_one_group_out(x: Any, y: Any, groups: Any, coefficient: str = "pearson
     left = x.size - sizes
     constant = np.zeros(size, dtype=bool)
     for values in (x, y):  # the values left all equal: from the other groups' least and largest
-        least, most = np.full(size, np.inf), np.full(size, -np.inf)
-        np.minimum.at(least, member_of, values)
-        np.maximum.at(most, member_of, values)
+        least, most = _group_extremes(values, member_of, size)
         constant |= _others(least, np.minimum, np.inf) == _others(most, np.maximum, -np.inf)
     undefined = (left < MIN_N) | constant
     if coefficient == "pearson":
