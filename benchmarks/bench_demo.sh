@@ -45,6 +45,10 @@ for report in sorted(Path(os.environ["ORCH_CACHE_DIR"]).glob("warm-start/*/warm_
     print(f"  warm start ({report.parent.name}): {figures['seconds']:.1f} s, {figures['epochs']} epochs, "
           f"validity {figures['format_validity']:.3f}, first-turn retrieval {figures['first_turn_retrieval']:.3f} "
           f"vs chance {figures['retrieval_chance']:.3f}")
+    cpu = figures.get("cpu_seconds")
+    if cpu:  # its process's CPU time by phase: what a loaded machine inflates least
+        print(f"    CPU s: training {cpu['training']:.1f} ({len(figures.get('trained', []))} epochs), evaluations "
+              f"{cpu['evaluations']:.1f} ({len(figures['history'])}), total {cpu['total']:.1f}")
 client = MlflowClient("sqlite:///mlflow.db")
 for experiment in client.search_experiments():
     for run in client.search_runs([experiment.experiment_id]):
@@ -54,4 +58,5 @@ for experiment in client.search_experiments():
               f"(setup incl. warm start {setup:.1f} s)")
 print(line("report", t3 - t2, "report"))
 print(line("total", t3 - t0, "total") + f"  ({(t3 - t0) / 60:.1f} min)")
+print(f"load average at the end (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 PY

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 from mlflow import MlflowClient
 
 from recipes.config.schema import compose_train_config
@@ -38,6 +39,8 @@ def main() -> None:
         f"trainer.checkpoint_dir={scratch / 'checkpoints'}", "trainer.progress=false", *args.overrides,
     ])
 
+    if cfg.infra.threads:  # the warm start on the cell's threads, as in a sweep (more would spin on a loaded machine)
+        torch.set_num_threads(cfg.infra.threads)
     start = time.perf_counter()
     folder, warm = model_folder(cfg)  # cached by input hash: the first call trains, later calls load
     print(f"warm start: {folder} ({time.perf_counter() - start:.1f} s now; trained in {warm.get('seconds', 0):.0f} s, "

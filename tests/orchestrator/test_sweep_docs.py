@@ -86,6 +86,22 @@ def test_cell_counts_quoted_in_the_text(doc: str, pattern: str, name: str, profi
     assert int(found.group(1)) == len(plan_of(name, profile).cells)
 
 
+def test_the_demo_logs_what_its_report_answers_from(workdir: Path) -> None:
+    """Issue 59 item 1 shortened the demo (6 steps); each cell must still log what the report's three answers read:
+    both filter arms, validation at the last step (final success: did filtering help), the MI proxies on at least the
+    trend test's minimum of steps (did MI collapse), and a rollout batch (what the predictor says)."""
+    from analysis.stats.trend import MIN_POINTS
+
+    configs = [cell.resolved.config for cell in plan_of("demo.yaml").cells]
+    assert {config.filter.name for config in configs} == {"none", "top_p"}
+    for config in configs:
+        steps = range(1, config.trainer.total_steps + 1)
+        assert "collapse" in config.hooks
+        assert sum(config.diagnostics.due(step) for step in steps) >= MIN_POINTS
+        assert config.trainer.val_every and config.trainer.total_steps % config.trainer.val_every == 0
+        assert any(step % config.trainer.dump_every == 0 for step in steps)
+
+
 def test_readme_demo_line_matches_the_demo_sweep(workdir: Path) -> None:
     """README command 1: the demo's task and steps per cell."""
     found = re.search(r"the tiny\s+code-built model on (\w+), .*?\(\d+ cells × (\d+) PPO steps", (REPO / "README.md").read_text(),
