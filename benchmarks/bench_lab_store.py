@@ -60,7 +60,8 @@ def commands(uri: str, store: str, out: Path) -> list[tuple[str, list[str]]]:
 
 
 def timed(argv: list[str], cwd: Path, timeout: float) -> dict:
-    """Wall seconds and peak RSS (MB) of one command, with its exit code and last stderr line."""
+    """Wall seconds, CPU seconds (user + system: what the command costs, which a loaded machine's wall time
+    hides) and peak RSS (MB) of one command, with its exit code and last stderr line."""
     started = time.perf_counter()
     process = subprocess.Popen(["/usr/bin/time", "-v", *argv], cwd=cwd, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -69,13 +70,15 @@ def timed(argv: list[str], cwd: Path, timeout: float) -> dict:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)  # the command too, not only `time`
         process.communicate()
-        return {"seconds": None, "peak_mb": None, "code": "timeout", "note": f"over {timeout:.0f} s"}
+        return {"seconds": None, "cpu": None, "peak_mb": None, "code": "timeout", "note": f"over {timeout:.0f} s"}
     done = subprocess.CompletedProcess(argv, process.returncode, "", stderr)
     seconds = time.perf_counter() - started
     peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
     lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("\t")
              and "Command being timed" not in line]
-    return {"seconds": round(seconds, 2), "peak_mb": round(int(peak.group(1)) / 1024) if peak else None,
+    cpu = sum(float(found.group(1)) for found in re.finditer(r"(?:User|System) time \(seconds\): ([\d.]+)",
+                                                               done.stderr))
+    return {"seconds": round(seconds, 2), "cpu": round(cpu, 2), "peak_mb": round(int(peak.group(1)) / 1024) if peak else None,
             "code": done.returncode, "note": (lines[-1][:160] if lines and done.returncode else "")}
 
 
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                **timed([str(ORCH), *command], args.folder, args.timeout)}
         results.append(row)
-        print(f"{name:22} {label(args.runs):>5} {backend:10} {args.label:8} {row['seconds']!s:>8} s {row['peak_mb']!s:>6} MB "
+        print(f"{name:22} {label(args.runs):>5} {backend:10} {args.label:8} {row['seconds']!s:>8} s (CPU {row['cpu']!s} s) {row['peak_mb']!s:>6} MB "
               f"load {load:.1f} {row['code']} {row['note']}", flush=True)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1))
