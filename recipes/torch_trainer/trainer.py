@@ -103,6 +103,9 @@ def setup(cfg: TrainConfig, tracker: RunTracker, checkpoint_dir: Path,
     started = time.perf_counter()
     algorithm = get_algorithm(cfg.algorithm.name)
     folder, warm_start = model_folder(cfg, should_stop)  # StopRequested: stopped in the warm start (kept per epoch)
+    # again: a warm start trained here (the task's first cell) drew from the streams, one loaded from the cache did
+    # not; the models' fresh heads and everything after them must not depend on which (test_warmstart)
+    seed_everything(cfg.seed)
     models = Models(cfg, folder, algorithm.uses_critic)
     trainer = cfg.trainer
     settings = UpdateSettings(
