@@ -149,7 +149,14 @@ def test_lora_trains_the_adapter_alone_syncs_it_to_the_rollout_and_exports_both_
     metrics = run.data.metrics
     assert run.data.tags["orch.grad_split.parameters"] == "adapter only (LoRA rank 4, all-linear)"
     assert [value for _, value in history(mlflow, result.mlflow_run_id, "rollout/kept_ratio")] == [0.5, 0.5]
-    assert names.MI_ZSCORE_EMA in metrics and metrics["grad_norm/bucket_0/task"] >= 0
+    assert metrics["grad_norm/bucket_0/task"] >= 0
+    # the MI diagnostics ran (at step 1, their cadence here); their proxies need a reply holding reasoning, which the micro warm start
+    # (format validity 0 held out) writes only by chance: a fresh-clone CI run on 2026-12-02 drew none at step 1
+    # (the documented skip: num_samples 0), two runs of this test alone drew some. MI on veRL itself is pinned
+    # by the GRPO test above.
+    samples = dict(history(mlflow, result.mlflow_run_id, "collapse/trajectory/num_samples"))
+    assert sorted(samples) == [1], samples
+    assert names.MI_ZSCORE_EMA in metrics or not any(samples.values()), samples
     kl = dict(history(mlflow, result.mlflow_run_id, "actor/kl_loss"))  # to the base: 0 while B = 0, then not
     assert kl[1] == pytest.approx(0.0, abs=1e-6) and kl[2] > 1e-6, kl
     verl_cfg = Path(mlflow.download_artifacts(result.mlflow_run_id, "verl_config.yaml", str(tmp_path))).read_text()
