@@ -41,7 +41,6 @@ measured by ``benchmarks/bench_judge.py`` and recorded in ``analysis/stats/judge
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,20 +350,10 @@ def _judge_order(m: Measurement) -> Judgement:
 
 def load_rates(path: Path = RATES_FILE) -> dict:
     """The judge's recorded error rates (``benchmarks/bench_judge.py --record``); {} when none is recorded. Read once
-    per version of the file (a report judges hundreds of values, each reading the record: 20 s of YAML at lab
-    scale, issue 60); the dict is shared: read it, do not change it."""
-    if not path.is_file():
-        return {}
-    stat = path.stat()
-    return _parsed_rates(str(path), stat.st_mtime_ns, stat.st_size)
+    per version of the file (`orchlib.records.recorded_yaml`); the dict is shared: read it, do not change it."""
+    from orchlib.records import recorded_yaml
 
-
-@functools.lru_cache(maxsize=4)
-def _parsed_rates(path: str, mtime_ns: int, size: int) -> dict:
-    """:func:`load_rates`'s parse of ``path`` at one version (its modification time and size key the cache)."""
-    import yaml
-
-    return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    return recorded_yaml(path)
 
 
 def rate_line(kind: str, n: int, record: dict | None = None) -> str | None:

@@ -29,7 +29,6 @@ before success" is measured with the rule the alert runs, not with a copy of it.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -104,22 +103,13 @@ def rule_text(rule: CollapseRule) -> str:
 
 
 def recorded_rates(path: Path = RATES) -> dict:
-    """The recorded rates file ({} when there is none): parsed once per version of the file (a report reads it
-    for every decline it judges: 2 s of YAML at lab scale, issue 60), a copy returned."""
+    """The recorded rates file ({} when there is none): parsed once per version of the file
+    (`orchlib.records.recorded_yaml`; a report reads it for every decline it judges), a copy returned."""
     import copy
 
-    if not path.is_file():
-        return {}
-    stat = path.stat()
-    return copy.deepcopy(_parsed_rates(str(path), stat.st_mtime_ns, stat.st_size))
+    from orchlib.records import recorded_yaml
 
-
-@functools.lru_cache(maxsize=8)
-def _parsed_rates(path: str, mtime_ns: int, size: int) -> dict:
-    """:func:`recorded_rates`' parse of ``path`` at one version (its modification time and size key the cache)."""
-    import yaml
-
-    return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    return copy.deepcopy(recorded_yaml(path))
 
 
 def rates_line(rule: CollapseRule, record: dict | None = None) -> str:
