@@ -165,16 +165,21 @@ def supervised_epoch(
     return sum(losses) / len(losses)
 
 
+def loss_halves(step_losses: list[float]) -> tuple[float, float]:
+    """The mean loss over the first and over the second half of an epoch's optimiser steps (one step: both halves)."""
+    half = max(1, len(step_losses) // 2)
+    return sum(step_losses[:half]) / half, sum(step_losses[-half:]) / half
+
+
 def levelled_off(step_losses: list[float]) -> bool:
     """Whether an epoch's training loss has levelled off: the mean over its second half of optimiser steps at least
     `LEVELLED_OFF` of the mean over its first half. An epoch whose loss still fell faster than that is still learning
     the reply format (every such epoch measured was below the validity target: docs/training.md), so its held-out
     evaluation is skipped. One step (no halves) counts as levelled."""
-    half = len(step_losses) // 2
-    if half == 0:
+    if len(step_losses) < 2:
         return True
-    first, second = step_losses[:half], step_losses[len(step_losses) - half:]
-    return sum(second) / len(second) >= LEVELLED_OFF * sum(first) / len(first)
+    first, second = loss_halves(step_losses)
+    return second >= LEVELLED_OFF * first
 
 
 def packed_supervised_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
@@ -230,10 +235,10 @@ def train_warm_start(
         step_losses: list[float] = []
         loss = supervised_epoch(model, optimizer, batch, settings["batch_size"], grad_clip=1.0,
                                 should_stop=should_stop, step_losses=step_losses)
-        half = max(1, len(step_losses) // 2)
+        first_half, second_half = loss_halves(step_losses)
         evaluated = epoch == settings["epochs"] or (epoch % settings["eval_every"] == 0 and levelled_off(step_losses))
-        trained.append({"epoch": epoch, "loss": loss, "loss_first_half": sum(step_losses[:half]) / half,
-                        "loss_second_half": sum(step_losses[-half:]) / half, "evaluated": evaluated,
+        trained.append({"epoch": epoch, "loss": loss, "loss_first_half": first_half,
+                        "loss_second_half": second_half, "evaluated": evaluated,
                         "train_seconds": time.perf_counter() - epoch_start,
                         "train_cpu_seconds": time.process_time() - epoch_cpu})
         if not evaluated:
