@@ -5,7 +5,9 @@ Trains (or loads from the cache) each task's warm start of the tiny preset, as `
 row per task, then each trained warm start's CPU seconds by phase (its process's CPU time, which a loaded machine
 inflates far less than wall time: training epochs, held-out evaluations, the rest) with its epochs' losses and which
 were evaluated; FrozenLake's (README command 1's) against its budget (issue 59). Use an empty cache to time the
-training: `ORCH_CACHE_DIR=$(mktemp -d)`.
+training: `ORCH_CACHE_DIR=$(mktemp -d)`. `--threads` is torch's thread count for the held-out evaluations and the
+rest; the training epochs run each op on one thread whatever it is, an optimiser step's shards in as many threads
+as the cores this process may use, at most `WARM_START_SHARDS` (`warm_start_workers`), as in a sweep's cells.
 
     python benchmarks/bench_warm_start.py [--tasks frozenlake sokoban ...] [--threads 1] [override ...]
 """
@@ -25,6 +27,7 @@ from recipes.torch_trainer.warmstart import (
     TARGET_RETRIEVAL_OVER_CHANCE,
     model_folder,
     reads_its_input,
+    warm_start_workers,
 )
 
 # README command 1's FrozenLake warm start, CPU seconds on one thread (issue 59: the warm start within 40 s idle).
@@ -59,7 +62,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=["frozenlake", "sokoban", "countdown", "metamathqa",
                                                         "searchqa", "webshop", "deepcoder"])
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for the held-out evaluations (training: one per shard, see above)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -80,7 +84,8 @@ def main() -> None:
               f"{'yes' if reads_its_input(report) else 'NO'}{'' if time.perf_counter() - start > 5 else ' (cached)'}",
               flush=True)
         trained.append((task, report))
-    print(f"\nCPU seconds by phase ({args.threads} thread(s); load average {os.getloadavg()[0]:.1f} at the end):")
+    print(f"\nCPU seconds by phase (training's shards in {warm_start_workers()} thread(s), evaluations on "
+          f"{args.threads}; load average {os.getloadavg()[0]:.1f} at the end):")
     for task, report in trained:
         print("\n".join(phases(task, report)))
 

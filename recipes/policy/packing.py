@@ -60,8 +60,12 @@ def _register() -> None:
 
 
 @contextlib.contextmanager
-def _packed_attention_on(model: torch.nn.Module) -> Iterator[None]:
-    """Every config of `model`'s modules set to the packed attention for the call; restored afterwards."""
+def packed_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Every config of `model`'s modules set to the packed attention for the call; restored afterwards.
+
+    `packed_forward` switches it around each pass. Passes of one model running at once in several threads (the
+    warm start's shards) need it held around them all by their caller: otherwise the first pass to finish
+    restores the model's own attention under the others' feet (their later layers attend across packed rows)."""
     from transformers import PretrainedConfig
 
     _register()
@@ -127,6 +131,6 @@ def packed_forward(model: torch.nn.Module, packed: Packed) -> Any:
     output for the (1, N) packed tokens, each row attending only to itself."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     masks = {layer_type: None for layer_type in set(getattr(config, "layer_types", None) or ["full_attention"])}
-    with _packed_attention_on(model):
+    with packed_attention(model):
         return model(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=masks,
                      orch_lengths=packed.lengths)

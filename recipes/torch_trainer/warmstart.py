@@ -18,17 +18,21 @@ collapse to destroy (RAGEN-2, arXiv 2604.06268). The result is a Hugging Face fo
 inputs (base model, task, env config, demonstrations, settings), so a sweep trains it once; `warm_start.json` in it
 records the kept epoch's figures (validity, success, first-turn retrieval and its chance level), the epochs trained,
 the seconds, the CPU seconds by phase (`cpu_seconds`: training, evaluations, total), every evaluation (`history`) and
-every epoch's loss (`trained`).
+every epoch's loss (`trained`). An optimiser step's gradient is the sum of `WARM_START_SHARDS` shards' (its chats
+split by position), run in as many threads as the process may use, each torch op on one thread: the same weights
+bit for bit on one core or two (`supervised_epoch`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +43,7 @@ from recipes.policy.actor import model_mask
 from recipes.policy.batch import build_batch, micro_batches
 from recipes.policy.chat import ChatEncoder
 from recipes.policy.models import base_model_folder, load_policy, load_tokenizer, quiet_save, text_sha
-from recipes.policy.packing import pack, packed_forward, packs
+from recipes.policy.packing import pack, packed_attention, packed_forward, packs
 from recipes.policy.sampler import Sampler
 from recipes.policy.vision import ImageTokens
 from recipes.runtime.cache import cache_root, cached_folder, input_hash
@@ -54,9 +58,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 PARTIAL_FILE = "epoch.pt"  # the state after the last completed epoch of an interrupted warm start
 REPORT_FILE = "warm_start.json"
-WARM_START_FORMAT = 6  # bump when the procedure changes (4: reading means 4x chance at p < 0.001, patience 3;
+WARM_START_FORMAT = 7  # bump when the procedure changes (4: reading means 4x chance at p < 0.001, patience 3;
 # 5: a step's chats packed into one forward pass, its held-out sampling decoded by the lean step: issue 59;
-# 6: an epoch evaluated only once its loss has levelled off, each evaluation on a random stream of its own: issue 59)
+# 6: an epoch evaluated only once its loss has levelled off, each evaluation on a random stream of its own: issue 59;
+# 7: a step's gradient the sum of WARM_START_SHARDS shards', trained on one intra-op thread per shard: issue 59)
 # Reading its input, the early stop: held-out first-turn retrieval accuracy at least this many times chance ...
 TARGET_RETRIEVAL_OVER_CHANCE = 4.0
 # ... and no likelier than this for an input-blind policy (recipes.stats.mi.retrieval_p_value). A warm start looks up to
@@ -70,6 +75,10 @@ RETRIEVAL_PATIENCE = 3  # well-formed but not reading: evaluations without a bet
 # well-formed; a levelled epoch's halves differ by a few percent to a third).
 LEVELLED_OFF = 0.5
 EVALUATION_SEED = 0  # each held-out evaluation samples from its own torch stream (seeded by this and its epoch)
+# An optimiser step's gradient is the sum of this many shards' (its chats split by position), whatever the cores: the
+# shards run in as many threads as the build may use, each torch op on one thread, so the numbers never depend on the
+# core count (issue 59: two intra-op threads block the kernels differently and re-roll how many epochs it takes).
+WARM_START_SHARDS = 2
 
 
 def heldout_figures(
@@ -128,16 +137,105 @@ def evaluation_rank(figures: dict[str, float], target_validity: float) -> tuple[
     return well_formed, ratio if well_formed and ratio == ratio else float("-inf"), figures["format_validity"]
 
 
+def warm_start_workers() -> int:
+    """The threads a warm start's shards run in: the cores this process may run on (under SLURM, its allocation),
+    at most `WARM_START_SHARDS`. A shared warm start is built by one cell while the others that need it wait for it
+    (`recipes.runtime.cache`), so the build may use every core of the process, not only the cell's share."""
+    return max(1, min(WARM_START_SHARDS, len(os.sched_getaffinity(0))))
+
+
+@contextlib.contextmanager
+def shard_threads(workers: int) -> Iterator[ThreadPoolExecutor | None]:
+    """Torch on one intra-op thread inside the block (each op then runs on its calling thread, the same kernels
+    whatever the cores), and a pool of `workers` threads for the shards (None for one: the caller's thread); the
+    previous thread count restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if workers <= 1:
+            yield None
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix="warm-start-shard") as pool:
+                yield pool
+    finally:
+        torch.set_num_threads(threads)
+
+
+def shard_rows(count: int, shards: int) -> list[list[int]]:
+    """A step's `count` chats (in their shuffled order) split by position into at most `shards` consecutive runs of
+    near-equal length, the longer ones first: 4 chats in 2 shards are [[0, 1], [2, 3]], 3 are [[0, 1], [2]]."""
+    size, extra = divmod(count, shards)
+    runs, start = [], 0
+    for shard in range(shards):
+        end = start + size + (shard < extra)
+        if end > start:
+            runs.append(list(range(start, end)))
+        start = end
+    return runs
+
+
+def shard_gradient(
+    model: torch.nn.Module, params: list[torch.nn.Parameter], shard: Any, tokens: torch.Tensor
+) -> tuple[float, tuple[torch.Tensor, ...]]:
+    """One shard's loss and gradient: its packed summed cross-entropy (`packed_supervised_loss`) over the step's
+    `tokens` loss tokens (a scalar), and its gradient w.r.t. `params` (one tensor of each parameter's shape), taken
+    with `torch.autograd.grad` so that shards running at once leave `.grad` alone. Draws nothing random."""
+    loss = packed_supervised_loss(model, shard) / tokens
+    return loss.item(), torch.autograd.grad(loss, params)
+
+
+def summed_gradients(shard_gradients: list[tuple[torch.Tensor, ...]]) -> list[torch.Tensor]:
+    """The step's gradient: the shards' summed per parameter in their fixed order, ((g0 + g1) + g2) + ..., whichever
+    thread finished first (float addition does not associate: another order is other numbers)."""
+    summed = list(shard_gradients[0])
+    for gradients in shard_gradients[1:]:
+        summed = [total + gradient for total, gradient in zip(summed, gradients, strict=True)]
+    return summed
+
+
+def sharded_step(
+    model: torch.nn.Module, step_batch: Any, tokens: torch.Tensor, shards: int, pool: ThreadPoolExecutor | None
+) -> float:
+    """Set `.grad` of `model`'s trainable parameters to the step's gradient, the sum of its `shards` shards'
+    (`shard_rows`, `shard_gradient`, `summed_gradients`), computed in `pool`'s threads (or one after the other on
+    this thread without one: the same numbers bit for bit); returns the step's loss (the shards' summed)."""
+    params = [param for param in model.parameters() if param.requires_grad]
+    parts = [step_batch.select(rows) for rows in shard_rows(len(step_batch), shards)]
+
+    def gradient(part: Any) -> tuple[float, tuple[torch.Tensor, ...]]:
+        return shard_gradient(model, params, part, tokens)
+
+    with packed_attention(model):  # switched once here, not by each shard's pass: they run at once
+        results = list(pool.map(gradient, parts)) if pool is not None else [gradient(part) for part in parts]
+    for param, summed in zip(params, summed_gradients([grads for _, grads in results]), strict=True):
+        param.grad = summed
+    return sum(loss for loss, _ in results)
+
+
 def supervised_epoch(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any, batch_size: int, grad_clip: float,
     should_stop: Callable[[], bool] | None = None, step_losses: list[float] | None = None,
+    workers: int = 1, shards: int = WARM_START_SHARDS,
 ) -> float:
     """One shuffled pass of next-token cross-entropy on the loss-masked tokens (token mean per optimiser step of
-    `batch_size` chats, packed end to end into one unpadded forward pass, `recipes.policy.packing`; a
-    vision-language model's chats one per pass); returns the mean loss, and appends each optimiser step's to
-    `step_losses` when given. `should_stop` is polled before every optimiser step: `StopRequested` when it says so
-    (the epoch's work is dropped)."""
-    losses = [] if step_losses is None else step_losses
+    `batch_size` chats); returns the mean loss, and appends each optimiser step's to `step_losses` when given.
+
+    A step's gradient is the sum of `shards` shards' (`sharded_step`: its chats split by position, each shard's
+    packed end to end into one unpadded forward pass, `recipes.policy.packing`), run in `workers` threads; torch
+    runs on one intra-op thread throughout (`shard_threads`), so the weights are the same bit for bit whatever
+    `workers`. A vision-language model's chats (or a step of one chat) run one per pass on this thread, their
+    gradients accumulated in `.grad`. `should_stop` is polled before every optimiser step: `StopRequested` when it
+    says so (the epoch's work is dropped)."""
+    with shard_threads(workers) as pool:
+        return _supervised_epoch(model, optimizer, batch, batch_size, grad_clip, should_stop,
+                                 [] if step_losses is None else step_losses, shards, pool)
+
+
+def _supervised_epoch(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any, batch_size: int, grad_clip: float,
+    should_stop: Callable[[], bool] | None, losses: list[float], shards: int, pool: ThreadPoolExecutor | None,
+) -> float:
+    """`supervised_epoch` inside its threads."""
     shuffled = batch.select(torch.randperm(len(batch)).numpy())
     for start in range(0, len(shuffled), batch_size):
         if should_stop is not None and should_stop():
@@ -146,9 +244,7 @@ def supervised_epoch(
         tokens = step_batch.loss_mask[:, 1:].sum()
         optimizer.zero_grad(set_to_none=True)
         if packs(step_batch, model):
-            loss = packed_supervised_loss(model, step_batch) / tokens
-            loss.backward()
-            total = loss.item()
+            total = sharded_step(model, step_batch, tokens, shards, pool)
         else:
             total = 0.0
             for chat in micro_batches(step_batch, 1):
@@ -234,7 +330,7 @@ def train_warm_start(
         epoch_start, epoch_cpu = time.perf_counter(), time.process_time()
         step_losses: list[float] = []
         loss = supervised_epoch(model, optimizer, batch, settings["batch_size"], grad_clip=1.0,
-                                should_stop=should_stop, step_losses=step_losses)
+                                should_stop=should_stop, step_losses=step_losses, workers=warm_start_workers())
         first_half, second_half = loss_halves(step_losses)
         evaluated = epoch == settings["epochs"] or (epoch % settings["eval_every"] == 0 and levelled_off(step_losses))
         trained.append({"epoch": epoch, "loss": loss, "loss_first_half": first_half,

@@ -232,3 +232,56 @@ def test_a_cell_starts_the_same_whether_its_warm_start_was_trained_here_or_cache
     for key in cached[0]:
         torch.testing.assert_close(trained_here[0][key], cached[0][key], rtol=0, atol=0, msg=key)
     assert torch.equal(trained_here[1], cached[1]) and np.array_equal(trained_here[2], cached[2])
+
+
+def test_a_warm_start_step_is_the_same_bit_for_bit_on_one_core_or_two(micro_folder, encoder) -> None:
+    """Issue 59: an optimiser step's gradient is the sum of shards' (the step's chats split by position), each torch
+    op on one thread, the sum in the shards' order. A few steps of the micro model on a fixed batch give the same
+    weights bit for bit with the shards one after the other and in two threads (two shards, and three, whose sum's
+    order matters), and to float tolerance the weights of one pass per step; the shards draw nothing from torch's
+    global generator (threads sharing it would draw in whichever order they ran): the random state after the epoch
+    is the one its shuffle left, and the thread count is restored."""
+    import numpy as np
+    import torch
+
+    from envs import demonstrations
+    from recipes.policy.batch import build_batch
+    from recipes.policy.models import load_policy
+
+    chats = [chat[:5] for chat in demonstrations("frozenlake", 12, seed=5)]  # two replies each, lengths differ
+    batch = build_batch(chats, [[0.0, 0.0]] * len(chats), np.arange(len(chats)), encoder)
+    torch.manual_seed(0)
+    torch.randperm(len(batch))
+    shuffled = torch.get_rng_state()
+    threads = torch.get_num_threads()
+
+    def trained(shards: int, workers: int) -> tuple[list[torch.Tensor], list[float]]:
+        model = load_policy(micro_folder, "float32", "cpu")
+        torch.manual_seed(0)
+        losses: list[float] = []
+        warmstart.supervised_epoch(model, torch.optim.AdamW(model.parameters(), lr=2e-3), batch, 4, 1.0,
+                                   step_losses=losses, workers=workers, shards=shards)
+        assert torch.equal(torch.get_rng_state(), shuffled) and torch.get_num_threads() == threads
+        return [param.detach().clone() for param in model.parameters()], losses
+
+    for shards in (2, 3):
+        (serial, serial_losses), (threaded, threaded_losses) = trained(shards, 1), trained(shards, 2)
+        assert len(serial_losses) == 3 and serial_losses == threaded_losses
+        assert all(torch.equal(a, b) for a, b in zip(serial, threaded, strict=True)), shards
+    one_pass, one_pass_losses = trained(1, 1)
+    assert serial_losses == pytest.approx(one_pass_losses, rel=1e-5)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(serial, one_pass, strict=True))
+
+
+def test_shards_are_split_by_position_and_summed_in_their_order() -> None:
+    """A step's chats in consecutive runs, the longer first; the gradients summed ((g0 + g1) + g2): float addition
+    does not associate, and another order (the threads' finishing order, or g0 + (g1 + g2)) gives other numbers."""
+    import torch
+
+    assert warmstart.shard_rows(4, 2) == [[0, 1], [2, 3]]
+    assert warmstart.shard_rows(3, 2) == [[0, 1], [2]] and warmstart.shard_rows(1, 2) == [[0]]
+    assert warmstart.shard_rows(5, 3) == [[0, 1], [2, 3], [4]]
+    gradients = [(torch.tensor([1.0]),), (torch.tensor([1e8]),), (torch.tensor([-1e8]),)]
+    assert warmstart.summed_gradients(gradients)[0].item() == 0.0  # (1 + 1e8) - 1e8 in float32
+    assert warmstart.summed_gradients(gradients[::-1])[0].item() == 1.0
+    assert 1 <= warmstart.warm_start_workers() <= warmstart.WARM_START_SHARDS
