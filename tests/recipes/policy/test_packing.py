@@ -93,11 +93,16 @@ def test_updates_match_one_trajectory_per_pass(micro_folder, batch) -> None:
 
 def test_warm_start_step_matches_one_chat_per_pass(micro_folder, batch, monkeypatch) -> None:
     results = []
+    sharded = []  # the packed (sharded) steps taken: none on the one-chat-per-pass side, or it compares packed twice
+    packed_step = warmstart.sharded_step
+    monkeypatch.setattr(warmstart, "sharded_step", lambda *args: sharded.append(1) or packed_step(*args))
     for packed in (False, True):
-        monkeypatch.setattr(warmstart, "packs", lambda rows, packed=packed: packed and len(rows) > 1)
+        monkeypatch.setattr(warmstart, "packs", lambda rows, model, packed=packed: packed and len(rows) > 1)
         model = load_policy(micro_folder, "float32", "cpu")
         torch.manual_seed(0)
+        taken = len(sharded)
         loss = warmstart.supervised_epoch(model, torch.optim.AdamW(model.parameters(), lr=2e-3), batch, 4, 1.0)
+        assert (len(sharded) > taken) == packed
         results.append((loss, model))
     (loss_one, one), (loss_packed, packed) = results
     assert loss_one == pytest.approx(loss_packed, rel=1e-5)
