@@ -30,23 +30,25 @@ from recipes.torch_trainer.warmstart import (
     warm_start_workers,
 )
 
-# README command 1's FrozenLake warm start, CPU seconds on one thread (issue 59: the warm start within 40 s idle).
-BUDGET = {"frozenlake": {"training": 30.0, "evaluations": 8.0, "total": 40.0}}
+# README command 1's FrozenLake warm start within 40 s of wall time on an idle 2-core machine (issue 59). Its training
+# runs on two cores (WARM_START_SHARDS), so the budget is wall seconds: CPU seconds by phase are printed beside it.
+BUDGET = {"frozenlake": {"wall": 40.0}}
 
 
 def phases(task: str, report: dict) -> list[str]:
-    """The warm start's CPU seconds by phase, each against the task's budget where it has one, and its epochs."""
+    """The warm start's wall seconds against the task's budget where it has one, its CPU seconds by phase, and its
+    epochs."""
     cpu = report.get("cpu_seconds")
     if not cpu:
         return [f"  {task}: no CPU seconds recorded (a warm start cached before they were)"]
     budget = BUDGET.get(task, {})
     rest = cpu["total"] - cpu["training"] - cpu["evaluations"]
-    lines = []
+    limit = budget.get("wall")
+    said = "" if limit is None else f"   budget {limit:5.0f} s  {'within' if report['seconds'] <= limit else 'OVER'}"
+    lines = [f"  {task} {'wall':<12}{report['seconds']:7.1f} s{said}"]
     for phase, seconds in (("training", cpu["training"]), ("evaluations", cpu["evaluations"]), ("rest", rest),
                            ("total", cpu["total"])):
-        limit = budget.get(phase)
-        said = "" if limit is None else f"   budget {limit:5.0f} s  {'within' if seconds <= limit else 'OVER'}"
-        lines.append(f"  {task} {phase:<12}{seconds:7.1f} CPU s{said}")
+        lines.append(f"  {task} {phase:<12}{seconds:7.1f} CPU s")
     evaluated = {entry["epoch"]: entry for entry in report["history"]}
     for entry in report.get("trained", []):
         figures = evaluated.get(entry["epoch"])
