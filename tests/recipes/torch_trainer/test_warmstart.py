@@ -227,7 +227,7 @@ def test_a_cell_starts_the_same_whether_its_warm_start_was_trained_here_or_cache
         return critic, torch.get_rng_state(), np.random.get_state()[1].copy()
 
     trained_here, cached = start(), start()
-    assert not (tmp_path / "cache").exists() or any((tmp_path / "cache").rglob("warm_start.json"))
+    assert any((tmp_path / "cache").rglob("warm_start.json"))  # the first start trained it, the second loaded it
     assert trained_here[0].keys() == cached[0].keys()
     for key in cached[0]:
         torch.testing.assert_close(trained_here[0][key], cached[0][key], rtol=0, atol=0, msg=key)
