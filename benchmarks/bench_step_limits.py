@@ -9,7 +9,14 @@ core's float32 matmul at the model's widths: "% of peak" is how much of the phas
 (per-token decoding, small passes, small kernels, Python). Compare two versions with their ratios, run interleaved on
 the same machine (issue 59: a worktree of the old commit, `PYTHONPATH=<worktree>`, alternately with this tree).
 
-    python benchmarks/bench_step_limits.py [--task frozenlake] [--steps 3]
+    python benchmarks/bench_step_limits.py [--task frozenlake] [--steps 3] [--floor] [--bf16]
+
+`--floor` profiles one more step (torch's profiler; the trainer marks each phase as the range `phase/<name>`) and
+prints, per phase, the seconds spent inside the matmul and attention kernels themselves (aten mm/addmm/bmm and the
+fused attention forward and backward): what the phase would still take if every other op and all Python were free,
+so `floor / step` bounds how far the step can fall without computing less or computing it differently (issue 59
+item 4). `--bf16` runs the actor's forward and backward of that batch in float32 and under bfloat16 autocast (this
+CPU's AMX) and prints both times and how far the log-probs and the loss move.
 
 Timings are wall seconds: run it on idle cores (compare ratios, not seconds, across machines).
 """
@@ -44,10 +51,75 @@ def matmul_gflops(width: int, tokens: int = 4096) -> float:
     return 2 * tokens * width * 4 * width / seconds(lambda: a @ b, 10) / 1e9
 
 
+KERNELS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
+           "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
+
+
+def kernel_floor(run, step: int) -> tuple[dict[str, float], dict[str, float], float]:
+    """Profile train step `step`: per phase (`phase/<name>` ranges), its seconds and the seconds inside `KERNELS`
+    under it (the autograd engine's backward kernels run on the update's thread, inside its range); and the step's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from recipes.torch_trainer.trainer import train_step
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        train_step(run, step)
+        took = time.perf_counter() - start
+    events = prof.events()
+    ranges = sorted(((event.time_range.start, event.time_range.end, event.thread, event.name.removeprefix("phase/"))
+                     for event in events if event.name.startswith("phase/")), key=lambda r: r[1] - r[0])
+
+    def innermost(start_us: float, end_us: float, thread: int) -> str | None:
+        """The narrowest phase range holding [start, end] on `thread` (a phase inside another counts as its own)."""
+        return next((name for lo, hi, on, name in ranges if on == thread and lo <= start_us and end_us <= hi), None)
+
+    phase_s: dict[str, float] = {}
+    kernel_s: dict[str, float] = {}
+    for lo, hi, thread, name in ranges:  # self time: less the phases inside it
+        inner = sum(end - begin for begin, end, on, _ in ranges
+                    if on == thread and lo <= begin and end <= hi and (begin, end) != (lo, hi))
+        phase_s[name] = phase_s.get(name, 0.0) + (hi - lo - inner) / 1e6
+        kernel_s.setdefault(name, 0.0)
+    for event in events:
+        if event.name in KERNELS and (name := innermost(event.time_range.start, event.time_range.end,
+                                                         event.thread)) is not None:
+            kernel_s[name] += event.self_cpu_time_total / 1e6
+    return phase_s, kernel_s, took
+
+
+def bf16_update(policy, batch, micro_batch_size: int) -> None:
+    """The actor's forward and backward of the batch's first micro-batch in float32 and under bfloat16 autocast:
+    the fastest of 3 of each, and how far bfloat16 moves the per-token log-probs and their mean."""
+    from recipes.policy.actor import token_log_probs
+    from recipes.policy.batch import micro_batches
+
+    micro = next(iter(micro_batches(batch, micro_batch_size)))
+    mask = micro.loss_mask.bool()
+    results = {}
+    for name, enabled in (("float32", False), ("bfloat16 autocast", True)):
+        def once(enabled=enabled):
+            policy.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+                log_probs, entropy = token_log_probs(policy, micro, with_entropy=True)
+                loss = -(log_probs[mask].mean() + 0.001 * entropy[mask].mean())
+            loss.backward()
+            return log_probs.detach()[mask], float(loss.detach())
+        results[name] = (seconds(once), *once())
+    (fp32_s, fp32_lp, fp32_loss), (bf_s, bf_lp, bf_loss) = results.values()
+    policy.zero_grad(set_to_none=True)
+    print(f"actor forward+backward, {len(micro)} trajectories ({int(mask.sum())} loss tokens): float32 {fp32_s:.2f} s,"
+          f" bfloat16 autocast {bf_s:.2f} s ({fp32_s / bf_s:.2f}x); bfloat16 moves the log-probs by up to"
+          f" {float((bf_lp - fp32_lp).abs().max()):.2e} (mean {float((bf_lp - fp32_lp).abs().mean()):.2e}), the loss"
+          f" by {abs(bf_loss - fp32_loss) / abs(fp32_loss):.1e} of itself")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="frozenlake")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--floor", action="store_true", help="the kernels' seconds per phase (one profiled step)")
+    parser.add_argument("--bf16", action="store_true", help="the actor's pass in float32 and under bfloat16 autocast")
     args = parser.parse_args()
     torch.set_num_threads(1)
     scratch = Path(tempfile.mkdtemp(prefix="orch-bench-limits-"))
@@ -99,6 +171,17 @@ def main() -> None:
     rest = mean["step"] - sum(mean.get(key, 0.0) for _, key, _, _ in rows) - mean.get("diagnostics", 0.0)
     print(f"{'diagnostics (MI)':24s} {mean.get('diagnostics', 0.0):7.2f}  (cross-scoring: benchmarks/bench_cross_scoring.py)")
     print(f"{'the rest':24s} {rest:7.2f}  (filter, advantages, batch building)")
+    if args.floor:
+        phase_s, kernel_s, took = kernel_floor(run, args.steps + 2)
+        print(f"\nstep {args.steps + 2}, profiled: {took:.2f} s; seconds inside the matmul and attention kernels:")
+        print(f"{'phase':24s} {'s':>7s} {'kernels s':>9s} {'share':>6s}")
+        for name in sorted(phase_s, key=phase_s.get, reverse=True):
+            print(f"{name:24s} {phase_s[name]:7.2f} {kernel_s[name]:9.2f} {kernel_s[name] / phase_s[name]:6.0%}")
+        floor = sum(kernel_s.values())
+        print(f"{'step':24s} {took:7.2f} {floor:9.2f} {floor / took:6.0%}  <- with all else free, the step is at least"
+              f" {floor / took:.0%} of this")
+    if args.bf16:
+        bf16_update(policy, batch, run.settings.micro_batch_size)
 
 
 if __name__ == "__main__":

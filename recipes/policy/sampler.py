@@ -155,7 +155,8 @@ class LeanDecoder:
         from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
         functional = torch.nn.functional
-        rows = token.shape[0]
+        rows, written = token.shape[0], column + 1
+        bias = bias[..., :written]  # the columns after `column` are not written yet (masked in every row)
         hidden = functional.embedding(token, self.embed)  # (rows, 1, width)
         cos, sin = self.rotary(hidden, position)
         sizes = [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim]
@@ -168,8 +169,8 @@ class LeanDecoder:
             query, key = apply_rotary_pos_emb(query, key, cos, sin)
             layer.keys[:, :, column] = key[:, :, 0]
             layer.values[:, :, column] = value.view(rows, self.kv_heads, self.head_dim)
-            attended = functional.scaled_dot_product_attention(
-                query, layer.keys, layer.values, attn_mask=bias, scale=self.scaling,
+            attended = functional.scaled_dot_product_attention(  # the written columns only: it reads no more
+                query, layer.keys[:, :, :written], layer.values[:, :, :written], attn_mask=bias, scale=self.scaling,
                 enable_gqa=self.kv_heads != self.heads)
             hidden = hidden + functional.linear(attended.transpose(1, 2).reshape(rows, 1, -1), o_weight)
             gate, up = functional.linear(_rms_norm(hidden, post_norm, post_eps), gate_up).chunk(2, dim=-1)

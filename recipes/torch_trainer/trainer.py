@@ -79,11 +79,13 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def timed(metrics: dict[str, float], name: str) -> Iterator[None]:
-    """Add the wall time of the block to `metrics["timing_s/<name>"]` (and show the phase in the progress file)."""
+    """Add the wall time of the block to `metrics["timing_s/<name>"]` (and show the phase in the progress file); under
+    torch's profiler the block is the range `phase/<name>` (benchmarks/bench_step_limits.py --floor reads it)."""
     report(phase=name)
     start = time.perf_counter()
     try:
-        yield
+        with torch.profiler.record_function(f"phase/{name}"):
+            yield
     except StopRequested as stop:  # name the phase a stop interrupted (the innermost one)
         stop.phase = stop.phase or name
         raise

@@ -321,3 +321,21 @@ def test_bad_config_fails_before_any_work(train_overrides, tmp_path, extra, mess
     with pytest.raises(OrchError, match=message):
         run_training(compose_train_config(overrides))
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_each_timed_phase_is_a_profiler_range() -> None:
+    """`timed` adds the block's wall time to its metric and, under torch's profiler, marks the block as the range
+    `phase/<name>` that benchmarks/bench_step_limits.py --floor attributes kernels to (the innermost one wins)."""
+    import torch
+    from torch.profiler import profile
+
+    metrics: dict[str, float] = {}
+    a = torch.randn(64, 64)
+    with profile() as prof, torch_trainer.timed(metrics, "outer"), torch_trainer.timed(metrics, "inner"):
+        a @ a
+    ranges = {event.name: event for event in prof.events() if event.name.startswith("phase/")}
+    assert set(ranges) == {"phase/outer", "phase/inner"}
+    assert set(metrics) == {"timing_s/outer", "timing_s/inner"} and metrics["timing_s/outer"] >= metrics["timing_s/inner"]
+    matmul = next(event for event in prof.events() if event.name == "aten::mm")
+    inner = ranges["phase/inner"].time_range
+    assert inner.start <= matmul.time_range.start and matmul.time_range.end <= inner.end
