@@ -9,7 +9,7 @@ core's float32 matmul at the model's widths: "% of peak" is how much of the phas
 (per-token decoding, small passes, small kernels, Python). Compare two versions with their ratios, run interleaved on
 the same machine (issue 59: a worktree of the old commit, `PYTHONPATH=<worktree>`, alternately with this tree).
 
-    python benchmarks/bench_step_limits.py [--task frozenlake] [--steps 3] [--floor] [--bf16]
+    python benchmarks/bench_step_limits.py [--task frozenlake] [--steps 3] [--mi-samples 32] [--floor] [--bf16]
 
 `--floor` profiles one more step (torch's profiler; the trainer marks each phase as the range `phase/<name>`) and
 prints, per phase, the seconds spent inside the matmul and attention kernels themselves (aten mm/addmm/bmm and the
@@ -118,6 +118,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="frozenlake")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--mi-samples", type=int, default=32,
+                        help="diagnostics.num_samples (32: the long run's; sweeps/demo.yaml's is 16)")
     parser.add_argument("--floor", action="store_true", help="the kernels' seconds per phase (one profiled step)")
     parser.add_argument("--bf16", action="store_true", help="the actor's pass in float32 and under bfloat16 autocast")
     args = parser.parse_args()
@@ -126,7 +128,7 @@ def main() -> None:
     cfg = compose_train_config([
         "model=tiny", f"task={args.task}", "trainer=cpu", "algorithm=ppo", "filter=none", "trainer.samples_per_prompt=4",
         "trainer.threads=1", "trainer.val_every=0", "trainer.dump_every=0", "trainer.progress=false",
-        "hooks=[collapse]", "diagnostics.mi_every=1", "diagnostics.num_samples=32",
+        "hooks=[collapse]", "diagnostics.mi_every=1", f"diagnostics.num_samples={args.mi_samples}",
         f"trainer.total_steps={args.steps}", f"mlflow.tracking_uri=sqlite:///{scratch / 'mlflow.db'}",
         f"trainer.checkpoint_dir={scratch / 'ck'}",
     ])
