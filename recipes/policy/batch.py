@@ -30,6 +30,8 @@ class TrainBatch:
     group_ids: (T,) numpy, prompt id of each trajectory (its group).
     old_log_probs, ref_log_probs, values, advantages, returns: (T, L) float, filled by the trainer's phases.
     images: the rows' frames (image observations on a vision-language model), else None.
+    sampled_log_probs: (T, L) float, the log-probs the sampler drew the rows' loss tokens with (`sampled_log_probs`),
+        valid on the rows `sampled_rows` ((T,) numpy bool) marks; None: none known.
     """
 
     input_ids: torch.Tensor
@@ -43,6 +45,8 @@ class TrainBatch:
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     images: BatchImages | None = None
+    sampled_log_probs: torch.Tensor | None = None
+    sampled_rows: np.ndarray | None = None
 
     def model_inputs(self, model: torch.nn.Module) -> dict[str, Any]:
         """What the model takes beside input_ids and the attention mask: the frames' pixel_values, image_grid_thw
@@ -147,3 +151,34 @@ def micro_batches(batch: TrainBatch, size: int) -> list[TrainBatch]:
     """Consecutive slices of at most `size` rows, each trimmed of all-padding columns."""
     return [batch.select(np.arange(start, min(start + size, len(batch)))).trimmed()
             for start in range(0, len(batch), size)]
+
+
+def sampled_log_probs(batch: TrainBatch, recorded: Mapping[tuple[int, ...], Sequence[float]]
+                      ) -> tuple[torch.Tensor, np.ndarray]:
+    """The log-probs each row's loss tokens were sampled with, from `recorded` (the sampler's `reply_log_probs`:
+    context + reply ids -> one log-prob per reply token), and which rows they cover: a row is covered when every
+    reply in it (each run of loss tokens) is recorded under exactly the tokens before it, so a reply sampled from
+    another context (a blinded row, `BlindSampler`) or never sampled (a demonstration) leaves its row uncovered.
+
+    Returns: (T, L) float, zero outside covered rows' loss tokens; (T,) bool, the covered rows.
+    """
+    values = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+    covered = np.zeros(len(batch), dtype=bool)
+    for row in range(len(batch)):
+        ids = batch.input_ids[row].tolist()
+        in_loss = batch.loss_mask[row].tolist()
+        runs, start = [], None
+        for column, flag in enumerate([*in_loss, 0.0]):
+            if flag and start is None:
+                start = column
+            elif not flag and start is not None:
+                runs.append((start, column))
+                start = None
+        found = [recorded.get(tuple(ids[:end])) for _, end in runs]
+        if not runs or any(log_probs is None or len(log_probs) != end - start
+                           for log_probs, (start, end) in zip(found, runs, strict=True)):
+            continue
+        for log_probs, (start, end) in zip(found, runs, strict=True):
+            values[row, start:end] = torch.tensor(log_probs, dtype=torch.float32)
+        covered[row] = True
+    return values.to(batch.input_ids.device), covered

@@ -3,7 +3,10 @@
 Each call receives the chat histories of all running episodes, builds their generation contexts with the shared
 `ChatEncoder` (earlier replies as the exact ids sampled) and samples one reply per history from the full
 distribution at the given temperature (no top-k/top-p: the policy RL trains). The ids of every reply are recorded
-in `generated` (reply text -> ids) so the trainer rebuilds the same sequences.
+in `generated` (reply text -> ids) so the trainer rebuilds the same sequences, and a text policy's log-prob of each
+sampled token under the untempered logits it was drawn from in `reply_log_probs` (context + reply ids -> one per
+reply token): the old log-probs PPO needs, which the trainer then need not compute again (`recipes.policy.batch.
+sampled_log_probs`; the same numbers to float tolerance in float32, `test_decode.py`).
 
 Two things keep this fast on a CPU, where re-reading long multi-turn contexts dominates:
 
@@ -206,6 +209,7 @@ class Sampler:
         self.max_context_tokens = max_context_tokens
         self.batch_size = batch_size
         self.generated: dict[str, list[int]] = {}
+        self.reply_log_probs: dict[tuple[int, ...], list[float]] = {}  # text policies: context + reply -> log-probs
         self.store = PrefixStore()
 
     @property
@@ -288,9 +292,11 @@ class Sampler:
         logits = torch.stack([first_logits[tuple(context)] for context in contexts])
         position = torch.tensor([[last_position[tuple(context)]] for context in contexts], device=device)
         replies: list[list[int]] = [[] for _ in contexts]
+        scores: list[list[float]] = [[] for _ in contexts]  # each reply token's log-prob (text policies)
         active = torch.arange(len(contexts), device=device)  # original row of each batch row
         running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # rows still inside their reply
         banned = list(self.encoder.vision.vision_ids) if self.encoder.vision is not None else []
+        scored = self.encoder.vision is None  # a text policy: each token's log-prob is kept (`reply_log_probs`)
         lean = LeanDecoder(self.model) if LeanDecoder.applies(self.model) else None
         for offset in range(self.max_new_tokens):
             poll()
@@ -299,6 +305,10 @@ class Sampler:
             token = sample(logits, self.temperature)  # (batch, 1)
             for row, value in zip(active[running].tolist(), token[running, 0].tolist(), strict=True):
                 replies[row].append(value)
+            if scored:  # the token's log-prob under the untempered logits, as the trainer scores it
+                chosen = torch.log_softmax(logits.float(), dim=-1).gather(-1, token)[:, 0]
+                for row, value in zip(active[running].tolist(), chosen[running].tolist(), strict=True):
+                    scores[row].append(value)
             running &= token[:, 0] != self.encoder.end_of_turn_id
             if not bool(running.any()) or offset == self.max_new_tokens - 1:
                 break
@@ -318,6 +328,9 @@ class Sampler:
                                 use_cache=True, cache_position=torch.tensor([width + offset], device=device)
                                 ).logits[:, -1]
         self._store_rows(cache, active, torch.ones_like(running), contexts, replies, width)
+        if scored:
+            for context, reply, values in zip(contexts, replies, scores, strict=True):
+                self.reply_log_probs[(*context, *reply)] = values
         return replies
 
     def _store_rows(self, cache: Any, active: torch.Tensor, which: torch.Tensor, contexts: list[list[int]],
@@ -351,6 +364,9 @@ class BlindSampler:
     def __init__(self, inner: Sampler, blinded: Collection[int] | None = None) -> None:
         self.inner = inner
         self.generated = inner.generated
+        # keyed by the context sampled from, so a blinded row's reply is not found under its own (an inner sampler
+        # that records none, as the tests' stand-ins: nothing found, every row scored)
+        self.reply_log_probs = getattr(inner, "reply_log_probs", {})
         self.blinded = None if blinded is None else frozenset(blinded)
         self.fixed: tuple[Sequence[Mapping[str, str]], Sequence[Any] | None] | None = None
 

@@ -12,7 +12,8 @@ Filtering. `train` reads top to bottom, and `train_step` is one step (the entry 
                3 filter       SNR-Aware Filtering on episode returns, the rollout table; an empty batch skips the
                               update (2-3 and the stops at a step's end: `recipes.step.phases`, as on veRL)
                4 score        the kept rows: old (and reference) log-probs, values, advantages (veRL) x the filter's
-                              loss scale -- `score_batch`, which the gradient split of the diagnostics also calls
+                              loss scale -- `score_batch`, which the gradient split of the diagnostics also calls; a
+                              float32 policy's old log-probs are the sampler's (`sampled_or_scored`)
                5 update       critic then actor, mini-batches of the kept trajectories only
                6 validate     every `val_every` steps on held-out seeds at temperature 0.5
                7 log, dump the rollout batch, checkpoint; stop on request at this boundary, or before a step that
@@ -56,7 +57,7 @@ from recipes.policy.actor import (
     update_critic,
 )
 from recipes.policy.algorithms import get_algorithm
-from recipes.policy.batch import TrainBatch, build_batch
+from recipes.policy.batch import TrainBatch, build_batch, sampled_log_probs
 from recipes.policy.chat import ChatEncoder
 from recipes.policy.lora import trainable_parameters
 from recipes.policy.models import count_parameters
@@ -310,6 +311,9 @@ def rollout_and_score(run: Run, step: int, metrics: dict[str, float]) -> StepCon
         [t.messages for t in trajectories], [[turn.reward for turn in t.turns] for t in trajectories], group_ids,
         models.encoder, sampler.generated, frames,
     ).to(trainer.device)
+    if next(models.policy.parameters()).dtype == torch.float32:  # the sampler's log-probs are the old log-probs
+        rollout_batch.sampled_log_probs, rollout_batch.sampled_rows = sampled_log_probs(rollout_batch,
+                                                                                        sampler.reply_log_probs)
 
     # 2 step hooks (diagnostics) on the unfiltered batch
     policy = LocalPolicy(models.policy, models.encoder, cfg.diagnostics, run.policy_config, trainer.micro_batch_size,
@@ -357,7 +361,7 @@ def score_batch(run: Run, batch: TrainBatch, metrics: dict[str, float] | None = 
     scored = replace(batch)
     if old_log_probs:
         with timed(metrics, "old_log_prob"):
-            scored.old_log_probs = batched_forward(log_probs, models.policy, scored, micro)
+            scored.old_log_probs = sampled_or_scored(log_probs, models.policy, scored, micro)
     if models.reference is not None:
         with timed(metrics, "ref"), models.reference_weights():  # LoRA: the policy, adapters disabled
             scored.ref_log_probs = batched_forward(log_probs, models.reference, scored, micro)
@@ -367,6 +371,26 @@ def score_batch(run: Run, batch: TrainBatch, metrics: dict[str, float] | None = 
     with timed(metrics, "adv"):
         scored.advantages, scored.returns = run.algorithm.advantages(scored, run.cfg.algorithm)
     return scored
+
+
+def sampled_or_scored(log_probs: Any, policy: torch.nn.Module, batch: TrainBatch, micro: int) -> torch.Tensor:
+    """The old log-probs (T, L): the sampler's where it recorded a row's every reply under the row's own tokens
+    (`batch.sampled_rows`: a float32 policy's rollout, drawn with the weights this step updates), the policy's
+    scoring pass over the other rows (all of them when nothing was recorded; a blinded row's reply came from another
+    chat). This is veRL's bypass mode (old_log_prob = rollout_log_prob: verl/trainer/ppo/rollout_corr_helper.py:1138,
+    chosen at verl/trainer/ppo/ray_trainer.py:1575 by `algorithm.rollout_correction.bypass_mode`, veRL 0.9.1). veRL
+    recomputes by default because its rollout engine's numbers differ from the trainer's (vLLM, bfloat16); here the
+    sampler runs the same float32 model and the two agree to float tolerance (tests/recipes/policy/test_decode.py),
+    so the pass is skipped, not changed."""
+    if batch.sampled_rows is None or not batch.sampled_rows.any():
+        return batched_forward(log_probs, policy, batch, micro)
+    scores = batch.sampled_log_probs * batch.loss_mask
+    missing = ~batch.sampled_rows
+    if missing.any():
+        rows = torch.as_tensor(np.flatnonzero(missing), device=scores.device)
+        scored = batched_forward(log_probs, policy, batch.select(missing), micro)
+        scores[rows, : scored.shape[1]] = scored
+    return scores
 
 
 def validate_step(run: Run, step: int, metrics: dict[str, float], log_now: bool = True) -> None:

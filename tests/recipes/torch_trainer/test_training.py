@@ -339,3 +339,31 @@ def test_each_timed_phase_is_a_profiler_range() -> None:
     matmul = next(event for event in prof.events() if event.name == "aten::mm")
     inner = ranges["phase/inner"].time_range
     assert inner.start <= matmul.time_range.start and matmul.time_range.end <= inner.end
+
+
+def test_the_old_log_probs_are_the_samplers_and_a_blinded_row_is_scored(train_overrides, monkeypatch) -> None:
+    """A float32 policy's old log-probs come from its sampler (no scoring pass over those rows) and equal that
+    pass's to float tolerance; under the blind control the blinded rows' replies were drawn from another context,
+    so exactly those rows are scored."""
+    import torch
+
+    from recipes.run.tracking import RunTracker
+
+    checked = []
+    own = torch_trainer.sampled_or_scored
+
+    def compared(log_probs, policy, batch, micro):
+        result = own(log_probs, policy, batch, micro)
+        scored = torch_trainer.batched_forward(log_probs, policy, batch, micro)
+        assert torch.allclose(result, scored, rtol=1e-4, atol=1e-4)
+        checked.append(batch.sampled_rows.copy())
+        return result
+
+    monkeypatch.setattr(torch_trainer, "sampled_or_scored", compared)
+    for extra, blinded in ((["filter=none"], False), (["filter=none", "control.blind_from_step=1"], True)):
+        cfg = compose_train_config([*train_overrides, *extra, "trainer.total_steps=1"])
+        tracker = RunTracker(cfg.infra.mlflow.tracking_uri, "test", run_id=None, run_name="sampled")
+        run, _ = torch_trainer.setup(cfg, tracker, Path.cwd() / "checkpoints" / extra[-1])
+        torch_trainer.rollout_and_score(run, 1, {})
+        assert bool(checked[-1].all()) is not blinded  # blinded: some rows' replies were not drawn from their own chat
+    assert len(checked) == 2
