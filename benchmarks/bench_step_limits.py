@@ -169,6 +169,9 @@ def main() -> None:
     print(f"{'phase':24s} {'s/step':>7s} {'GFLOP':>7s} {'at peak s':>9s} {'% of peak':>9s}  what")
     for name, key, flops, note in rows:
         took = mean.get(key, 0.0)
+        if took < 0.01:  # not run: a float32 policy's old log-probs are its sampler's (sampled_or_scored)
+            print(f"{name:24s} {took:7.2f}  not computed: the sampler's log-probs")
+            continue
         print(f"{name:24s} {took:7.2f} {flops / 1e9:7.1f} {flops / peak:9.3f} {flops / peak / took:9.1%}  {note}")
     rest = mean["step"] - sum(mean.get(key, 0.0) for _, key, _, _ in rows) - mean.get("diagnostics", 0.0)
     print(f"{'diagnostics (MI)':24s} {mean.get('diagnostics', 0.0):7.2f}  (cross-scoring: benchmarks/bench_cross_scoring.py)")
