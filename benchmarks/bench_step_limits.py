@@ -181,7 +181,7 @@ def main() -> None:
         print(f"\nstep {args.steps + 2}, profiled: {took:.2f} s; seconds inside the matmul and attention kernels:")
         print(f"{'phase':24s} {'s':>7s} {'kernels s':>9s} {'share':>6s}")
         for name in sorted(phase_s, key=phase_s.get, reverse=True):
-            print(f"{name:24s} {phase_s[name]:7.2f} {kernel_s[name]:9.2f} {kernel_s[name] / phase_s[name]:6.0%}")
+            print(f"{name:24s} {phase_s[name]:7.2f} {kernel_s[name]:9.2f} {kernel_s[name] / max(phase_s[name], 1e-9):6.0%}")
         floor = sum(kernel_s.values())
         print(f"{'step':24s} {took:7.2f} {floor:9.2f} {floor / took:6.0%}  <- with all else free, the step is at least"
               f" {floor / took:.0%} of this")
