@@ -164,16 +164,12 @@ def sampled_log_probs(batch: TrainBatch, recorded: Mapping[tuple[int, ...], Sequ
     """
     values = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
     covered = np.zeros(len(batch), dtype=bool)
+    padded = torch.nn.functional.pad((batch.loss_mask > 0).int().cpu(), (1, 1))  # a zero column either side
+    edges = padded[:, 1:] - padded[:, :-1]  # +1 where a run of loss tokens starts, -1 one past where it ends
     for row in range(len(batch)):
         ids = batch.input_ids[row].tolist()
-        in_loss = batch.loss_mask[row].tolist()
-        runs, start = [], None
-        for column, flag in enumerate([*in_loss, 0.0]):
-            if flag and start is None:
-                start = column
-            elif not flag and start is not None:
-                runs.append((start, column))
-                start = None
+        runs = list(zip((edges[row] == 1).nonzero().flatten().tolist(), (edges[row] == -1).nonzero().flatten().tolist(),
+                        strict=True))
         found = [recorded.get(tuple(ids[:end])) for _, end in runs]
         if not runs or any(log_probs is None or len(log_probs) != end - start
                            for log_probs, (start, end) in zip(found, runs, strict=True)):
