@@ -3,10 +3,11 @@
 Each call receives the chat histories of all running episodes, builds their generation contexts with the shared
 `ChatEncoder` (earlier replies as the exact ids sampled) and samples one reply per history from the full
 distribution at the given temperature (no top-k/top-p: the policy RL trains). The ids of every reply are recorded
-in `generated` (reply text -> ids) so the trainer rebuilds the same sequences, and a text policy's log-prob of each
-sampled token under the untempered logits it was drawn from in `reply_log_probs` (context + reply ids -> one per
-reply token): the old log-probs PPO needs, which the trainer then need not compute again (`recipes.policy.batch.
-sampled_log_probs`; the same numbers to float tolerance in float32, `test_decode.py`).
+in `generated` (reply text -> ids) so the trainer rebuilds the same sequences; with `keep_log_probs`, a text
+policy's log-prob of each sampled token under the untempered logits it was drawn from is recorded in
+`reply_log_probs` (context + reply ids -> one per reply token): the old log-probs PPO needs, which the trainer then
+need not compute again (`recipes.policy.batch.sampled_log_probs`; the same numbers to float tolerance in float32,
+`test_decode.py`).
 
 Two things keep this fast on a CPU, where re-reading long multi-turn contexts dominates:
 
@@ -191,6 +192,8 @@ class Sampler:
         temperature: sampling temperature (> 0).
         max_context_tokens: a context plus `max_new_tokens` longer than this raises OrchError.
         batch_size: histories generated together (bounds memory).
+        keep_log_probs: record each drawn token's log-prob in `reply_log_probs` (a text policy; the trainer's
+            rollout asks for it, validation and the warm start's evaluations do not).
     """
 
     def __init__(
@@ -201,6 +204,7 @@ class Sampler:
         temperature: float,
         max_context_tokens: int,
         batch_size: int = 64,
+        keep_log_probs: bool = False,
     ) -> None:
         self.model = model
         self.encoder = encoder
@@ -208,8 +212,9 @@ class Sampler:
         self.temperature = temperature
         self.max_context_tokens = max_context_tokens
         self.batch_size = batch_size
+        self.keep_log_probs = keep_log_probs
         self.generated: dict[str, list[int]] = {}
-        self.reply_log_probs: dict[tuple[int, ...], list[float]] = {}  # text policies: context + reply -> log-probs
+        self.reply_log_probs: dict[tuple[int, ...], list[float]] = {}  # context + reply -> log-probs (keep_log_probs)
         self.store = PrefixStore()
 
     @property
@@ -296,18 +301,19 @@ class Sampler:
         active = torch.arange(len(contexts), device=device)  # original row of each batch row
         running = torch.ones(len(contexts), dtype=torch.bool, device=device)  # rows still inside their reply
         banned = list(self.encoder.vision.vision_ids) if self.encoder.vision is not None else []
-        scored = self.encoder.vision is None  # a text policy: each token's log-prob is kept (`reply_log_probs`)
+        scored = self.keep_log_probs and self.encoder.vision is None  # each token's log-prob (`reply_log_probs`)
         lean = LeanDecoder(self.model) if LeanDecoder.applies(self.model) else None
         for offset in range(self.max_new_tokens):
             poll()
             if banned:  # a vision-language policy never writes image tokens (they stand for frames)
                 logits[:, banned] = float("-inf")
             token = sample(logits, self.temperature)  # (batch, 1)
-            for row, value in zip(active[running].tolist(), token[running, 0].tolist(), strict=True):
+            rows = active[running].tolist()
+            for row, value in zip(rows, token[running, 0].tolist(), strict=True):
                 replies[row].append(value)
             if scored:  # the token's log-prob under the untempered logits, as the trainer scores it
                 chosen = torch.log_softmax(logits.float(), dim=-1).gather(-1, token)[:, 0]
-                for row, value in zip(active[running].tolist(), chosen[running].tolist(), strict=True):
+                for row, value in zip(rows, chosen[running].tolist(), strict=True):
                     scores[row].append(value)
             running &= token[:, 0] != self.encoder.end_of_turn_id
             if not bool(running.any()) or offset == self.max_new_tokens - 1:

@@ -294,7 +294,8 @@ def rollout_and_score(run: Run, step: int, metrics: dict[str, float]) -> StepCon
 
     # 1 rollout: G prompts x K samples through the batched sampler, and the whole batch as tensors (built once)
     sampler = Sampler(models.policy, models.encoder, trainer.max_response_tokens, trainer.temperature,
-                      trainer.max_context_tokens)
+                      trainer.max_context_tokens,  # a float32 policy's sampler keeps the old log-probs
+                      keep_log_probs=next(models.policy.parameters()).dtype == torch.float32)
     if cfg.control.blind_from_step and step >= cfg.control.blind_from_step:
         # CONTROL: a planted template collapse (recipes.policy.sampler.BlindSampler) on the rows the shared rule picks
         # (each generation batch's G x K rows; an extra DAPO batch's rows are numbered from 0 again)
@@ -311,7 +312,7 @@ def rollout_and_score(run: Run, step: int, metrics: dict[str, float]) -> StepCon
         [t.messages for t in trajectories], [[turn.reward for turn in t.turns] for t in trajectories], group_ids,
         models.encoder, sampler.generated, frames,
     ).to(trainer.device)
-    if next(models.policy.parameters()).dtype == torch.float32:  # the sampler's log-probs are the old log-probs
+    if sampler.reply_log_probs:  # the sampler's log-probs are the old log-probs (`sampled_or_scored`)
         rollout_batch.sampled_log_probs, rollout_batch.sampled_rows = sampled_log_probs(rollout_batch,
                                                                                         sampler.reply_log_probs)
 
@@ -384,7 +385,7 @@ def sampled_or_scored(log_probs: Any, policy: torch.nn.Module, batch: TrainBatch
     so the pass is skipped, not changed."""
     if batch.sampled_rows is None or not batch.sampled_rows.any():
         return batched_forward(log_probs, policy, batch, micro)
-    scores = batch.sampled_log_probs * batch.loss_mask
+    scores = batch.sampled_log_probs.clone()  # zero outside the loss tokens
     missing = ~batch.sampled_rows
     if missing.any():
         rows = torch.as_tensor(np.flatnonzero(missing), device=scores.device)

@@ -71,7 +71,8 @@ def test_the_sampled_log_probs_are_the_scored_ones(micro_folder, encoder, histor
 
     model = load_policy(micro_folder, "float32", "cpu")
     torch.manual_seed(3)
-    sampler = Sampler(model, encoder, max_new_tokens=32, temperature=1.0, max_context_tokens=4096)
+    sampler = Sampler(model, encoder, max_new_tokens=32, temperature=1.0, max_context_tokens=4096,
+                      keep_log_probs=True)
     first = sampler(histories)
     second = sampler([[*history, {"role": "assistant", "content": reply}, history[1]]
                       for history, reply in zip(histories, first, strict=True)])

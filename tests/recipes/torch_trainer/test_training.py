@@ -344,7 +344,8 @@ def test_each_timed_phase_is_a_profiler_range() -> None:
 def test_the_old_log_probs_are_the_samplers_and_a_blinded_row_is_scored(train_overrides, monkeypatch) -> None:
     """A float32 policy's old log-probs come from its sampler (no scoring pass over those rows) and equal that
     pass's to float tolerance; under the blind control the blinded rows' replies were drawn from another context,
-    so exactly those rows are scored."""
+    so not every row is read from the sampler (and the rows that are not are scored: the result still equals the
+    pass)."""
     import torch
 
     from recipes.run.tracking import RunTracker
